@@ -1,0 +1,118 @@
+# etcd-operator: every workflow is a target here. `make help` lists them.
+
+# Version of the operator and of its OLM bundle.
+VERSION ?= 0.2.0
+# Registry the local cluster pulls from; users override it with their own.
+REGISTRY ?= 127.0.0.1:5000
+IMG ?= $(REGISTRY)/etcd-operator:v$(VERSION)
+
+# Pinned versions (see README "Versions").
+KUBERNETES_VERSION ?= v1.36.3
+ETCD_VERSION ?= v3.6.16
+ETCD_NEXT_VERSION ?= v3.7.3
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.7.1
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+.DEFAULT_GOAL := help
+
+LOCALBIN ?= $(CURDIR)/bin
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
+K8S_BIN ?= $(LOCALBIN)/k8s
+ETCD_BIN ?= $(LOCALBIN)/etcd/$(ETCD_VERSION)
+ETCD_NEXT_BIN ?= $(LOCALBIN)/etcd/$(ETCD_NEXT_VERSION)
+ENVTEST_ASSETS ?= $(LOCALBIN)/envtest
+
+GO_TEST_FLAGS ?= -count=1
+
+##@ General
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9.-]+:.*?##/ { printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRDs and RBAC Role from the markers in api/ and controllers/.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate the DeepCopy methods of api/.
+	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+
+.PHONY: fmt
+fmt: ## go fmt.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## go vet, including the build-tagged e2e tests.
+	go vet ./...
+	go vet -tags e2e ./test/e2e/...
+
+.PHONY: test
+test: envtest-assets $(CONTROLLER_GEN) vet ## Unit and envtest tests against a real kube-apiserver and etcd; fails if generated files are stale.
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" \
+		go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: run-envtest
+run-envtest: envtest-assets $(KUBECTL) ## The operator against a real envtest API server with the CRDs installed (no pods run there).
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/envtest-run
+
+##@ Build
+
+.PHONY: build
+build: ## Build the manager binary.
+	CGO_ENABLED=0 go build -o $(LOCALBIN)/manager .
+
+.PHONY: run
+run: ## Run the manager against the cluster of the current kubeconfig.
+	go run . --metrics-secure=false --metrics-bind-address=:8080
+
+##@ Deployment
+
+.PHONY: install
+install: manifests $(KUSTOMIZE) ## Install the CRDs into the cluster of the current kubeconfig.
+	$(KUSTOMIZE) build config/crd | kubectl apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: manifests $(KUSTOMIZE) ## Remove the CRDs (and with them every EtcdCluster, EtcdBackup, EtcdRestore).
+	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: manifests $(KUSTOMIZE) ## Deploy the operator with kustomize, image $(IMG).
+	rm -rf $(LOCALBIN)/deploy && mkdir -p $(LOCALBIN)/deploy && cp -r config $(LOCALBIN)/deploy/
+	cd $(LOCALBIN)/deploy/config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build $(LOCALBIN)/deploy/config/default | kubectl apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: $(KUSTOMIZE) ## Remove the operator deployed by `make deploy`.
+	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+
+##@ Tools (built from the Go module proxy into bin/, only when missing)
+
+$(CONTROLLER_GEN):
+	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+
+$(KUSTOMIZE):
+	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+# The Kubernetes commands come from one tools module (hack/tools/kube) so that they share a
+# build; kube-apiserver alone is what envtest needs.
+$(K8S_BIN)/%:
+	cd hack/tools/kube && go build -o $(K8S_BIN)/ k8s.io/kubernetes/cmd/$*
+
+$(ETCD_BIN)/etcd $(ETCD_NEXT_BIN)/etcd: $(LOCALBIN)/etcd/%/etcd:
+	cd hack/tools/etcd/$(basename $*) && CGO_ENABLED=0 go build -o $(LOCALBIN)/etcd/$*/ ./etcd go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
+
+.PHONY: envtest-assets
+envtest-assets: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd ## Build envtest's kube-apiserver, etcd and kubectl (first time ~10 min).
+	mkdir -p $(ENVTEST_ASSETS)
+	ln -sf $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd $(ENVTEST_ASSETS)/
+
+KUBECTL ?= $(K8S_BIN)/kubectl
+
+-include hack/cluster.mk

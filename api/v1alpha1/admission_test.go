@@ -1,0 +1,98 @@
+package v1alpha1_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// invalidObjects is the admission contract: each object must be refused by the API server with
+// a message that tells the user what is wrong.
+var invalidObjects = []struct {
+	name     string
+	manifest string
+	want     string
+}{
+	// EtcdCluster
+	{"cluster size zero", cluster(`size: 0`), "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"},
+	{"cluster size above nine", cluster(`size: 10`), "spec.size in body should be less than or equal to 9"},
+	{"cluster version without patch", cluster(`version: "3.6"`), "spec.version in body should match"},
+	{"cluster version with v prefix", cluster(`version: v3.6.16`), "spec.version in body should match"},
+	{"cluster version too old", cluster(`version: 3.4.30`), "spec.version in body should match"},
+	{"cluster repository not an image name", cluster(`repository: "Registry/Etcd"`), "spec.repository in body should match"},
+	{"cluster storage too small", cluster("storage:\n  size: 32Mi"), "storage.size must be at least 64Mi"},
+	{"cluster storage not a quantity", cluster("storage:\n  size: lots"), "spec.storage.size"},
+	{"cluster ephemeral with storage class", cluster("storage:\n  ephemeral: true\n  storageClassName: fast"), "storage.storageClassName has no meaning with storage.ephemeral: true"},
+	{"cluster retention policy unknown", cluster("storage:\n  retentionPolicy:\n    whenDeleted: Keep"), `spec.storage.retentionPolicy.whenDeleted: Unsupported value: "Keep"`},
+	{"cluster tls secrets missing", cluster("tls:\n  provider: Secrets"), "tls.secrets is required when tls.provider is Secrets"},
+	{"cluster tls cert-manager missing", cluster("tls:\n  provider: CertManager"), "tls.certManager is required when tls.provider is CertManager"},
+	{"cluster tls secrets with operator provider", cluster("tls:\n  secrets: {peer: p, server: s, client: c}"), "tls.secrets is only used when tls.provider is Secrets"},
+	{"cluster tls provider unknown", cluster("tls:\n  provider: Vault"), `spec.tls.provider: Unsupported value: "Vault"`},
+	{"cluster tls secret name empty", cluster("tls:\n  provider: Secrets\n  secrets: {peer: '', server: s, client: c}"), "spec.tls.secrets.peer in body should be at least 1 chars long"},
+	{"cluster issuer kind unknown", cluster("tls:\n  provider: CertManager\n  certManager: {issuerRef: {name: ca, kind: Vault}}"), `spec.tls.certManager.issuerRef.kind: Unsupported value: "Vault"`},
+	{"cluster auth secret empty", cluster("auth:\n  rootSecretName: ''"), "spec.auth.rootSecretName in body should be at least 1 chars long"},
+	{"cluster election timeout too short", cluster("tuning:\n  heartbeatIntervalMillis: 300\n  electionTimeoutMillis: 1000"), "tuning.electionTimeoutMillis must be at least 5 times tuning.heartbeatIntervalMillis"},
+	{"cluster heartbeat too short", cluster("tuning:\n  heartbeatIntervalMillis: 5"), "spec.tuning.heartbeatIntervalMillis in body should be greater than or equal to 10"},
+	{"cluster compaction mode unknown", cluster("tuning:\n  autoCompactionMode: daily"), `spec.tuning.autoCompactionMode: Unsupported value: "daily"`},
+	{"cluster compaction retention not a duration", cluster("tuning:\n  autoCompactionRetention: one hour"), "spec.tuning.autoCompactionRetention in body should match"},
+	{"cluster reserved pod label", cluster("podTemplate:\n  metadata:\n    labels:\n      etcd.database.dev/member: x"), "label keys with the etcd.database.dev/ prefix are reserved for the operator"},
+	{"cluster quorum policy unknown", cluster("quorumLossRecovery:\n  policy: Auto"), `spec.quorumLossRecovery.policy: Unsupported value: "Auto"`},
+	{"cluster defrag threshold zero", cluster("defragmentation:\n  thresholdPercent: 0"), "spec.defragmentation.thresholdPercent in body should be greater than or equal to 1"},
+	{"cluster name too long", named("EtcdCluster", strings.Repeat("a", 51), "spec: {}"), "an EtcdCluster name must be a DNS label of at most 50 characters"},
+	{"cluster name starts with a digit", named("EtcdCluster", "1st", "spec: {}"), "an EtcdCluster name must be a DNS label of at most 50 characters"},
+
+	// EtcdBackup
+	{"backup without destination", backup("clusterName: example"), "spec.destination: Required value"},
+	{"backup without cluster", backup("destination: {pvc: {claimName: b}}"), "spec.clusterName: Required value"},
+	{"backup to both s3 and pvc", backup("clusterName: e\ndestination:\n  pvc: {claimName: b}\n  s3: {bucket: bkt, credentialsSecretName: c}"), "set exactly one of s3 or pvc"},
+	{"backup to nowhere", backup("clusterName: e\ndestination: {}"), "set exactly one of s3 or pvc"},
+	{"backup bucket name invalid", backup("clusterName: e\ndestination:\n  s3: {bucket: My_Bucket, credentialsSecretName: c}"), "spec.destination.s3.bucket in body should match"},
+	{"backup s3 without credentials", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt}"), "spec.destination.s3.credentialsSecretName: Required value"},
+	{"backup endpoint without scheme", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'minio:9000'}"), "spec.destination.s3.endpoint in body should match"},
+	{"backup prefix absolute", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, prefix: /etcd}"), "s3.prefix must not start with /"},
+	{"backup pvc path escapes", backup("clusterName: e\ndestination:\n  pvc: {claimName: b, subPath: a/../../etc}"), "pvc.subPath must be a relative path without '..'"},
+	{"backup retention without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nretention: {maxCount: 3}"), "retention applies to scheduled backups only: set schedule too"},
+	{"backup suspend without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nsuspend: true"), "suspend applies to scheduled backups only: set schedule too"},
+	{"backup schedule not cron", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: every hour"), "spec.schedule in body should match"},
+	{"backup empty retention", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {}"), "retention needs maxCount, maxAge or both"},
+	{"backup retention count zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {maxCount: 0}"), "spec.retention.maxCount in body should be greater than or equal to 1"},
+	{"backup history limit zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nhistoryLimit: 0"), "spec.historyLimit in body should be greater than or equal to 1"},
+
+	// EtcdRestore
+	{"restore without mode", restore("source: {backup: {name: b}}\ntarget: {clusterName: r}"), "spec.target.mode: Required value"},
+	{"restore mode unknown", restore("source: {backup: {name: b}}\ntarget: {mode: Replace, clusterName: r}"), `spec.target.mode: Unsupported value: "Replace"`},
+	{"restore new without cluster spec", restore("source: {backup: {name: b}}\ntarget: {mode: New, clusterName: r}"), "target.cluster (the new EtcdCluster's spec) is required when target.mode is New"},
+	{"restore in place with cluster spec", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: r, cluster: {}}"), "target.cluster must be empty when target.mode is InPlace"},
+	{"restore from two sources", restore("source:\n  backup: {name: b}\n  location: {key: k, pvc: {claimName: c}}\ntarget: {mode: InPlace, clusterName: r}"), "set exactly one of source.backup or source.location"},
+	{"restore from no source", restore("source: {}\ntarget: {mode: InPlace, clusterName: r}"), "set exactly one of source.backup or source.location"},
+	{"restore location without storage", restore("source:\n  location: {key: k}\ntarget: {mode: InPlace, clusterName: r}"), "set exactly one of s3 or pvc"},
+	{"restore checksum malformed", restore("source:\n  location: {key: k, sha256: abc, pvc: {claimName: c}}\ntarget: {mode: InPlace, clusterName: r}"), "spec.source.location.sha256 in body should match"},
+	{"restore key escapes", restore("source:\n  location: {key: ../k, pvc: {claimName: c}}\ntarget: {mode: InPlace, clusterName: r}"), "key must be a relative path without '..'"},
+	{"restore backup uri scheme", restore("source: {backup: {name: b, uri: 'http://x/y'}}\ntarget: {mode: InPlace, clusterName: r}"), "spec.source.backup.uri in body should match"},
+	{"restore cluster name invalid", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: Prod}"), "spec.target.clusterName in body should match"},
+	{"restore new cluster spec invalid", restore("source: {backup: {name: b}}\ntarget: {mode: New, clusterName: r, cluster: {size: 12}}"), "spec.target.cluster.size in body should be less than or equal to 9"},
+}
+
+func TestInvalidObjectsAreRejectedAtAdmission(t *testing.T) {
+	for _, tc := range invalidObjects {
+		t.Run(tc.name, func(t *testing.T) {
+			expectRejected(t, k8sClient.Create(ctx(t), object(t, tc.manifest)), tc.want)
+		})
+	}
+}
+
+func cluster(spec string) string { return named("EtcdCluster", "", "spec:\n"+indent(spec)) }
+func backup(spec string) string  { return named("EtcdBackup", "", "spec:\n"+indent(spec)) }
+func restore(spec string) string { return named("EtcdRestore", "", "spec:\n"+indent(spec)) }
+
+func named(kind, name, body string) string {
+	m := "kind: " + kind + "\n"
+	if name != "" {
+		m += fmt.Sprintf("metadata: {name: %q}\n", name)
+	}
+	return m + body
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}

@@ -1,0 +1,35 @@
+package v1alpha1
+
+// Condition types. docs/concepts.md explains each reason and what to do about it.
+const (
+	// ConditionAvailable (EtcdCluster): a quorum of members is healthy and clients are served.
+	ConditionAvailable = "Available"
+	// ConditionProgressing (EtcdCluster): the operator is carrying out a change.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded (EtcdCluster): something needs attention, even if clients are served.
+	ConditionDegraded = "Degraded"
+	// ConditionSucceeded (EtcdBackup, EtcdRestore): the last run, or the restore, succeeded.
+	ConditionSucceeded = "Succeeded"
+	// ConditionReady (EtcdBackup): the cluster and destination can be backed up to.
+	ConditionReady = "Ready"
+)
+
+// Condition reasons of EtcdCluster.
+const (
+	ReasonBootstrapping     = "Bootstrapping"
+	ReasonQuorumHealthy     = "QuorumHealthy"
+	ReasonQuorumLost        = "QuorumLost"
+	ReasonMembersUnhealthy  = "MembersUnhealthy"
+	ReasonScalingUp         = "ScalingUp"
+	ReasonScalingDown       = "ScalingDown"
+	ReasonReplacingMember   = "ReplacingMember"
+	ReasonPromotingLearner  = "PromotingLearner"
+	ReasonUpgrading         = "Upgrading"
+	ReasonRestoring         = "Restoring"
+	ReasonPaused            = "Paused"
+	ReasonReconciled        = "Reconciled"
+	ReasonAlarm             = "Alarm"
+	ReasonCertificateError  = "CertificateError"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonNotYetImplemented = "NotYetImplemented"
+)

@@ -1,0 +1,201 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EtcdBackupSpec is a one-shot backup, or, with a schedule, a series of them.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.retention)",message="retention applies to scheduled backups only: set schedule too"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || !self.suspend",message="suspend applies to scheduled backups only: set schedule too"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(oldSelf.schedule)",message="a one-shot EtcdBackup cannot become scheduled, nor the other way round; create a new EtcdBackup"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.schedule) || self == oldSelf",message="a one-shot EtcdBackup is an immutable record; create a new EtcdBackup"
+type EtcdBackupSpec struct {
+	// ClusterName is the EtcdCluster, in the same namespace, to back up.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=50
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterName is immutable; create a new EtcdBackup for another cluster"
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Cluster",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
+	ClusterName string `json:"clusterName"`
+
+	// Destination of the snapshots.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="destination is immutable: retention could no longer find earlier snapshots; create a new EtcdBackup"
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Destination"
+	Destination StorageLocation `json:"destination"`
+
+	// Schedule in cron format (five fields, UTC, such as "0 */6 * * *"), or @hourly, @daily,
+	// @every 30m. Without it, the EtcdBackup takes one snapshot.
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every ([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+|(\S+\s+){4}\S+)$`
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Schedule",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
+	Schedule string `json:"schedule,omitempty"`
+
+	// Retention prunes this EtcdBackup's older snapshots from the destination after each
+	// successful run.
+	// +optional
+	Retention *BackupRetention `json:"retention,omitempty"`
+
+	// Suspend stops new scheduled runs; a run already started finishes.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Suspend",xDescriptors="urn:alm:descriptor:com.tectonic.ui:booleanSwitch"
+	Suspend bool `json:"suspend,omitempty"`
+
+	// HistoryLimit is how many runs status.history keeps.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=10
+	// +optional
+	HistoryLimit int32 `json:"historyLimit,omitempty"`
+}
+
+// BackupRetention bounds the snapshots kept in the destination. Only snapshots this EtcdBackup
+// wrote (its cluster's name under its prefix) are ever deleted, and never the newest one.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.maxCount) || has(self.maxAge)",message="retention needs maxCount, maxAge or both"
+type BackupRetention struct {
+	// MaxCount is the number of snapshots kept.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	MaxCount *int32 `json:"maxCount,omitempty"`
+
+	// MaxAge is the age past which snapshots are deleted, such as "168h".
+	// +optional
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+}
+
+// BackupPhase is where a backup stands.
+// +kubebuilder:validation:Enum=Pending;Running;Completed;Failed;Scheduled;Suspended
+type BackupPhase string
+
+const (
+	BackupPending   BackupPhase = "Pending"
+	BackupRunning   BackupPhase = "Running"
+	BackupCompleted BackupPhase = "Completed"
+	BackupFailed    BackupPhase = "Failed"
+	// BackupScheduled: a scheduled EtcdBackup waiting for its next run.
+	BackupScheduled BackupPhase = "Scheduled"
+	// BackupSuspended: a scheduled EtcdBackup with suspend set.
+	BackupSuspended BackupPhase = "Suspended"
+)
+
+// BackupArtifact is a snapshot written and verified in the destination.
+type BackupArtifact struct {
+	// URI of the snapshot: s3://bucket/key or pvc://claim/path.
+	URI string `json:"uri"`
+	// SizeBytes of the snapshot, as read back from the destination.
+	SizeBytes int64 `json:"sizeBytes"`
+	// SHA256 of the snapshot, in hexadecimal, as read back from the destination.
+	SHA256 string `json:"sha256"`
+	// Revision of the etcd keyspace in the snapshot.
+	Revision int64 `json:"revision"`
+	// EtcdVersion of the member the snapshot was taken from.
+	EtcdVersion string `json:"etcdVersion"`
+	// Member the snapshot was streamed from.
+	// +optional
+	Member string `json:"member,omitempty"`
+	// ClusterID of the etcd cluster, in hexadecimal.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+	// StartTime of the snapshot.
+	StartTime metav1.Time `json:"startTime"`
+	// CompletionTime is when the snapshot was verified in the destination.
+	CompletionTime metav1.Time `json:"completionTime"`
+}
+
+// BackupRun is one run, successful or not.
+type BackupRun struct {
+	// Phase of the run: Completed or Failed.
+	Phase BackupPhase `json:"phase"`
+	// Message says why a run failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Artifact of a completed run.
+	// +optional
+	Artifact *BackupArtifact `json:"artifact,omitempty"`
+	// StartTime of the run.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime of the run.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// EtcdBackupStatus is what the operator last observed.
+type EtcdBackupStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase of the backup.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Phase",xDescriptors="urn:alm:descriptor:io.kubernetes.phase"
+	Phase BackupPhase `json:"phase,omitempty"`
+
+	// LastBackup is the newest snapshot that completed and was verified.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Backup"
+	LastBackup *BackupArtifact `json:"lastBackup,omitempty"`
+
+	// ActiveJob is the agent Job of the run under way.
+	// +optional
+	ActiveJob string `json:"activeJob,omitempty"`
+
+	// LastScheduleTime is when the last scheduled run was started.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+
+	// NextScheduleTime is when the next scheduled run is due.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Next Run"
+	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+
+	// History of recent runs, newest first, at most spec.historyLimit.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	History []BackupRun `json:"history,omitempty"`
+
+	// Conditions: Succeeded (the last run), Ready (the destination and cluster can be used).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors="urn:alm:descriptor:io.kubernetes.conditions"
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EtcdBackup streams a snapshot of an EtcdCluster to object storage or a volume, once or on a
+// schedule, with retention applied in the destination.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=etcdbackup;etcdbk,categories=etcd-operator
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
+// +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Last",type=date,JSONPath=`.status.lastBackup.completionTime`
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.lastBackup.sizeBytes`
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.lastBackup.revision`
+// +kubebuilder:printcolumn:name="URI",type=string,JSONPath=`.status.lastBackup.uri`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +operator-sdk:csv:customresourcedefinitions:displayName="etcd Backup",resources={{Job,v1},{Pod,v1},{Secret,v1},{PersistentVolumeClaim,v1}}
+type EtcdBackup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   EtcdBackupSpec   `json:"spec"`
+	Status EtcdBackupStatus `json:"status,omitempty"`
+}
+
+// EtcdBackupList is a list of EtcdBackup.
+//
+// +kubebuilder:object:root=true
+type EtcdBackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdBackup `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&EtcdBackup{}, &EtcdBackupList{})
+}

@@ -1,0 +1,595 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EtcdClusterSpec is the desired state of an etcd cluster.
+//
+// Changes that etcd cannot take in place are refused at admission, with the way to get there:
+// +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls cannot be added to or removed from an existing cluster: its members' URLs would change under a live quorum; restore a backup into a new EtcdCluster with the TLS settings you want"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || !has(oldSelf.version) || semver(self.version).compareTo(semver(oldSelf.version)) >= 0",message="version cannot be downgraded: etcd does not roll its data back to an older format; restore a backup into a new EtcdCluster of the older version instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.version) || !has(oldSelf.version) || semver(self.version).minor() <= semver(oldSelf.version).minor() + 1",message="version can move up by at most one minor version at a time (for example 3.6.x to 3.7.y); upgrade through each minor version in turn"
+type EtcdClusterSpec struct {
+	// Size is the number of voting members. Use an odd number: 3 tolerates the loss of one
+	// member, 5 of two. Changed one member at a time; a scale-down never removes a member
+	// whose removal would lose quorum.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	// +kubebuilder:default=3
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Size",xDescriptors="urn:alm:descriptor:com.tectonic.ui:podCount"
+	Size int32 `json:"size,omitempty"`
+
+	// Version is the etcd version to run, as MAJOR.MINOR.PATCH (3.5 or newer). Raising it rolls
+	// the members one at a time, the leader last, each step gated on cluster health. Downgrades
+	// and skipping a minor version are refused.
+	// +kubebuilder:validation:Pattern=`^3\.([5-9]|[1-9][0-9])\.(0|[1-9][0-9]*)$`
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:default="3.6.16"
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="etcd Version",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
+	Version string `json:"version,omitempty"`
+
+	// Repository overrides the etcd image repository; the image is <repository>:v<version>.
+	// Empty means the image the operator was installed with (its RELATED_IMAGE_ETCD setting).
+	// The image must contain the etcd, etcdctl and etcdutl binaries of that version.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+([._:/-][a-z0-9]+)*$`
+	// +optional
+	Repository string `json:"repository,omitempty"`
+
+	// Storage says where each member keeps its data.
+	// +kubebuilder:default={}
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Storage"
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// PodTemplate customises the member pods. The operator owns the etcd container's command,
+	// ports, probes and volumes; everything here is layered on top.
+	// +optional
+	PodTemplate PodTemplate `json:"podTemplate,omitempty"`
+
+	// TLS encrypts and authenticates peer and client traffic. Set it when the cluster is
+	// created: it cannot be added or removed later.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="TLS"
+	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// Auth turns on etcd's authentication with a root user, once the cluster has bootstrapped.
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
+
+	// Tuning passes well-understood etcd settings through to every member.
+	// +kubebuilder:default={}
+	// +optional
+	Tuning EtcdTuning `json:"tuning,omitempty"`
+
+	// Paused stops every change the operator would make to this cluster (membership, pods,
+	// upgrades, defragmentation). Status is still observed and reported.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Paused",xDescriptors="urn:alm:descriptor:com.tectonic.ui:booleanSwitch"
+	Paused bool `json:"paused,omitempty"`
+
+	// QuorumLossRecovery says what the operator may do when a majority of members is lost.
+	// The default, Manual, only reports it.
+	// +kubebuilder:default={}
+	// +optional
+	QuorumLossRecovery QuorumLossRecoverySpec `json:"quorumLossRecovery,omitempty"`
+
+	// Defragmentation reclaims the space etcd keeps after compaction.
+	// +kubebuilder:default={}
+	// +optional
+	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
+}
+
+// StorageSpec gives each member a PersistentVolumeClaim of its own, or, by explicit opt-in, an
+// emptyDir that is lost with the pod.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.ephemeral) && self.ephemeral) == (has(oldSelf.ephemeral) && oldSelf.ephemeral)",message="storage.ephemeral cannot be changed on an existing cluster; restore a backup into a new EtcdCluster instead"
+// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName cannot be changed on an existing cluster; restore a backup into a new EtcdCluster with the class you want"
+// +kubebuilder:validation:XValidation:rule="!has(self.size) || !has(oldSelf.size) || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",message="storage.size cannot shrink: a volume cannot give space back"
+// +kubebuilder:validation:XValidation:rule="!has(self.ephemeral) || !self.ephemeral || !has(self.storageClassName)",message="storage.storageClassName has no meaning with storage.ephemeral: true"
+type StorageSpec struct {
+	// Size of each member's volume (or the emptyDir's size limit when ephemeral). Keep it
+	// comfortably above tuning.quotaBackendBytes.
+	// +kubebuilder:default="4Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0",message="storage.size must be at least 64Mi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the members' claims; empty means the cluster's default class.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Ephemeral keeps member data in an emptyDir instead of a PersistentVolumeClaim. Data then
+	// survives a container restart but not the loss of the pod: a replaced member rejoins
+	// empty and catches up from the others, and losing a majority loses the data. For tests
+	// and caches only.
+	// +optional
+	Ephemeral bool `json:"ephemeral,omitempty"`
+
+	// RetentionPolicy says what happens to a member's claim when the member goes away.
+	// +kubebuilder:default={}
+	// +optional
+	RetentionPolicy PVCRetentionPolicy `json:"retentionPolicy,omitempty"`
+}
+
+// PVCRetentionPolicyType is Retain or Delete.
+// +kubebuilder:validation:Enum=Retain;Delete
+type PVCRetentionPolicyType string
+
+const (
+	// RetainPVC keeps the claim, and its data, after its member is gone.
+	RetainPVC PVCRetentionPolicyType = "Retain"
+	// DeletePVC deletes the claim once its member has been removed from etcd.
+	DeletePVC PVCRetentionPolicyType = "Delete"
+)
+
+// PVCRetentionPolicy mirrors the StatefulSet setting of the same name.
+type PVCRetentionPolicy struct {
+	// WhenScaled applies to the claim of a member removed by a scale-down. A removed member
+	// can never rejoin with its old data, so Delete is the default.
+	// +kubebuilder:default=Delete
+	// +optional
+	WhenScaled PVCRetentionPolicyType `json:"whenScaled,omitempty"`
+
+	// WhenDeleted applies to every claim when the EtcdCluster is deleted. Retain, the default,
+	// keeps the data of a cluster deleted by mistake; the claims are then yours to delete.
+	// +kubebuilder:default=Retain
+	// +optional
+	WhenDeleted PVCRetentionPolicyType `json:"whenDeleted,omitempty"`
+}
+
+// PodTemplate is the part of the member pods a user may shape.
+type PodTemplate struct {
+	// Metadata adds labels and annotations to the member pods.
+	// +optional
+	Metadata PodMetadata `json:"metadata,omitempty"`
+
+	// Resources of the etcd container. etcd is sensitive to CPU starvation and disk latency:
+	// set requests to what it needs.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Affinity replaces the default, a preferred (soft) anti-affinity that spreads members
+	// over nodes without blocking scheduling when nodes are few.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// Tolerations of the member pods.
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// NodeSelector of the member pods.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// TopologySpreadConstraints of the member pods. The operator fills in the label selector
+	// when one is left empty.
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// PriorityClassName of the member pods. A control-plane etcd deserves a high one.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// ImagePullSecrets for a private etcd image repository.
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}
+
+// PodMetadata is the labels and annotations added to member pods.
+type PodMetadata struct {
+	// Labels added to every member pod. Keys under etcd.database.dev/ are the operator's.
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('etcd.database.dev/'))",message="label keys with the etcd.database.dev/ prefix are reserved for the operator"
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Annotations added to every member pod.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// TLSProvider is where certificates come from.
+// +kubebuilder:validation:Enum=Operator;Secrets;CertManager
+type TLSProvider string
+
+const (
+	// TLSProviderOperator: the operator makes a CA per cluster and issues and renews every
+	// certificate from it.
+	TLSProviderOperator TLSProvider = "Operator"
+	// TLSProviderSecrets: the user provides kubernetes.io/tls Secrets, each with its ca.crt.
+	TLSProviderSecrets TLSProvider = "Secrets"
+	// TLSProviderCertManager: cert-manager Certificates from a user's issuer.
+	TLSProviderCertManager TLSProvider = "CertManager"
+)
+
+// TLSSpec turns on TLS for peer and client traffic, with certificates from one provider.
+//
+// +kubebuilder:validation:XValidation:rule="self.provider == oldSelf.provider",message="tls.provider cannot be changed on an existing cluster; restore a backup into a new EtcdCluster instead"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'Secrets' || has(self.secrets)",message="tls.secrets is required when tls.provider is Secrets"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'CertManager' || has(self.certManager)",message="tls.certManager is required when tls.provider is CertManager"
+// +kubebuilder:validation:XValidation:rule="self.provider == 'Secrets' || !has(self.secrets)",message="tls.secrets is only used when tls.provider is Secrets"
+// +kubebuilder:validation:XValidation:rule="self.provider == 'CertManager' || !has(self.certManager)",message="tls.certManager is only used when tls.provider is CertManager"
+type TLSSpec struct {
+	// Provider of the certificates: Operator (a CA made and rotated by the operator, the
+	// default), Secrets (yours) or CertManager (your issuer).
+	// +kubebuilder:default=Operator
+	// +optional
+	Provider TLSProvider `json:"provider,omitempty"`
+
+	// Secrets names your kubernetes.io/tls Secrets when provider is Secrets.
+	// +optional
+	Secrets *TLSSecrets `json:"secrets,omitempty"`
+
+	// CertManager names the issuer when provider is CertManager.
+	// +optional
+	CertManager *CertManagerTLS `json:"certManager,omitempty"`
+
+	// Validity of the certificates the operator issues (provider Operator). The CA lives ten
+	// times as long.
+	// +kubebuilder:default="8760h"
+	// +optional
+	Validity *metav1.Duration `json:"validity,omitempty"`
+
+	// RenewBefore is how long before expiry an operator-issued certificate is renewed.
+	// +kubebuilder:default="720h"
+	// +optional
+	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+}
+
+// TLSSecrets are user-provided kubernetes.io/tls Secrets, each carrying ca.crt.
+type TLSSecrets struct {
+	// Peer is the members' certificate for peer traffic, valid for every member's peer DNS
+	// name (<member>.<cluster>-peer.<namespace>.svc and the wildcard *.<cluster>-peer...).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Peer string `json:"peer"`
+	// Server is the members' certificate for client traffic, valid for the client Service's
+	// DNS names and every member's peer DNS name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Server string `json:"server"`
+	// Client is the certificate the operator and its backup agents present to etcd.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Client string `json:"client"`
+}
+
+// CertManagerTLS refers to a cert-manager issuer.
+type CertManagerTLS struct {
+	// IssuerRef is the Issuer or ClusterIssuer that signs the certificates.
+	IssuerRef IssuerReference `json:"issuerRef"`
+}
+
+// IssuerReference names a cert-manager issuer.
+type IssuerReference struct {
+	// Name of the issuer.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Kind is Issuer (default) or ClusterIssuer.
+	// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
+	// +kubebuilder:default=Issuer
+	// +optional
+	Kind string `json:"kind,omitempty"`
+	// Group of the issuer resource.
+	// +kubebuilder:default="cert-manager.io"
+	// +optional
+	Group string `json:"group,omitempty"`
+}
+
+// AuthSpec turns on etcd authentication.
+type AuthSpec struct {
+	// RootSecretName is a Secret in the cluster's namespace whose `password` key is the etcd
+	// root user's password. The operator creates the root user and enables auth once the
+	// cluster has bootstrapped, and uses these credentials itself from then on.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	RootSecretName string `json:"rootSecretName"`
+}
+
+// EtcdTuning are etcd server settings passed through unchanged.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.electionTimeoutMillis) || !has(self.heartbeatIntervalMillis) || self.electionTimeoutMillis >= 5 * self.heartbeatIntervalMillis",message="tuning.electionTimeoutMillis must be at least 5 times tuning.heartbeatIntervalMillis (etcd refuses to start otherwise)"
+type EtcdTuning struct {
+	// QuotaBackendBytes is the size at which etcd raises its NOSPACE alarm and refuses writes
+	// (etcd's --quota-backend-bytes). etcd's own default is 2Gi; at most 8Gi is recommended.
+	// +kubebuilder:default="2Gi"
+	// +optional
+	QuotaBackendBytes *resource.Quantity `json:"quotaBackendBytes,omitempty"`
+
+	// AutoCompactionMode is periodic (retention is a duration) or revision (retention is a
+	// count of revisions).
+	// +kubebuilder:validation:Enum=periodic;revision
+	// +kubebuilder:default=periodic
+	// +optional
+	AutoCompactionMode string `json:"autoCompactionMode,omitempty"`
+
+	// AutoCompactionRetention is etcd's --auto-compaction-retention: a duration such as "1h"
+	// for periodic mode, a number of revisions for revision mode, "0" to turn it off.
+	// +kubebuilder:validation:Pattern=`^([0-9]+|([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+)$`
+	// +kubebuilder:default="1h"
+	// +optional
+	AutoCompactionRetention string `json:"autoCompactionRetention,omitempty"`
+
+	// SnapshotCount is the number of committed transactions that triggers a raft snapshot to
+	// disk (etcd's --snapshot-count).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:default=10000
+	// +optional
+	SnapshotCount int64 `json:"snapshotCount,omitempty"`
+
+	// HeartbeatIntervalMillis is etcd's --heartbeat-interval.
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=5000
+	// +kubebuilder:default=100
+	// +optional
+	HeartbeatIntervalMillis int32 `json:"heartbeatIntervalMillis,omitempty"`
+
+	// ElectionTimeoutMillis is etcd's --election-timeout.
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=50000
+	// +kubebuilder:default=1000
+	// +optional
+	ElectionTimeoutMillis int32 `json:"electionTimeoutMillis,omitempty"`
+}
+
+// QuorumLossRecoveryPolicy is what the operator may do when quorum is lost.
+// +kubebuilder:validation:Enum=Manual;ForceNewCluster
+type QuorumLossRecoveryPolicy string
+
+const (
+	// QuorumLossRecoveryManual reports lost quorum and changes nothing.
+	QuorumLossRecoveryManual QuorumLossRecoveryPolicy = "Manual"
+	// QuorumLossRecoveryForceNewCluster restarts the surviving member with the most recent
+	// data as a one-member cluster (etcd --force-new-cluster) and grows it back. Writes that
+	// only the lost members had are gone: an explicit opt-in.
+	QuorumLossRecoveryForceNewCluster QuorumLossRecoveryPolicy = "ForceNewCluster"
+)
+
+// QuorumLossRecoverySpec is the opt-in for automatic recovery from quorum loss.
+type QuorumLossRecoverySpec struct {
+	// Policy is Manual (report only, the default) or ForceNewCluster.
+	// +kubebuilder:default=Manual
+	// +optional
+	Policy QuorumLossRecoveryPolicy `json:"policy,omitempty"`
+
+	// After is how long quorum must stay lost before the operator acts, so that a node
+	// reboot or a network blip is not treated as a disaster.
+	// +kubebuilder:default="10m"
+	// +optional
+	After *metav1.Duration `json:"after,omitempty"`
+}
+
+// DefragmentationPolicy turns automatic defragmentation on or off.
+// +kubebuilder:validation:Enum=Auto;Disabled
+type DefragmentationPolicy string
+
+const (
+	// DefragmentationAuto defragments one member at a time, never the leader while others
+	// need it first, when its fragmentation passes the threshold.
+	DefragmentationAuto DefragmentationPolicy = "Auto"
+	// DefragmentationDisabled never defragments.
+	DefragmentationDisabled DefragmentationPolicy = "Disabled"
+)
+
+// DefragmentationSpec says when a member's database is defragmented.
+type DefragmentationSpec struct {
+	// Policy is Auto (default) or Disabled.
+	// +kubebuilder:default=Auto
+	// +optional
+	Policy DefragmentationPolicy `json:"policy,omitempty"`
+
+	// ThresholdPercent is the share of a member's database file that must be free space
+	// before it is defragmented.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=50
+	// +optional
+	ThresholdPercent int32 `json:"thresholdPercent,omitempty"`
+
+	// MinimumDBSize is the database file size below which defragmentation is not worth it.
+	// +kubebuilder:default="100Mi"
+	// +optional
+	MinimumDBSize *resource.Quantity `json:"minimumDBSize,omitempty"`
+}
+
+// MemberStatus is one member as etcd and Kubernetes report it.
+type MemberStatus struct {
+	// Name of the member, which is also the name of its pod and its claim.
+	Name string `json:"name"`
+	// ID is etcd's member ID, in hexadecimal.
+	// +optional
+	ID string `json:"id,omitempty"`
+	// PeerURL the member advertises to its peers.
+	// +optional
+	PeerURL string `json:"peerURL,omitempty"`
+	// ClientURL the member advertises to clients.
+	// +optional
+	ClientURL string `json:"clientURL,omitempty"`
+	// Version of etcd the member runs.
+	// +optional
+	Version string `json:"version,omitempty"`
+	// IsLearner is true while the member is a non-voting learner catching up.
+	// +optional
+	IsLearner bool `json:"isLearner,omitempty"`
+	// IsLeader is true for the raft leader.
+	// +optional
+	IsLeader bool `json:"isLeader,omitempty"`
+	// Healthy is true when the member answered its status request with no alarm and no
+	// error.
+	Healthy bool `json:"healthy"`
+	// DBSizeBytes is the size of the member's database file.
+	// +optional
+	DBSizeBytes int64 `json:"dbSizeBytes,omitempty"`
+	// DBSizeInUseBytes is the part of the database file holding live data.
+	// +optional
+	DBSizeInUseBytes int64 `json:"dbSizeInUseBytes,omitempty"`
+	// RaftIndex is the member's raft log index.
+	// +optional
+	RaftIndex uint64 `json:"raftIndex,omitempty"`
+	// Errors the member reported (alarms, unreachable), most recent first.
+	// +optional
+	Errors []string `json:"errors,omitempty"`
+}
+
+// CertificateStatus is one certificate the cluster uses.
+type CertificateStatus struct {
+	// Name says which certificate: ca, peer, server or client.
+	Name string `json:"name"`
+	// SecretName holds it.
+	SecretName string `json:"secretName"`
+	// NotAfter is when it expires.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+	// RenewalTime is when the operator will renew it (operator-issued certificates only).
+	// +optional
+	RenewalTime *metav1.Time `json:"renewalTime,omitempty"`
+}
+
+// OperationType is the kind of change the operator is carrying out.
+type OperationType string
+
+const (
+	OperationBootstrap     OperationType = "Bootstrap"
+	OperationScaleUp       OperationType = "ScaleUp"
+	OperationScaleDown     OperationType = "ScaleDown"
+	OperationReplaceMember OperationType = "ReplaceMember"
+	OperationUpgrade       OperationType = "Upgrade"
+	OperationRestore       OperationType = "Restore"
+	OperationQuorumRecover OperationType = "QuorumRecovery"
+)
+
+// OperationStatus latches the target of a multi-step change, so that a spec edit in the middle
+// of it cannot leave the cluster half-changed.
+type OperationStatus struct {
+	// Type of the operation.
+	Type OperationType `json:"type"`
+	// Member the current step acts on, if any.
+	// +optional
+	Member string `json:"member,omitempty"`
+	// TargetSize latched when the operation started.
+	// +optional
+	TargetSize int32 `json:"targetSize,omitempty"`
+	// TargetVersion latched when the operation started.
+	// +optional
+	TargetVersion string `json:"targetVersion,omitempty"`
+	// StartTime of the operation.
+	StartTime metav1.Time `json:"startTime"`
+}
+
+// EtcdClusterStatus is what the operator last observed. Every field is observed, never
+// assumed.
+type EtcdClusterStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Size is the number of members in etcd's member list, learners included.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Members",xDescriptors="urn:alm:descriptor:com.tectonic.ui:podCount"
+	Size int32 `json:"size,omitempty"`
+
+	// ReadyMembers is the number of voting members that are healthy.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Ready Members"
+	ReadyMembers int32 `json:"readyMembers,omitempty"`
+
+	// Selector is the label selector of the member pods, for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// CurrentVersion is the lowest etcd version any member runs.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Current Version"
+	CurrentVersion string `json:"currentVersion,omitempty"`
+
+	// Leader is the name of the member that leads raft.
+	// +optional
+	Leader string `json:"leader,omitempty"`
+
+	// ClusterID is etcd's cluster ID, in hexadecimal.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+
+	// Members as etcd reports them.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Members []MemberStatus `json:"members,omitempty"`
+
+	// ClientService is the Service clients connect to.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Client Service",xDescriptors="urn:alm:descriptor:io.kubernetes:Service"
+	ClientService string `json:"clientService,omitempty"`
+
+	// ClientEndpoint is the URL clients use, through the client Service.
+	// +optional
+	ClientEndpoint string `json:"clientEndpoint,omitempty"`
+
+	// Certificates in use, with their expiry.
+	// +optional
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
+
+	// Operation is the multi-step change in progress, if any.
+	// +optional
+	Operation *OperationStatus `json:"operation,omitempty"`
+
+	// Conditions: Available (quorum and a serving client endpoint), Progressing (a change is
+	// under way), Degraded (something needs attention).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors="urn:alm:descriptor:io.kubernetes.conditions"
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EtcdCluster is an etcd cluster run by the operator: one pod and one volume per member,
+// membership changed one safe step at a time.
+//
+// Member pods are named <cluster>-<5 characters> and serve as DNS labels, hence the name rule.
+//
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="an EtcdCluster name must be a DNS label of at most 50 characters (lower-case letters, digits, '-'; starting with a letter) because member pods and Services are named after it"
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.size,statuspath=.status.size,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=etcd;etcdc,categories=etcd-operator
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.size`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyMembers`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`
+// +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`,priority=1
+// +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +operator-sdk:csv:customresourcedefinitions:displayName="etcd Cluster",resources={{Pod,v1},{PersistentVolumeClaim,v1},{Service,v1},{Secret,v1},{PodDisruptionBudget,v1}}
+type EtcdCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	// +optional
+	Spec   EtcdClusterSpec   `json:"spec,omitempty"`
+	Status EtcdClusterStatus `json:"status,omitempty"`
+}
+
+// EtcdClusterList is a list of EtcdCluster.
+//
+// +kubebuilder:object:root=true
+type EtcdClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&EtcdCluster{}, &EtcdClusterList{})
+}

@@ -1,0 +1,202 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EtcdRestoreSpec says which snapshot to restore and where to.
+//
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="an EtcdRestore cannot be changed once created; create a new EtcdRestore"
+type EtcdRestoreSpec struct {
+	// Source of the snapshot.
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Source"
+	Source RestoreSource `json:"source"`
+
+	// Target cluster of the restore.
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Target"
+	Target RestoreTarget `json:"target"`
+}
+
+// RestoreSource is an EtcdBackup's snapshot or a snapshot at an explicit location. Exactly one
+// is set.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.backup), has(self.location)].exists_one(x, x)",message="set exactly one of source.backup or source.location"
+type RestoreSource struct {
+	// Backup restores a snapshot recorded by an EtcdBackup in the same namespace.
+	// +optional
+	Backup *BackupReference `json:"backup,omitempty"`
+
+	// Location restores a snapshot from storage directly, for snapshots taken elsewhere.
+	// +optional
+	Location *SnapshotLocation `json:"location,omitempty"`
+}
+
+// BackupReference picks a snapshot recorded by an EtcdBackup.
+type BackupReference struct {
+	// Name of the EtcdBackup.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// URI of one of the EtcdBackup's completed snapshots, from status.lastBackup or
+	// status.history. Empty means its latest completed snapshot.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^(s3|pvc)://.+$`
+	// +optional
+	URI string `json:"uri,omitempty"`
+}
+
+// SnapshotLocation is one snapshot file in storage.
+type SnapshotLocation struct {
+	// StorageLocation is the bucket (with its prefix) or claim (with its subPath) holding it.
+	StorageLocation `json:",inline"`
+
+	// Key of the snapshot: the object key after the prefix, or the file name under the
+	// subPath.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(p, p == '..')",message="key must be a relative path without '..'"
+	Key string `json:"key"`
+
+	// SHA256 the snapshot must have, in hexadecimal. Strongly recommended: without it a
+	// truncated or corrupted snapshot is only caught by etcdutl's own integrity check.
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	// +optional
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// RestoreMode is New or InPlace.
+// +kubebuilder:validation:Enum=New;InPlace
+type RestoreMode string
+
+const (
+	// RestoreNew creates a new EtcdCluster seeded from the snapshot.
+	RestoreNew RestoreMode = "New"
+	// RestoreInPlace replaces the data of an existing EtcdCluster, keeping its name, Services
+	// and Secrets. Everything written after the snapshot is lost.
+	RestoreInPlace RestoreMode = "InPlace"
+)
+
+// RestoreTarget is the cluster that receives the snapshot.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode != 'New' || has(self.cluster)",message="target.cluster (the new EtcdCluster's spec) is required when target.mode is New"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'InPlace' || !has(self.cluster)",message="target.cluster must be empty when target.mode is InPlace: the existing cluster keeps its spec"
+type RestoreTarget struct {
+	// Mode is New (create a new EtcdCluster) or InPlace (replace an existing cluster's data,
+	// losing everything written after the snapshot). There is no default: say which.
+	Mode RestoreMode `json:"mode"`
+
+	// ClusterName of the EtcdCluster to create (New, the name must be free) or to restore
+	// into (InPlace).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=50
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	ClusterName string `json:"clusterName"`
+
+	// Cluster is the spec of the new EtcdCluster (New mode). Its version must be at least
+	// the version the snapshot was taken with.
+	// +optional
+	Cluster *EtcdClusterSpec `json:"cluster,omitempty"`
+}
+
+// RestorePhase is where a restore stands.
+// +kubebuilder:validation:Enum=Pending;Restoring;Completed;Failed
+type RestorePhase string
+
+const (
+	RestorePending   RestorePhase = "Pending"
+	RestoreRestoring RestorePhase = "Restoring"
+	RestoreCompleted RestorePhase = "Completed"
+	RestoreFailed    RestorePhase = "Failed"
+)
+
+// ReplacedData records what an in-place restore replaced, for the audit trail.
+type ReplacedData struct {
+	// ClusterID of the replaced cluster, in hexadecimal.
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+	// Revision the replaced cluster had reached.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// Members that were replaced.
+	// +optional
+	Members []string `json:"members,omitempty"`
+}
+
+// EtcdRestoreStatus is what the operator last observed.
+type EtcdRestoreStatus struct {
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase of the restore.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Phase",xDescriptors="urn:alm:descriptor:io.kubernetes.phase"
+	Phase RestorePhase `json:"phase,omitempty"`
+
+	// SnapshotURI of the snapshot being restored.
+	// +optional
+	SnapshotURI string `json:"snapshotURI,omitempty"`
+
+	// SnapshotSHA256 the snapshot was verified against.
+	// +optional
+	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`
+
+	// RestoredRevision is the etcd revision the restored cluster starts from.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Restored Revision"
+	RestoredRevision int64 `json:"restoredRevision,omitempty"`
+
+	// Replaced is what an in-place restore replaced.
+	// +optional
+	Replaced *ReplacedData `json:"replaced,omitempty"`
+
+	// StartTime of the restore.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// CompletionTime is when the restored cluster became Available, or the restore failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// Conditions: Succeeded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Conditions",xDescriptors="urn:alm:descriptor:io.kubernetes.conditions"
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EtcdRestore restores an etcd snapshot into a new EtcdCluster or, explicitly, in place into
+// an existing one, using the target etcd version's own etcdutl.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=etcdrestore;etcdrs,categories=etcd-operator
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.target.clusterName`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.target.mode`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.restoredRevision`
+// +kubebuilder:printcolumn:name="Snapshot",type=string,JSONPath=`.status.snapshotURI`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +operator-sdk:csv:customresourcedefinitions:displayName="etcd Restore",resources={{EtcdCluster,v1alpha1},{Job,v1},{Pod,v1},{PersistentVolumeClaim,v1}}
+type EtcdRestore struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   EtcdRestoreSpec   `json:"spec"`
+	Status EtcdRestoreStatus `json:"status,omitempty"`
+}
+
+// EtcdRestoreList is a list of EtcdRestore.
+//
+// +kubebuilder:object:root=true
+type EtcdRestoreList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EtcdRestore `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&EtcdRestore{}, &EtcdRestoreList{})
+}

@@ -1,0 +1,74 @@
+package v1alpha1
+
+// StorageLocation is where snapshots are written to or read from: an S3-compatible bucket or a
+// PersistentVolumeClaim. Exactly one is set.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.s3), has(self.pvc)].exists_one(x, x)",message="set exactly one of s3 or pvc"
+type StorageLocation struct {
+	// S3 is an S3-compatible object store (AWS S3, MinIO, Ceph RGW, ...).
+	// +optional
+	S3 *S3Location `json:"s3,omitempty"`
+
+	// PVC is a PersistentVolumeClaim in the same namespace, mounted by the agent Job.
+	// +optional
+	PVC *PVCLocation `json:"pvc,omitempty"`
+}
+
+// S3Location is a bucket and a key prefix in an S3-compatible object store.
+type S3Location struct {
+	// Bucket name.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	Bucket string `json:"bucket"`
+
+	// Prefix of the object keys, such as "prod/etcd/". Snapshots are named
+	// <prefix><cluster>-<UTC time>-r<revision>.db so they sort by time.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="s3.prefix must not start with /"
+	// +optional
+	Prefix string `json:"prefix,omitempty"`
+
+	// Endpoint of an S3-compatible server, such as https://minio.storage.svc:9000. Empty
+	// means AWS S3.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^https?://[^\s/]+(/.*)?$`
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// Region of the bucket.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:default="us-east-1"
+	// +optional
+	Region string `json:"region,omitempty"`
+
+	// ForcePathStyle addresses the bucket as <endpoint>/<bucket> rather than as a host name,
+	// which most self-hosted servers need.
+	// +optional
+	ForcePathStyle bool `json:"forcePathStyle,omitempty"`
+
+	// CredentialsSecretName is a Secret in the same namespace with the keys
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and optionally AWS_SESSION_TOKEN).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CredentialsSecretName string `json:"credentialsSecretName"`
+
+	// CASecretName is a Secret with a ca.crt key to trust for a server with a private CA.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	CASecretName string `json:"caSecretName,omitempty"`
+}
+
+// PVCLocation is a directory on a PersistentVolumeClaim.
+type PVCLocation struct {
+	// ClaimName of a PersistentVolumeClaim in the same namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName"`
+
+	// SubPath is the directory inside the volume, relative and without "..".
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(p, p == '..')",message="pvc.subPath must be a relative path without '..'"
+	// +optional
+	SubPath string `json:"subPath,omitempty"`
+}

@@ -1,0 +1,140 @@
+// Command manager runs the etcd-operator controllers.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/controllers"
+)
+
+// watchNamespacesEnv is set by config/manager from the pod's olm.targetNamespaces annotation,
+// so an OwnNamespace or SingleNamespace install under OLM watches only what it was given.
+const watchNamespacesEnv = "WATCH_NAMESPACES"
+
+type options struct {
+	metricsAddr      string
+	secureMetrics    bool
+	enableHTTP2      bool
+	probeAddr        string
+	leaderElect      bool
+	leaderElectionNS string
+	watchNamespaces  string
+	zap              zap.Options
+}
+
+func parseFlags(args []string) (options, error) {
+	o := options{zap: zap.Options{Development: false}}
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443",
+		"Address the metrics endpoint binds to; \"0\" turns metrics off.")
+	fs.BoolVar(&o.secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS, authenticated and authorized through the API server.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
+		"Allow HTTP/2 on the metrics server (off by default: HTTP/2 Rapid Reset and Stream Cancellation CVEs).")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false,
+		"Hold a Lease so that only one replica reconciles at a time.")
+	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "",
+		"Namespace of the leader-election Lease; empty means the pod's own namespace.")
+	fs.StringVar(&o.watchNamespaces, "watch-namespaces", os.Getenv(watchNamespacesEnv),
+		"Comma-separated namespaces to watch; empty means all namespaces. Defaults to $"+watchNamespacesEnv+".")
+	o.zap.BindFlags(fs)
+	return o, fs.Parse(args)
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:])
+	if err != nil {
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
+	if err := run(opts); err != nil {
+		ctrl.Log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}
+
+func run(opts options) error {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsOptions(opts),
+		HealthProbeBindAddress:  opts.probeAddr,
+		LeaderElection:          opts.leaderElect,
+		LeaderElectionID:        "etcd-operator.etcd.database.dev",
+		LeaderElectionNamespace: opts.leaderElectionNS,
+		// Released on a clean shutdown, so an upgraded operator takes over at once instead of
+		// waiting out the lease.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOptions(opts.watchNamespaces),
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+
+	if err := controllers.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("add ready check: %w", err)
+	}
+
+	ctrl.Log.Info("starting manager", "watchNamespaces", opts.watchNamespaces, "leaderElection", opts.leaderElect)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+func metricsOptions(opts options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: opts.metricsAddr, SecureServing: opts.secureMetrics}
+	if !opts.enableHTTP2 {
+		m.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	if opts.secureMetrics {
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return m
+}
+
+// cacheOptions limits the informers to the watched namespaces; with none given the operator
+// watches the whole cluster (OLM's AllNamespaces install mode).
+func cacheOptions(watchNamespaces string) cache.Options {
+	namespaces := splitNamespaces(watchNamespaces)
+	if len(namespaces) == 0 {
+		return cache.Options{}
+	}
+	defaults := make(map[string]cache.Config, len(namespaces))
+	for _, ns := range namespaces {
+		defaults[ns] = cache.Config{}
+	}
+	return cache.Options{DefaultNamespaces: defaults}
+}
+
+func splitNamespaces(list string) []string {
+	var out []string
+	for _, ns := range strings.Split(list, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
