@@ -7,7 +7,7 @@ import (
 // EtcdBackupSpec is a one-shot backup, or, with a schedule, a series of them.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.retention)",message="retention applies to scheduled backups only: set schedule too"
-// +kubebuilder:validation:XValidation:rule="has(self.schedule) || !self.suspend",message="suspend applies to scheduled backups only: set schedule too"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.suspend) || !self.suspend",message="suspend applies to scheduled backups only: set schedule too"
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(oldSelf.schedule)",message="a one-shot EtcdBackup cannot become scheduled, nor the other way round; create a new EtcdBackup"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.schedule) || self == oldSelf",message="a one-shot EtcdBackup is an immutable record; create a new EtcdBackup"
 type EtcdBackupSpec struct {

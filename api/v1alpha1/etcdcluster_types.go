@@ -236,12 +236,12 @@ type TLSSpec struct {
 
 	// Validity of the certificates the operator issues (provider Operator). The CA lives ten
 	// times as long.
-	// +kubebuilder:default="8760h"
+	// +kubebuilder:default="8760h0m0s"
 	// +optional
 	Validity *metav1.Duration `json:"validity,omitempty"`
 
 	// RenewBefore is how long before expiry an operator-issued certificate is renewed.
-	// +kubebuilder:default="720h"
+	// +kubebuilder:default="720h0m0s"
 	// +optional
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
 }
@@ -365,7 +365,7 @@ type QuorumLossRecoverySpec struct {
 
 	// After is how long quorum must stay lost before the operator acts, so that a node
 	// reboot or a network blip is not treated as a disaster.
-	// +kubebuilder:default="10m"
+	// +kubebuilder:default="10m0s"
 	// +optional
 	After *metav1.Duration `json:"after,omitempty"`
 }

@@ -1,0 +1,31 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestWatchNamespacesFollowOLMTargetNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		annotation string
+		want       []string
+	}{
+		{"", nil}, // AllNamespaces, or no OLM
+		{"team-a", []string{"team-a"}},
+		{"team-a,team-b", []string{"team-a", "team-b"}},
+		{" team-a , ,team-b ", []string{"team-a", "team-b"}},
+	} {
+		got := cacheOptions(tc.annotation).DefaultNamespaces
+		var names []string
+		for ns := range got {
+			names = append(names, ns)
+		}
+		if len(names) != len(tc.want) {
+			t.Errorf("%q: watches %v, want %v", tc.annotation, names, tc.want)
+			continue
+		}
+		if !reflect.DeepEqual(splitNamespaces(tc.annotation), tc.want) {
+			t.Errorf("%q: split into %v, want %v", tc.annotation, splitNamespaces(tc.annotation), tc.want)
+		}
+	}
+}
