@@ -1,0 +1,69 @@
+package etcd
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Cache keeps one client per cluster, so a reconcile reuses warm connections instead of
+// dialling every member again, and closes it when the cluster goes away.
+type Cache struct {
+	mu      sync.Mutex
+	entries map[string]cacheEntry
+	dial    func(Config) (Client, error)
+}
+
+type cacheEntry struct {
+	cfg    Config
+	client Client
+}
+
+// NewCache makes a cache that connects with New.
+func NewCache() *Cache { return NewCacheWith(New) }
+
+// NewCacheWith makes a cache that connects with dial; tests pass a fake.
+func NewCacheWith(dial func(Config) (Client, error)) *Cache {
+	return &Cache{entries: map[string]cacheEntry{}, dial: dial}
+}
+
+// Get returns the client for key, connecting anew when there is none or when cfg no longer
+// matches the one it was made with (members or credentials changed).
+func (c *Cache) Get(key string, cfg Config) (Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		if sameConfig(e.cfg, cfg) {
+			return e.client, nil
+		}
+		_ = e.client.Close()
+		delete(c.entries, key)
+	}
+	client, err := c.dial(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", key, err)
+	}
+	c.entries[key] = cacheEntry{cfg: cfg, client: client}
+	return client, nil
+}
+
+// Forget closes and drops the client for key.
+func (c *Cache) Forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		_ = e.client.Close()
+		delete(c.entries, key)
+	}
+}
+
+// Len is the number of open clients.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
+
+func sameConfig(a, b Config) bool {
+	return slices.Equal(a.Endpoints, b.Endpoints) && a.TLS == b.TLS && a.Username == b.Username && a.Password == b.Password
+}

@@ -1,0 +1,200 @@
+// Package etcd is the only place the operator speaks etcd's API. It offers the handful of
+// membership and maintenance calls the reconcilers need, behind the Client interface, so that
+// the decisions that use them can be tested with a small fake and the calls themselves
+// against real etcd servers.
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Member is one entry of etcd's member list.
+type Member struct {
+	ID         uint64
+	Name       string // empty until the member has started and published its name
+	PeerURLs   []string
+	ClientURLs []string
+	IsLearner  bool
+}
+
+// IDString is the member ID the way etcdctl prints it.
+func (m Member) IDString() string { return FormatID(m.ID) }
+
+// FormatID renders an etcd member or cluster ID in hexadecimal, as etcdctl does.
+func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
+
+// MemberStatus is what one member reports about itself.
+type MemberStatus struct {
+	MemberID         uint64
+	LeaderID         uint64
+	Version          string
+	DBSizeBytes      int64
+	DBSizeInUseBytes int64
+	RaftIndex        uint64
+	RaftAppliedIndex uint64
+	RaftTerm         uint64
+	IsLearner        bool
+	// Errors are the member's own errors and active alarms, such as "NOSPACE".
+	Errors []string
+}
+
+// Client is the narrow view of etcd the reconcilers use.
+type Client interface {
+	// Members returns the cluster ID and etcd's member list: the source of truth for who is
+	// in the cluster.
+	Members(ctx context.Context) (clusterID uint64, members []Member, err error)
+	// AddLearner adds a non-voting member that will join with peerURL. Adding a learner never
+	// changes the quorum size, so it cannot cost availability.
+	AddLearner(ctx context.Context, peerURL string) (Member, error)
+	// PromoteLearner makes a learner a voting member. etcd refuses while the learner lags.
+	PromoteLearner(ctx context.Context, id uint64) error
+	// RemoveMember removes a member from the cluster.
+	RemoveMember(ctx context.Context, id uint64) error
+	// MoveLeader hands leadership from the leader, reached at leaderClientURL, to transferee.
+	MoveLeader(ctx context.Context, leaderClientURL string, transferee uint64) error
+	// Status asks the member serving clientURL about itself.
+	Status(ctx context.Context, clientURL string) (MemberStatus, error)
+	// Close releases the connections.
+	Close() error
+}
+
+// Config says how to reach a cluster.
+type Config struct {
+	Endpoints []string
+	TLS       *tls.Config
+	Username  string
+	Password  string
+}
+
+// callTimeout bounds every single call: a member that does not answer within it is treated as
+// unhealthy rather than stalling the reconcile.
+const callTimeout = 5 * time.Second
+
+type client struct {
+	c *clientv3.Client
+}
+
+// New connects to the cluster. It does not wait for any endpoint to answer: calls fail on
+// their own when none does.
+func New(cfg Config) (Client, error) {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		TLS:                  cfg.TLS,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
+		DialTimeout:          callTimeout,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: callTimeout,
+		// The manager logs through logr; clientv3's own zap logs are noise at info level.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: %w", cfg.Endpoints, err)
+	}
+	return &client{c: c}, nil
+}
+
+func (e *client) Members(ctx context.Context) (uint64, []Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := e.c.MemberList(ctx)
+	if err != nil {
+		return 0, nil, fmt.Errorf("list members: %w", err)
+	}
+	members := make([]Member, 0, len(resp.Members))
+	for _, m := range resp.Members {
+		members = append(members, fromProto(m))
+	}
+	return resp.Header.ClusterId, members, nil
+}
+
+func (e *client) AddLearner(ctx context.Context, peerURL string) (Member, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := e.c.MemberAddAsLearner(ctx, []string{peerURL})
+	if err != nil {
+		return Member{}, fmt.Errorf("add learner %s: %w", peerURL, err)
+	}
+	return fromProto(resp.Member), nil
+}
+
+// ErrLearnerNotReady is returned by PromoteLearner while the learner has not caught up.
+var ErrLearnerNotReady = errors.New("learner has not caught up with the leader yet")
+
+func (e *client) PromoteLearner(ctx context.Context, id uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := e.c.MemberPromote(ctx, id); err != nil {
+		if errors.Is(rpctypes.Error(err), rpctypes.ErrMemberLearnerNotReady) {
+			return ErrLearnerNotReady
+		}
+		return fmt.Errorf("promote learner %s: %w", FormatID(id), err)
+	}
+	return nil
+}
+
+func (e *client) RemoveMember(ctx context.Context, id uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := e.c.MemberRemove(ctx, id); err != nil {
+		if errors.Is(rpctypes.Error(err), rpctypes.ErrMemberNotFound) {
+			return nil // already gone: removal is idempotent
+		}
+		return fmt.Errorf("remove member %s: %w", FormatID(id), err)
+	}
+	return nil
+}
+
+func (e *client) MoveLeader(ctx context.Context, leaderClientURL string, transferee uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	// etcd only accepts MoveLeader on the leader itself, so the request goes straight to it
+	// rather than through the balanced connection.
+	conn, err := e.c.Dial(leaderClientURL)
+	if err != nil {
+		return fmt.Errorf("dial leader %s: %w", leaderClientURL, err)
+	}
+	defer conn.Close()
+	m := clientv3.NewMaintenanceFromMaintenanceClient(pb.NewMaintenanceClient(conn), e.c)
+	if _, err := m.MoveLeader(ctx, transferee); err != nil {
+		return fmt.Errorf("move leadership to %s: %w", FormatID(transferee), err)
+	}
+	return nil
+}
+
+func (e *client) Status(ctx context.Context, clientURL string) (MemberStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := e.c.Status(ctx, clientURL)
+	if err != nil {
+		return MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, err)
+	}
+	return MemberStatus{
+		MemberID:         resp.Header.MemberId,
+		LeaderID:         resp.Leader,
+		Version:          resp.Version,
+		DBSizeBytes:      resp.DbSize,
+		DBSizeInUseBytes: resp.DbSizeInUse,
+		RaftIndex:        resp.RaftIndex,
+		RaftAppliedIndex: resp.RaftAppliedIndex,
+		RaftTerm:         resp.RaftTerm,
+		IsLearner:        resp.IsLearner,
+		Errors:           resp.Errors,
+	}, nil
+}
+
+func (e *client) Close() error { return e.c.Close() }
+
+func fromProto(m *pb.Member) Member {
+	return Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
+}

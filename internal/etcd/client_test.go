@@ -1,0 +1,149 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/etcdtest"
+)
+
+// One real three-member cluster goes through every membership step the operator takes: add a
+// learner, promote it once caught up, move leadership, remove members.
+func TestMembershipStepsAgainstRealEtcd(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 3)
+	c, err := etcd.New(etcd.Config{Endpoints: etcdtest.ClientURLs(servers)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+
+	clusterID, members := mustMembers(t, c)
+	if clusterID == 0 || len(members) != 3 {
+		t.Fatalf("cluster %x with %d members, want 3", clusterID, len(members))
+	}
+	leader := leaderOf(t, c, servers)
+
+	// A learner is in the member list before its process exists, with no name yet.
+	joiner := etcdtest.NewServer(t, "m3")
+	// etcd refuses membership changes until every member has been connected for a few
+	// seconds ("unhealthy cluster"); the operator retries, and so does this test.
+	var learner etcd.Member
+	eventually(t, 20*time.Second, func() (err error) {
+		learner, err = c.AddLearner(ctx, joiner.PeerURL)
+		return err
+	})
+	if !learner.IsLearner || learner.ID == 0 {
+		t.Fatalf("added %+v, want a learner with an ID", learner)
+	}
+	if err := c.PromoteLearner(ctx, learner.ID); !errors.Is(err, etcd.ErrLearnerNotReady) {
+		t.Fatalf("promoting a learner that has not started: %v, want ErrLearnerNotReady", err)
+	}
+
+	joiner.Start(t, "existing", etcdtest.InitialCluster(append(servers, joiner)...))
+	eventually(t, 20*time.Second, func() error { return c.PromoteLearner(ctx, learner.ID) })
+	_, members = mustMembers(t, c)
+	if len(members) != 4 || slices.ContainsFunc(members, func(m etcd.Member) bool { return m.IsLearner }) {
+		t.Fatalf("after promotion: %+v, want four voters", members)
+	}
+	st, err := c.Status(ctx, joiner.ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.MemberID != learner.ID || st.IsLearner || st.Version != "3.6.16" || st.DBSizeBytes == 0 {
+		t.Fatalf("status of the promoted member: %+v", st)
+	}
+
+	// Leadership moves only when asked on the leader. It goes to an original member so that
+	// removing the promoted one below does not remove the leader.
+	var target uint64
+	for _, m := range members {
+		if m.ID != leader.id && m.ID != learner.ID {
+			target = m.ID
+			break
+		}
+	}
+	if err := c.MoveLeader(ctx, leader.clientURL, target); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		st, err := c.Status(ctx, joiner.ClientURL)
+		if err == nil && st.LeaderID != target {
+			err = errors.New("leadership not moved yet")
+		}
+		return err
+	})
+
+	if err := c.RemoveMember(ctx, learner.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemoveMember(ctx, learner.ID); err != nil {
+		t.Fatalf("removing a member twice must succeed (idempotent step): %v", err)
+	}
+	if _, members = mustMembers(t, c); len(members) != 3 {
+		t.Fatalf("after removal: %d members, want 3", len(members))
+	}
+}
+
+func TestStatusOfAStoppedMemberFails(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	c, err := etcd.New(etcd.Config{Endpoints: etcdtest.ClientURLs(servers)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	servers[0].Stop()
+	if _, err := c.Status(t.Context(), servers[0].ClientURL); err == nil {
+		t.Fatal("status of a stopped member succeeded")
+	}
+}
+
+type leaderInfo struct {
+	id        uint64
+	clientURL string
+}
+
+func leaderOf(t *testing.T, c etcd.Client, servers []*etcdtest.Server) leaderInfo {
+	t.Helper()
+	for _, s := range servers {
+		st, err := c.Status(t.Context(), s.ClientURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.LeaderID == st.MemberID {
+			return leaderInfo{id: st.MemberID, clientURL: s.ClientURL}
+		}
+	}
+	t.Fatal("no member reports itself as leader")
+	return leaderInfo{}
+}
+
+func mustMembers(t *testing.T, c etcd.Client) (uint64, []etcd.Member) {
+	t.Helper()
+	id, members, err := c.Members(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, members
+}
+
+func eventually(t *testing.T, timeout time.Duration, f func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("after %v: %v", timeout, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
