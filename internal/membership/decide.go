@@ -1,0 +1,379 @@
+// Package membership decides the one next safe step for an etcd cluster, as a pure function of
+// what the reconciler observed: etcd's member list and each member's health, the pods and the
+// claims. It never acts; the reconciler carries the step out and observes again.
+//
+// The invariants it keeps:
+//   - at most one membership change (add, promote, remove) per step;
+//   - never a step that leaves fewer healthy voters than a quorum of the voters that remain;
+//   - a member whose data is gone is removed and replaced, never restarted under its old ID;
+//   - a cluster that once formed is never bootstrapped again.
+package membership
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Member joins what etcd, the pod and the claim say about one member, keyed by name.
+type Member struct {
+	Name string
+
+	// From etcd.
+	ID        uint64 // 0 when etcd does not list the member
+	Started   bool   // etcd knows the member's name: it has started at least once
+	IsLearner bool
+	Healthy   bool   // answered its status call with no error or alarm
+	IsLeader  bool
+	Version   string // the etcd version it reports
+	RaftIndex uint64
+
+	// From Kubernetes.
+	PodExists      bool
+	PodTerminating bool
+	PodCreated     time.Time
+	PodVersion     string // the etcd version of the pod's image
+	PVCExists      bool
+}
+
+// InEtcd says whether etcd lists the member.
+func (m Member) InEtcd() bool { return m.ID != 0 }
+
+// Observed is everything the decision depends on.
+type Observed struct {
+	// Reachable is true when etcd answered a member list: a quorum is serving.
+	Reachable bool
+	// EverFormed is true once the cluster has been seen formed (status.clusterID is set):
+	// from then on it is never bootstrapped again.
+	EverFormed bool
+	// BootstrapPlan is the --initial-cluster member names recorded on bootstrap members'
+	// pods and claims, while the cluster has not formed.
+	BootstrapPlan []string
+	Members       []Member
+
+	DesiredSize    int
+	DesiredVersion string
+	// DataSurvivesPod is false with ephemeral storage: a member's data dies with its pod.
+	DataSurvivesPod bool
+	Paused          bool
+}
+
+// Action is the kind of step.
+type Action string
+
+const (
+	// Wait: nothing to do now, or nothing safe; Reason says which.
+	Wait Action = "Wait"
+	// Bootstrap: create Size members that form the cluster together.
+	Bootstrap Action = "Bootstrap"
+	// CreateBootstrapMembers: create the pods (and claims) of the bootstrap plan still missing.
+	CreateBootstrapMembers Action = "CreateBootstrapMembers"
+	// RestartMembers: recreate the pods of members whose data is intact on their claims.
+	RestartMembers Action = "RestartMembers"
+	// StartMember: create the claim and pod of a member etcd lists but that never started (a new
+	// learner, or a bootstrap member whose pod was never made).
+	StartMember Action = "StartMember"
+	// AddLearner: add a new member to etcd as a learner, then create its claim and pod.
+	AddLearner Action = "AddLearner"
+	// PromoteLearner: make a caught-up learner a voter.
+	PromoteLearner Action = "PromoteLearner"
+	// MoveLeader: hand leadership from Member to Target before Member is removed or upgraded.
+	MoveLeader Action = "MoveLeader"
+	// RemoveMember: remove Member from etcd (its pod and claim go next, as orphans).
+	RemoveMember Action = "RemoveMember"
+	// DeleteOrphans: delete pods and claims of members etcd no longer lists.
+	DeleteOrphans Action = "DeleteOrphans"
+	// UpgradeMember: restart Member's pod on the desired version.
+	UpgradeMember Action = "UpgradeMember"
+)
+
+// Step is the one thing to do next.
+type Step struct {
+	Action Action
+	// Member acted on, for single-member actions.
+	Member string
+	// MemberID is etcd's ID of Member, when it has one.
+	MemberID uint64
+	// Target is the member leadership moves to (MoveLeader).
+	Target uint64
+	// Members acted on, for actions on several members at once (bootstrap, restarts, orphans).
+	Members []string
+	// Size of a new bootstrap.
+	Size int
+	// Reason says why, for events and conditions.
+	Reason string
+	// Operation is the condition reason the step belongs to (ScalingUp, Upgrading, ...).
+	Operation string
+}
+
+// Operation names, matching the EtcdCluster condition reasons.
+const (
+	OpBootstrapping   = "Bootstrapping"
+	OpScalingUp       = "ScalingUp"
+	OpScalingDown     = "ScalingDown"
+	OpReplacingMember = "ReplacingMember"
+	OpPromoting       = "PromotingLearner"
+	OpUpgrading       = "Upgrading"
+	OpRecovering      = "RecoveringMembers"
+	OpQuorumLost      = "QuorumLost"
+	OpPaused          = "Paused"
+	OpUnhealthy       = "MembersUnhealthy"
+	OpNone            = ""
+)
+
+// Quorum is the number of voters needed for a majority of n.
+func Quorum(n int) int { return n/2 + 1 }
+
+// Next decides the next step.
+func Next(o Observed) Step {
+	if o.Paused {
+		return Step{Action: Wait, Operation: OpPaused, Reason: "spec.paused is true: no changes are made"}
+	}
+	if !o.Reachable {
+		return nextWithoutQuorum(o)
+	}
+	for _, decide := range []func(Observed) (Step, bool){
+		startOrReplaceMissingPods,
+		deleteOrphans,
+		promoteLearner,
+		scaleUp,
+		scaleDown,
+		upgrade,
+	} {
+		if step, ok := decide(o); ok {
+			return step
+		}
+	}
+	if unhealthy := names(o.Members, func(m Member) bool { return m.InEtcd() && !m.Healthy }); len(unhealthy) > 0 {
+		return Step{Action: Wait, Operation: OpUnhealthy, Members: unhealthy, Reason: "waiting for unhealthy members to recover"}
+	}
+	return Step{Action: Wait, Reason: "cluster matches its spec"}
+}
+
+// nextWithoutQuorum: etcd does not answer. Before the cluster first forms this is bootstrap;
+// after, only restarting members on their own data is safe.
+func nextWithoutQuorum(o Observed) Step {
+	if !o.EverFormed {
+		return nextBootstrapStep(o)
+	}
+	if o.DataSurvivesPod {
+		missing := names(o.Members, func(m Member) bool { return !m.PodExists && m.PVCExists })
+		if len(missing) > 0 {
+			return Step{Action: RestartMembers, Members: missing, Operation: OpRecovering,
+				Reason: "recreating the pods of members whose data is intact"}
+		}
+	}
+	return Step{Action: Wait, Operation: OpQuorumLost,
+		Reason: "a majority of members is unavailable; no destructive action is taken"}
+}
+
+func nextBootstrapStep(o Observed) Step {
+	if len(o.BootstrapPlan) == 0 {
+		if slices.ContainsFunc(o.Members, func(m Member) bool { return m.PodExists || m.PVCExists }) {
+			// Pods or claims without a plan were not made by a bootstrap of this cluster:
+			// never form a new cluster over them.
+			return Step{Action: Wait, Operation: OpBootstrapping,
+				Reason: "member pods or claims exist without a bootstrap plan; refusing to bootstrap over them"}
+		}
+		return Step{Action: Bootstrap, Size: o.DesiredSize, Operation: OpBootstrapping,
+			Reason: "creating the initial members"}
+	}
+	byName := index(o.Members)
+	var missing []string
+	for _, name := range o.BootstrapPlan {
+		if m, ok := byName[name]; !ok || !m.PodExists {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return Step{Action: CreateBootstrapMembers, Members: missing, Operation: OpBootstrapping,
+			Reason: "creating the initial members still missing"}
+	}
+	return Step{Action: Wait, Operation: OpBootstrapping, Reason: "waiting for the initial members to form the cluster"}
+}
+
+// startOrReplaceMissingPods handles members etcd lists but that have no pod.
+func startOrReplaceMissingPods(o Observed) (Step, bool) {
+	for _, m := range o.Members {
+		if !m.InEtcd() || m.PodExists {
+			continue
+		}
+		switch {
+		case !m.Started:
+			return Step{Action: StartMember, Member: m.Name, MemberID: m.ID, Operation: OpScalingUp,
+				Reason: "starting a member etcd already lists"}, true
+		case o.DataSurvivesPod && m.PVCExists:
+			return Step{Action: RestartMembers, Members: []string{m.Name}, Operation: OpRecovering,
+				Reason: "recreating the pod of a member whose data is intact"}, true
+		default:
+			// Its data is gone: restarting it under the same ID would let it vote without
+			// the log it acknowledged. Remove it; scale-up then adds a fresh member.
+			if step, ok := removeIfSafe(o, m, OpReplacingMember, "member's data is gone; removing it to replace it"); ok {
+				return step, true
+			}
+			return Step{Action: Wait, Member: m.Name, Operation: OpReplacingMember,
+				Reason: "member's data is gone, but removing it now would lose quorum"}, true
+		}
+	}
+	return Step{}, false
+}
+
+func deleteOrphans(o Observed) (Step, bool) {
+	orphans := names(o.Members, func(m Member) bool { return !m.InEtcd() && (m.PodExists || m.PVCExists) })
+	if len(orphans) == 0 {
+		return Step{}, false
+	}
+	return Step{Action: DeleteOrphans, Members: orphans, Operation: OpScalingDown,
+		Reason: "deleting the pods and claims of members no longer in the cluster"}, true
+}
+
+func promoteLearner(o Observed) (Step, bool) {
+	for _, m := range o.Members {
+		if m.InEtcd() && m.IsLearner {
+			if !m.Started || !m.PodExists {
+				return Step{Action: Wait, Member: m.Name, Operation: OpPromoting, Reason: "waiting for the learner to start"}, true
+			}
+			return Step{Action: PromoteLearner, Member: m.Name, MemberID: m.ID, Operation: OpPromoting,
+				Reason: "promoting the learner to a voting member"}, true
+		}
+	}
+	return Step{}, false
+}
+
+func scaleUp(o Observed) (Step, bool) {
+	inEtcd := count(o.Members, Member.InEtcd)
+	if inEtcd >= o.DesiredSize {
+		return Step{}, false
+	}
+	if unhealthy := names(o.Members, func(m Member) bool { return m.InEtcd() && !m.Healthy }); len(unhealthy) > 0 {
+		return Step{Action: Wait, Members: unhealthy, Operation: OpScalingUp,
+			Reason: "waiting for every member to be healthy before adding one"}, true
+	}
+	return Step{Action: AddLearner, Operation: OpScalingUp, Reason: "adding a member as a learner"}, true
+}
+
+func scaleDown(o Observed) (Step, bool) {
+	inEtcd := filter(o.Members, Member.InEtcd)
+	if len(inEtcd) <= o.DesiredSize {
+		return Step{}, false
+	}
+	victim := slices.MinFunc(inEtcd, removalOrder)
+	if victim.IsLeader {
+		if target, ok := bestTransferee(inEtcd, victim); ok {
+			return Step{Action: MoveLeader, Member: victim.Name, MemberID: victim.ID, Target: target.ID,
+				Operation: OpScalingDown, Reason: "moving leadership off the member to be removed"}, true
+		}
+	}
+	if step, ok := removeIfSafe(o, victim, OpScalingDown, "removing a member to scale down"); ok {
+		return step, true
+	}
+	return Step{Action: Wait, Member: victim.Name, Operation: OpScalingDown,
+		Reason: "removing a member now would lose quorum; waiting for members to recover"}, true
+}
+
+// removalOrder puts first the member whose removal costs least: unhealthy before healthy,
+// learners before voters, followers before the leader, the newest before the oldest. It
+// compares identities and facts, never names.
+func removalOrder(a, b Member) int {
+	return cmp.Or(
+		boolFirst(!a.Healthy, !b.Healthy),
+		boolFirst(a.IsLearner, b.IsLearner),
+		boolFirst(!a.IsLeader, !b.IsLeader),
+		b.PodCreated.Compare(a.PodCreated),
+		cmp.Compare(b.ID, a.ID),
+	)
+}
+
+func boolFirst(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	default:
+		return 1
+	}
+}
+
+// bestTransferee is the healthy voter, other than from, with the most of the log.
+func bestTransferee(members []Member, from Member) (Member, bool) {
+	candidates := filter(members, func(m Member) bool { return m.ID != from.ID && m.Healthy && !m.IsLearner })
+	if len(candidates) == 0 {
+		return Member{}, false
+	}
+	return slices.MaxFunc(candidates, func(a, b Member) int { return cmp.Compare(a.RaftIndex, b.RaftIndex) }), true
+}
+
+// removeIfSafe removes m only if the healthy voters left are still a quorum of the voters left.
+func removeIfSafe(o Observed, m Member, op, reason string) (Step, bool) {
+	voters := count(o.Members, func(x Member) bool { return x.InEtcd() && !x.IsLearner })
+	healthyVoters := count(o.Members, func(x Member) bool { return x.InEtcd() && !x.IsLearner && x.Healthy })
+	if !m.IsLearner {
+		voters--
+		if m.Healthy {
+			healthyVoters--
+		}
+	}
+	if voters < 1 || healthyVoters < Quorum(voters) {
+		return Step{}, false
+	}
+	return Step{Action: RemoveMember, Member: m.Name, MemberID: m.ID, Operation: op, Reason: reason}, true
+}
+
+// upgrade rolls one member at a time to the desired version, the leader last, each step only
+// when every member is healthy and the previous one reports its new version.
+func upgrade(o Observed) (Step, bool) {
+	inEtcd := filter(o.Members, Member.InEtcd)
+	pending := filter(inEtcd, func(m Member) bool { return m.PodVersion != o.DesiredVersion })
+	if len(pending) == 0 {
+		return Step{}, false
+	}
+	for _, m := range inEtcd {
+		if m.PodVersion == o.DesiredVersion && (m.Version != o.DesiredVersion || !m.Healthy) {
+			return Step{Action: Wait, Member: m.Name, Operation: OpUpgrading,
+				Reason: "waiting for the upgraded member to report the new version and be healthy"}, true
+		}
+	}
+	if slices.ContainsFunc(inEtcd, func(m Member) bool { return !m.Healthy }) {
+		return Step{Action: Wait, Operation: OpUpgrading, Reason: "waiting for every member to be healthy before the next upgrade step"}, true
+	}
+	next := slices.MinFunc(pending, func(a, b Member) int {
+		return cmp.Or(boolFirst(!a.IsLeader, !b.IsLeader), cmp.Compare(a.ID, b.ID))
+	})
+	if next.IsLeader && len(inEtcd) > 1 {
+		if target, ok := bestTransferee(inEtcd, next); ok {
+			return Step{Action: MoveLeader, Member: next.Name, MemberID: next.ID, Target: target.ID,
+				Operation: OpUpgrading, Reason: "moving leadership off the member to be upgraded"}, true
+		}
+	}
+	return Step{Action: UpgradeMember, Member: next.Name, MemberID: next.ID, Operation: OpUpgrading,
+		Reason: "restarting the member on the new version"}, true
+}
+
+func index(members []Member) map[string]Member {
+	out := make(map[string]Member, len(members))
+	for _, m := range members {
+		out[m.Name] = m
+	}
+	return out
+}
+
+func filter(members []Member, keep func(Member) bool) []Member {
+	var out []Member
+	for _, m := range members {
+		if keep(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func count(members []Member, keep func(Member) bool) int { return len(filter(members, keep)) }
+
+func names(members []Member, keep func(Member) bool) []string {
+	var out []string
+	for _, m := range filter(members, keep) {
+		out = append(out, m.Name)
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package membership
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// healthy is a started, healthy voter with its pod and claim on version 3.6.16, created at
+// minute id.
+func healthy(name string, id uint64) Member {
+	return Member{
+		Name: name, ID: id, Started: true, Healthy: true, Version: "3.6.16", RaftIndex: 100,
+		PodExists: true, PodCreated: t0.Add(time.Duration(id) * time.Minute), PodVersion: "3.6.16", PVCExists: true,
+	}
+}
+
+func with(m Member, change func(*Member)) Member { change(&m); return m }
+
+func leader(m Member) Member { m.IsLeader = true; return m }
+func down(m Member) Member   { m.Healthy = false; m.Version = ""; return m }
+func noPod(m Member) Member  { m.PodExists = false; return m }
+func noData(m Member) Member { m.PodExists = false; m.PVCExists = false; return m }
+
+// three is a healthy three-member cluster led by a.
+func three() []Member {
+	return []Member{leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3)}
+}
+
+func formed(members ...Member) Observed {
+	return Observed{Reachable: true, EverFormed: true, Members: members, DesiredSize: len(members),
+		DesiredVersion: "3.6.16", DataSurvivesPod: true}
+}
+
+func TestNext(t *testing.T) {
+	cases := []struct {
+		name     string
+		observed Observed
+		want     Step // Action, Member, MemberID, Target, Members and Size are compared
+	}{
+		// Steady state and pause.
+		{"healthy cluster matching spec", formed(three()...), Step{Action: Wait}},
+		{"paused blocks every change", func() Observed { o := formed(three()...); o.DesiredSize = 5; o.Paused = true; return o }(), Step{Action: Wait}},
+
+		// Bootstrap.
+		{"nothing exists yet", Observed{DesiredSize: 3, DataSurvivesPod: true}, Step{Action: Bootstrap, Size: 3}},
+		{"bootstrap half done when the operator restarted", Observed{DesiredSize: 3, DataSurvivesPod: true,
+			BootstrapPlan: []string{"a", "b", "c"}, Members: []Member{{Name: "a", PodExists: true, PVCExists: true}, {Name: "b", PVCExists: true}}},
+			Step{Action: CreateBootstrapMembers, Members: []string{"b", "c"}}},
+		{"bootstrap pods all created", Observed{DesiredSize: 3, DataSurvivesPod: true,
+			BootstrapPlan: []string{"a", "b"}, Members: []Member{{Name: "a", PodExists: true}, {Name: "b", PodExists: true}}},
+			Step{Action: Wait}},
+		{"claims without a plan are never bootstrapped over", Observed{DesiredSize: 3, DataSurvivesPod: true,
+			Members: []Member{{Name: "x", PVCExists: true}}}, Step{Action: Wait}},
+		{"spec size changes mid-bootstrap: the plan holds", Observed{DesiredSize: 5, DataSurvivesPod: true,
+			BootstrapPlan: []string{"a", "b", "c"}, Members: []Member{{Name: "a", PodExists: true}, {Name: "b", PodExists: true}, {Name: "c", PodExists: true}}},
+			Step{Action: Wait}},
+
+		// Quorum lost.
+		{"quorum lost, pods running: report only", Observed{EverFormed: true, DesiredSize: 3, DataSurvivesPod: true,
+			Members: []Member{{Name: "a", PodExists: true, PVCExists: true}, {Name: "b", PodExists: true, PVCExists: true}}},
+			Step{Action: Wait}},
+		{"every pod deleted: restart them all on their data", Observed{EverFormed: true, DesiredSize: 3, DataSurvivesPod: true,
+			Members: []Member{{Name: "a", PVCExists: true}, {Name: "b", PVCExists: true}, {Name: "c", PVCExists: true}}},
+			Step{Action: RestartMembers, Members: []string{"a", "b", "c"}}},
+		{"formed once, everything gone: never bootstrap again", Observed{EverFormed: true, DesiredSize: 3, DataSurvivesPod: true},
+			Step{Action: Wait}},
+		{"ephemeral and quorum lost: nothing can be restarted safely", Observed{EverFormed: true, DesiredSize: 3,
+			Members: []Member{{Name: "a", PVCExists: false}}}, Step{Action: Wait}},
+
+		// Self-healing.
+		{"deleted pod with its claim comes back", formed(leader(healthy("a", 1)), healthy("b", 2), down(noPod(healthy("c", 3)))),
+			Step{Action: RestartMembers, Members: []string{"c"}}},
+		{"member whose claim is gone is removed", formed(leader(healthy("a", 1)), healthy("b", 2), down(noData(healthy("c", 3)))),
+			Step{Action: RemoveMember, Member: "c", MemberID: 3}},
+		{"ephemeral member whose pod is gone is removed", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(noPod(healthy("c", 3))))
+			o.DataSurvivesPod = false
+			return o
+		}(), Step{Action: RemoveMember, Member: "c", MemberID: 3}},
+		{"data lost but removal would lose quorum", formed(leader(healthy("a", 1)), down(healthy("b", 2)), down(noData(healthy("c", 3)))),
+			Step{Action: Wait, Member: "c"}},
+		{"removed member's pod and claim are deleted", formed(leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3), Member{Name: "d", PodExists: true, PVCExists: true}),
+			Step{Action: DeleteOrphans, Members: []string{"d"}}},
+		{"learner listed but never started gets its pod", formed(leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3),
+			Member{Name: "d", ID: 4, IsLearner: true}), Step{Action: StartMember, Member: "d", MemberID: 4}},
+		{"a crashed member waits; no membership change", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
+			return o
+		}(), Step{Action: Wait, Members: []string{"c"}}},
+
+		// Scale up: learner first, then promote, one at a time.
+		{"scale 3 to 5 adds a learner", func() Observed { o := formed(three()...); o.DesiredSize = 5; return o }(), Step{Action: AddLearner}},
+		{"learner not yet started is waited for", func() Observed {
+			o := formed(append(three(), Member{Name: "d", ID: 4, IsLearner: true, PodExists: true, PVCExists: true})...)
+			o.DesiredSize = 5
+			return o
+		}(), Step{Action: Wait, Member: "d"}},
+		{"started learner is promoted before another is added", func() Observed {
+			o := formed(append(three(), with(healthy("d", 4), func(m *Member) { m.IsLearner = true }))...)
+			o.DesiredSize = 5
+			return o
+		}(), Step{Action: PromoteLearner, Member: "d", MemberID: 4}},
+		{"no member added while one is unhealthy", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
+			o.DesiredSize = 5
+			return o
+		}(), Step{Action: Wait, Members: []string{"c"}}},
+
+		// Scale down: victim chosen by facts, leadership moved first, quorum kept.
+		{"scale down removes the newest follower", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3), healthy("d", 4), healthy("e", 5))
+			o.DesiredSize = 3
+			return o
+		}(), Step{Action: RemoveMember, Member: "e", MemberID: 5}},
+		{"names that sort misleadingly do not matter", func() Observed {
+			o := formed(leader(healthy("m-10", 1)), healthy("m-9", 2), healthy("m-1", 3))
+			o.DesiredSize = 2
+			return o
+		}(), Step{Action: RemoveMember, Member: "m-1", MemberID: 3}},
+		{"scale down removes an unhealthy member first", func() Observed {
+			o := formed(leader(healthy("a", 1)), down(healthy("b", 2)), healthy("c", 3), healthy("d", 4), healthy("e", 5))
+			o.DesiredSize = 4
+			return o
+		}(), Step{Action: RemoveMember, Member: "b", MemberID: 2}},
+		{"followers go before the leader, even an older one", func() Observed {
+			o := formed(leader(healthy("a", 9)), healthy("b", 2), healthy("c", 3))
+			o.DesiredSize = 2
+			return o
+		}(), Step{Action: RemoveMember, Member: "c", MemberID: 3}},
+		{"an unhealthy leader (alarm) to be removed hands leadership off first", func() Observed {
+			o := formed(with(leader(healthy("a", 1)), func(m *Member) { m.Healthy = false }),
+				healthy("b", 2), with(healthy("c", 3), func(m *Member) { m.RaftIndex = 150 }))
+			o.DesiredSize = 2
+			return o
+		}(), Step{Action: MoveLeader, Member: "a", MemberID: 1, Target: 3}},
+		{"one-member target from two: the follower goes", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2))
+			o.DesiredSize = 1
+			return o
+		}(), Step{Action: RemoveMember, Member: "b", MemberID: 2}},
+		{"scale down removes a dead member while the rest keep quorum", func() Observed {
+			o := formed(leader(healthy("a", 1)), down(healthy("b", 2)), down(healthy("c", 3)), healthy("d", 4))
+			o.DesiredSize = 3
+			return o
+		}(), Step{Action: RemoveMember, Member: "c", MemberID: 3}},
+		{"quorum at the edge: removing a healthy voter is refused", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)), down(healthy("d", 4)), down(healthy("e", 5)))
+			o.Members[2].PodExists, o.Members[3].PodExists, o.Members[4].PodExists = true, true, true
+			o.DesiredSize = 5
+			return o
+		}(), Step{Action: Wait, Members: []string{"c", "d", "e"}}},
+
+		// Upgrade: one member at a time, leader last, gated on health and reported version.
+		{"upgrade starts with a follower", func() Observed { o := formed(three()...); o.DesiredVersion = "3.7.3"; return o }(),
+			Step{Action: UpgradeMember, Member: "b", MemberID: 2}},
+		{"upgrade waits for the restarted member to report the new version", func() Observed {
+			o := formed(leader(healthy("a", 1)), with(healthy("b", 2), func(m *Member) { m.PodVersion = "3.7.3" }), healthy("c", 3))
+			o.DesiredVersion = "3.7.3"
+			return o
+		}(), Step{Action: Wait, Member: "b"}},
+		{"upgrade continues once it does", func() Observed {
+			o := formed(leader(healthy("a", 1)), with(healthy("b", 2), func(m *Member) { m.PodVersion, m.Version = "3.7.3", "3.7.3" }), healthy("c", 3))
+			o.DesiredVersion = "3.7.3"
+			return o
+		}(), Step{Action: UpgradeMember, Member: "c", MemberID: 3}},
+		{"leader last, after leadership moves to the most caught-up member", func() Observed {
+			up := func(m Member) Member { m.PodVersion, m.Version = "3.7.3", "3.7.3"; return m }
+			o := formed(leader(healthy("a", 1)), up(with(healthy("b", 2), func(m *Member) { m.RaftIndex = 120 })), up(healthy("c", 3)))
+			o.DesiredVersion = "3.7.3"
+			return o
+		}(), Step{Action: MoveLeader, Member: "a", MemberID: 1, Target: 2}},
+		{"upgrade of a single member needs no leadership move", func() Observed {
+			o := formed(leader(healthy("a", 1)))
+			o.DesiredVersion = "3.7.3"
+			return o
+		}(), Step{Action: UpgradeMember, Member: "a", MemberID: 1}},
+		{"upgrade paused by an unhealthy member", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
+			o.DesiredVersion = "3.7.3"
+			return o
+		}(), Step{Action: Wait}},
+		{"scaling comes before upgrading", func() Observed { o := formed(three()...); o.DesiredVersion = "3.7.3"; o.DesiredSize = 4; return o }(),
+			Step{Action: AddLearner}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Next(tc.observed)
+			if got.Action != tc.want.Action || got.Member != tc.want.Member || got.MemberID != tc.want.MemberID ||
+				got.Target != tc.want.Target || got.Size != tc.want.Size || !slices.Equal(got.Members, tc.want.Members) {
+				t.Fatalf("Next() = %+v\nwant %+v", got, tc.want)
+			}
+			if got.Reason == "" {
+				t.Errorf("step %s has no reason to report", got.Action)
+			}
+		})
+	}
+}
+
+func TestQuorum(t *testing.T) {
+	for n, want := range map[int]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 7: 4, 9: 5} {
+		if got := Quorum(n); got != want {
+			t.Errorf("Quorum(%d) = %d, want %d", n, got, want)
+		}
+	}
+}

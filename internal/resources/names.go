@@ -1,0 +1,147 @@
+// Package resources builds the Kubernetes objects of an etcd cluster — member pods and claims,
+// Services, the PodDisruptionBudget — as pure functions of the EtcdCluster and the member, and
+// owns the naming scheme that ties them to etcd's member list.
+package resources
+
+import (
+	"crypto/rand"
+	"fmt"
+	"net/url"
+	"strings"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+// Labels and annotations the operator puts on the objects it makes.
+const (
+	LabelCluster   = "etcd.database.dev/cluster"
+	LabelMember    = "etcd.database.dev/member"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+
+	// AnnotationInitialCluster records, on bootstrap members' pods and claims, the
+	// --initial-cluster they were created with: the bootstrap plan survives an operator
+	// restart in the middle of a bootstrap.
+	AnnotationInitialCluster = "etcd.database.dev/initial-cluster"
+	// AnnotationClusterState records whether the member was created to form the cluster
+	// ("new") or to join it ("existing").
+	AnnotationClusterState = "etcd.database.dev/initial-cluster-state"
+
+	managerName = "etcd-operator"
+)
+
+// Ports of an etcd member.
+const (
+	ClientPort  = 2379
+	PeerPort    = 2380
+	MetricsPort = 2381
+)
+
+// PeerServiceName is the headless Service that gives each member its DNS name.
+func PeerServiceName(cluster string) string { return cluster + "-peer" }
+
+// ClientServiceName is the Service clients connect to.
+func ClientServiceName(cluster string) string { return cluster + "-client" }
+
+// PVCName is the claim holding a member's data.
+func PVCName(member string) string { return "data-" + member }
+
+// NewMemberName makes a fresh member name. Names are random rather than ordinal, so that a
+// replaced member never reuses an identity and nothing ever sorts members by name.
+func NewMemberName(cluster string) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // no vowels: no accidental words
+	b := make([]byte, 5)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return cluster + "-" + string(b)
+}
+
+// memberHost is the member's stable DNS name through the peer Service.
+func memberHost(c *etcdv1alpha1.EtcdCluster, member string) string {
+	return fmt.Sprintf("%s.%s.%s.svc", member, PeerServiceName(c.Name), c.Namespace)
+}
+
+func scheme(c *etcdv1alpha1.EtcdCluster) string {
+	if c.Spec.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// PeerURL is the URL a member advertises to its peers.
+func PeerURL(c *etcdv1alpha1.EtcdCluster, member string) string {
+	return fmt.Sprintf("%s://%s:%d", scheme(c), memberHost(c, member), PeerPort)
+}
+
+// ClientURL is the URL a member advertises to clients.
+func ClientURL(c *etcdv1alpha1.EtcdCluster, member string) string {
+	return fmt.Sprintf("%s://%s:%d", scheme(c), memberHost(c, member), ClientPort)
+}
+
+// ClientEndpoint is the URL clients use through the client Service.
+func ClientEndpoint(c *etcdv1alpha1.EtcdCluster) string {
+	return fmt.Sprintf("%s://%s.%s.svc:%d", scheme(c), ClientServiceName(c.Name), c.Namespace, ClientPort)
+}
+
+// MemberNameFromPeerURL recovers a member's name from its peer URL. etcd lists a learner that
+// has not started yet with its peer URL but no name; the URL is how the operator knows which
+// pod belongs to it.
+func MemberNameFromPeerURL(c *etcdv1alpha1.EtcdCluster, peerURL string) (string, bool) {
+	u, err := url.Parse(peerURL)
+	if err != nil {
+		return "", false
+	}
+	suffix := "." + PeerServiceName(c.Name) + "." + c.Namespace + ".svc"
+	name, ok := strings.CutSuffix(u.Hostname(), suffix)
+	if !ok || !strings.HasPrefix(name, c.Name+"-") || strings.Contains(name, ".") {
+		return "", false
+	}
+	return name, true
+}
+
+// InitialCluster renders etcd's --initial-cluster for the named members.
+func InitialCluster(c *etcdv1alpha1.EtcdCluster, members []string) string {
+	parts := make([]string, len(members))
+	for i, m := range members {
+		parts[i] = m + "=" + PeerURL(c, m)
+	}
+	return strings.Join(parts, ",")
+}
+
+// MembersOfInitialCluster lists the member names in an --initial-cluster value.
+func MembersOfInitialCluster(initialCluster string) []string {
+	var names []string
+	for _, part := range strings.Split(initialCluster, ",") {
+		if name, _, ok := strings.Cut(part, "="); ok && name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// ClusterLabels select every object of a cluster.
+func ClusterLabels(c *etcdv1alpha1.EtcdCluster) map[string]string {
+	return map[string]string{
+		LabelCluster:   c.Name,
+		LabelName:      "etcd",
+		LabelInstance:  c.Name,
+		LabelManagedBy: managerName,
+	}
+}
+
+// MemberLabels select one member's pod and claim.
+func MemberLabels(c *etcdv1alpha1.EtcdCluster, member string) map[string]string {
+	l := ClusterLabels(c)
+	l[LabelMember] = member
+	return l
+}
+
+// Selector selects the pods of a cluster.
+func Selector(c *etcdv1alpha1.EtcdCluster) map[string]string {
+	return map[string]string{LabelCluster: c.Name}
+}

@@ -1,0 +1,304 @@
+package resources
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+const (
+	dataVolume = "data"
+	dataMount  = "/var/lib/etcd"
+	// dataDir is a subdirectory so that a filesystem's lost+found at the volume root does not
+	// make etcd think the directory holds foreign data.
+	dataDir = dataMount + "/data"
+
+	etcdUID = 65532
+)
+
+// Image is the etcd image of version for the cluster: spec.repository, or else the repository
+// the operator was installed with.
+func Image(c *etcdv1alpha1.EtcdCluster, defaultRepository, version string) string {
+	repo := c.Spec.Repository
+	if repo == "" {
+		repo = defaultRepository
+	}
+	return repo + ":v" + version
+}
+
+// VersionOfImage is the etcd version an image built by Image runs, or "" for other images.
+func VersionOfImage(image string) string {
+	i := strings.LastIndex(image, ":v")
+	if i < 0 || strings.Contains(image[i:], "/") {
+		return ""
+	}
+	return image[i+2:]
+}
+
+// MemberSpec is what distinguishes one member's pod from another's.
+type MemberSpec struct {
+	Name string
+	// Version of etcd the pod runs.
+	Version string
+	// InitialCluster and State are the bootstrap flags; etcd reads them only when the data
+	// directory is empty, i.e. on the member's first start.
+	InitialCluster string
+	State          string // "new" or "existing"
+}
+
+// MemberPod is the pod of one member.
+func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository string, extraEnv []corev1.EnvVar) *corev1.Pod {
+	tmpl := c.Spec.PodTemplate
+	labels := maps.Clone(tmpl.Metadata.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, MemberLabels(c, m.Name))
+
+	annotations := maps.Clone(tmpl.Metadata.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationInitialCluster] = m.InitialCluster
+	annotations[AnnotationClusterState] = m.State
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        m.Name,
+			Namespace:   c.Namespace,
+			Labels:      labels,
+			Annotations: annotations,
+		},
+		Spec: corev1.PodSpec{
+			Hostname:  m.Name,
+			Subdomain: PeerServiceName(c.Name),
+			// etcd talks to no Kubernetes API.
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			RestartPolicy:                corev1.RestartPolicyAlways,
+			// Enough for etcd to finish in-flight requests and hand off leadership.
+			TerminationGracePeriodSeconds: ptr.To[int64](30),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:        ptr.To(true),
+				RunAsUser:           ptr.To[int64](etcdUID),
+				RunAsGroup:          ptr.To[int64](etcdUID),
+				FSGroup:             ptr.To[int64](etcdUID),
+				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Affinity:                  affinity(c),
+			Tolerations:               tmpl.Tolerations,
+			NodeSelector:              tmpl.NodeSelector,
+			TopologySpreadConstraints: topologySpread(c),
+			PriorityClassName:         tmpl.PriorityClassName,
+			ImagePullSecrets:          tmpl.ImagePullSecrets,
+			Containers:                []corev1.Container{etcdContainer(c, m, defaultRepository, extraEnv)},
+			Volumes:                   []corev1.Volume{dataVolumeSource(c, m.Name)},
+		},
+	}
+	return pod
+}
+
+func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository string, extraEnv []corev1.EnvVar) corev1.Container {
+	probe := func(path string, period, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromInt32(MetricsPort), Scheme: corev1.URISchemeHTTP,
+			}},
+			PeriodSeconds:    period,
+			TimeoutSeconds:   5,
+			FailureThreshold: failures,
+		}
+	}
+	return corev1.Container{
+		Name:            "etcd",
+		Image:           Image(c, defaultRepository, m.Version),
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"/usr/local/bin/etcd"},
+		Args:            etcdArgs(c, m),
+		Env:             extraEnv,
+		Ports: []corev1.ContainerPort{
+			{Name: "client", ContainerPort: ClientPort, Protocol: corev1.ProtocolTCP},
+			{Name: "peer", ContainerPort: PeerPort, Protocol: corev1.ProtocolTCP},
+			{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
+		},
+		Resources: c.Spec.PodTemplate.Resources,
+		// etcd's own health endpoints, on the plain-HTTP metrics listener so that probes need
+		// no client certificate. A learner is not ready (it cannot serve linearizable reads),
+		// so the client Service only sends clients to voting members.
+		StartupProbe:   probe("/livez", 2, 150),
+		LivenessProbe:  probe("/livez", 10, 6),
+		ReadinessProbe: probe("/readyz", 2, 3),
+		VolumeMounts:   []corev1.VolumeMount{{Name: dataVolume, MountPath: dataMount}},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+}
+
+func etcdArgs(c *etcdv1alpha1.EtcdCluster, m MemberSpec) []string {
+	t := c.Spec.Tuning
+	args := []string{
+		"--name=" + m.Name,
+		"--data-dir=" + dataDir,
+		fmt.Sprintf("--listen-peer-urls=%s://0.0.0.0:%d", scheme(c), PeerPort),
+		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", scheme(c), ClientPort),
+		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
+		"--advertise-client-urls=" + ClientURL(c, m.Name),
+		"--initial-advertise-peer-urls=" + PeerURL(c, m.Name),
+		"--initial-cluster=" + m.InitialCluster,
+		"--initial-cluster-state=" + m.State,
+		// The cluster's UID: two clusters of the same name, one deleted and one new, can
+		// never mistake each other's members for their own.
+		"--initial-cluster-token=" + string(c.UID),
+	}
+	if t.QuotaBackendBytes != nil {
+		args = append(args, "--quota-backend-bytes="+strconv.FormatInt(t.QuotaBackendBytes.Value(), 10))
+	}
+	if t.AutoCompactionMode != "" {
+		args = append(args, "--auto-compaction-mode="+t.AutoCompactionMode)
+	}
+	if t.AutoCompactionRetention != "" {
+		args = append(args, "--auto-compaction-retention="+t.AutoCompactionRetention)
+	}
+	if t.SnapshotCount > 0 {
+		args = append(args, "--snapshot-count="+strconv.FormatInt(t.SnapshotCount, 10))
+	}
+	if t.HeartbeatIntervalMillis > 0 {
+		args = append(args, "--heartbeat-interval="+strconv.Itoa(int(t.HeartbeatIntervalMillis)))
+	}
+	if t.ElectionTimeoutMillis > 0 {
+		args = append(args, "--election-timeout="+strconv.Itoa(int(t.ElectionTimeoutMillis)))
+	}
+	return args
+}
+
+func dataVolumeSource(c *etcdv1alpha1.EtcdCluster, member string) corev1.Volume {
+	if c.Spec.Storage.Ephemeral {
+		return corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: c.Spec.Storage.Size},
+		}}
+	}
+	return corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(member)},
+	}}
+}
+
+// affinity defaults to a preferred anti-affinity: members spread over nodes when there are
+// enough, and still schedule when there are not (a required rule left members Pending).
+func affinity(c *etcdv1alpha1.EtcdCluster) *corev1.Affinity {
+	if c.Spec.PodTemplate.Affinity != nil {
+		return c.Spec.PodTemplate.Affinity
+	}
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: Selector(c)},
+				TopologyKey:   corev1.LabelHostname,
+			},
+		}},
+	}}
+}
+
+func topologySpread(c *etcdv1alpha1.EtcdCluster) []corev1.TopologySpreadConstraint {
+	out := make([]corev1.TopologySpreadConstraint, 0, len(c.Spec.PodTemplate.TopologySpreadConstraints))
+	for _, t := range c.Spec.PodTemplate.TopologySpreadConstraints {
+		if t.LabelSelector == nil {
+			t.LabelSelector = &metav1.LabelSelector{MatchLabels: Selector(c)}
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// MemberPVC is the claim of one member. It is made only together with the member: a claim
+// that goes missing later is never silently recreated, because an empty volume under an
+// existing member ID would break raft's guarantees.
+func MemberPVC(c *etcdv1alpha1.EtcdCluster, m MemberSpec) *corev1.PersistentVolumeClaim {
+	size := resource.MustParse("4Gi")
+	if c.Spec.Storage.Size != nil {
+		size = *c.Spec.Storage.Size
+	}
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      PVCName(m.Name),
+			Namespace: c.Namespace,
+			Labels:    MemberLabels(c, m.Name),
+			Annotations: map[string]string{
+				AnnotationInitialCluster: m.InitialCluster,
+				AnnotationClusterState:   m.State,
+			},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: c.Spec.Storage.StorageClassName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+}
+
+// PeerService is the headless Service behind the members' DNS names. It publishes members
+// before they are ready, because a member must be reachable by its peers to become ready.
+func PeerService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: PeerServiceName(c.Name), Namespace: c.Namespace, Labels: ClusterLabels(c)},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+			Selector:                 Selector(c),
+			Ports: []corev1.ServicePort{
+				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
+				{Name: "peer", Port: PeerPort, TargetPort: intstr.FromInt32(PeerPort), Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}
+}
+
+// ClientService is what clients connect to: ready voting members only.
+func ClientService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: ClientServiceName(c.Name), Namespace: c.Namespace, Labels: ClusterLabels(c)},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: Selector(c),
+			Ports: []corev1.ServicePort{
+				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}
+}
+
+// PodDisruptionBudget allows at most one voluntary disruption, and none that would leave
+// fewer than a quorum: minAvailable = max(size-1, size/2+1). A one-member cluster therefore
+// blocks eviction; scale it up before draining its node.
+func PodDisruptionBudget(c *etcdv1alpha1.EtcdCluster) *policyv1.PodDisruptionBudget {
+	size := int(c.Spec.Size)
+	minAvailable := max(size-1, size/2+1)
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: ClusterLabels(c)},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt(minAvailable)),
+			Selector:     &metav1.LabelSelector{MatchLabels: Selector(c)},
+			// A member that is not ready (crash-looping, catching up) may be evicted: that
+			// cannot cost quorum, and it unblocks drains of broken nodes.
+			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
+		},
+	}
+}
