@@ -23,7 +23,7 @@ type Member struct {
 	ID        uint64 // 0 when etcd does not list the member
 	Started   bool   // etcd knows the member's name: it has started at least once
 	IsLearner bool
-	Healthy   bool   // answered its status call with no error or alarm
+	Healthy   bool // answered its status call with no error or alarm
 	IsLeader  bool
 	Version   string // the etcd version it reports
 	RaftIndex uint64
