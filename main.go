@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/operator-framework/operator-lib/proxy"
+
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/controllers"
 )
@@ -25,6 +27,14 @@ import (
 // watchNamespacesEnv is set by config/manager from the pod's olm.targetNamespaces annotation,
 // so an OwnNamespace or SingleNamespace install under OLM watches only what it was given.
 const watchNamespacesEnv = "WATCH_NAMESPACES"
+
+// relatedImageEtcdEnv names the etcd image the operator was installed with (the CSV's
+// relatedImages, so that mirrors for disconnected installs cover it). Clusters run
+// <its repository>:v<spec.version> unless they set spec.repository.
+const relatedImageEtcdEnv = "RELATED_IMAGE_ETCD"
+
+// defaultEtcdRepository serves when RELATED_IMAGE_ETCD is unset: the etcd project's own images.
+const defaultEtcdRepository = "gcr.io/etcd-development/etcd"
 
 type options struct {
 	metricsAddr      string
@@ -90,7 +100,10 @@ func run(opts options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	if err := controllers.SetupWithManager(mgr); err != nil {
+	if err := controllers.SetupWithManager(mgr, controllers.Options{
+		DefaultEtcdRepository: etcdRepository(os.Getenv(relatedImageEtcdEnv)),
+		PodEnv:                proxy.ReadProxyVarsFromEnv(),
+	}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -127,6 +140,20 @@ func cacheOptions(watchNamespaces string) cache.Options {
 		defaults[ns] = cache.Config{}
 	}
 	return cache.Options{DefaultNamespaces: defaults}
+}
+
+// etcdRepository is the repository part of an image reference: what precedes the tag or digest.
+func etcdRepository(image string) string {
+	if image == "" {
+		return defaultEtcdRepository
+	}
+	if at := strings.Index(image, "@"); at >= 0 {
+		image = image[:at]
+	}
+	if colon := strings.LastIndex(image, ":"); colon > strings.LastIndex(image, "/") {
+		image = image[:colon]
+	}
+	return image
 }
 
 func splitNamespaces(list string) []string {

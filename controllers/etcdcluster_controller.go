@@ -2,62 +2,181 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
-// Labels the operator puts on every object it makes for a cluster.
+// How soon to look again: right after a step (its effect shows in seconds), while waiting on
+// something that should settle, and in steady state (to notice failures etcd does not signal
+// through the API server).
 const (
-	LabelCluster = "etcd.database.dev/cluster"
-	LabelMember  = "etcd.database.dev/member"
+	requeueAfterStep = 2 * time.Second
+	requeueWaiting   = 5 * time.Second
+	requeueSteady    = 30 * time.Second
 )
 
-// EtcdClusterReconciler runs etcd clusters.
+// EtcdClusterReconciler runs etcd clusters: one pod and one claim per member, membership
+// changed one safe step at a time.
 type EtcdClusterReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
+	Etcd     *etcd.Cache
+	// DefaultRepository is the etcd image repository when spec.repository is empty.
+	DefaultRepository string
+	// PodEnv is added to every etcd container (OLM's proxy settings).
+	PodEnv []corev1.EnvVar
 }
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile brings one EtcdCluster a step closer to its spec and reports what it observed.
+// Reconcile observes one EtcdCluster, takes the one next safe step, and reports what it saw.
 func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cluster := &etcdv1alpha1.EtcdCluster{}
 	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.Etcd.Forget(req.String())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		// Owner references let the garbage collector delete pods, Services and the claims
+		// the retention policy does not keep.
+		r.Etcd.Forget(req.String())
+		return ctrl.Result{}, nil
 	}
 	before := cluster.DeepCopy()
 
-	cluster.Status.ObservedGeneration = cluster.Generation
-	cluster.Status.Selector = labels.SelectorFromSet(labels.Set{LabelCluster: cluster.Name}).String()
-	// Until member management lands, say so instead of guessing at the cluster's health.
-	meta.SetStatusCondition(&cluster.Status.Conditions, metav1.Condition{
-		Type:               etcdv1alpha1.ConditionAvailable,
-		Status:             metav1.ConditionUnknown,
-		Reason:             etcdv1alpha1.ReasonNotYetImplemented,
-		Message:            "this operator build accepts EtcdClusters but does not run members yet",
-		ObservedGeneration: cluster.Generation,
-	})
+	if reason, unsupported := unsupportedFeature(cluster); unsupported {
+		setUnsupportedConditions(cluster, reason)
+		return ctrl.Result{}, r.patchStatus(ctx, cluster, before)
+	}
 
-	return ctrl.Result{}, patchStatusIfChanged(ctx, r.Client, cluster, before, func(o client.Object) any {
+	obs, err := r.observe(ctx, cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.ensureServices(ctx, cluster); err != nil {
+		return ctrl.Result{}, err
+	}
+	step := membership.Next(obs.decisionInput(cluster))
+	result, actErr := r.act(ctx, cluster, obs, step)
+
+	report(cluster, obs, step, actErr)
+	if err := r.patchStatus(ctx, cluster, before); err != nil {
+		return ctrl.Result{}, err
+	}
+	return result, actErr
+}
+
+func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, cluster, before *etcdv1alpha1.EtcdCluster) error {
+	return patchStatusIfChanged(ctx, r.Client, cluster, before, func(o client.Object) any {
 		return o.(*etcdv1alpha1.EtcdCluster).Status
 	})
+}
+
+// unsupportedFeature names a spec feature this build cannot honour yet: better to say so than
+// to run a cluster without the TLS or authentication the user asked for.
+func unsupportedFeature(c *etcdv1alpha1.EtcdCluster) (string, bool) {
+	switch {
+	case c.Spec.TLS != nil:
+		return "spec.tls is not supported by this operator version yet; the cluster is not created without the TLS it asks for", true
+	case c.Spec.Auth != nil:
+		return "spec.auth is not supported by this operator version yet; the cluster is not created without the authentication it asks for", true
+	}
+	return "", false
+}
+
+// ensureServices creates the Services and the PodDisruptionBudget, and keeps the budget in
+// step with the size.
+func (r *EtcdClusterReconciler) ensureServices(ctx context.Context, c *etcdv1alpha1.EtcdCluster) error {
+	for _, desired := range []client.Object{resources.PeerService(c), resources.ClientService(c)} {
+		if err := r.createIfMissing(ctx, c, desired); err != nil {
+			return err
+		}
+	}
+	desired := resources.PodDisruptionBudget(c)
+	current := &policyv1.PodDisruptionBudget{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(desired), current)
+	switch {
+	case client.IgnoreNotFound(err) != nil:
+		return fmt.Errorf("get PodDisruptionBudget: %w", err)
+	case err != nil:
+		return r.createOwned(ctx, c, desired)
+	case current.Spec.MinAvailable.String() != desired.Spec.MinAvailable.String():
+		patch := client.MergeFrom(current.DeepCopy())
+		current.Spec.MinAvailable = desired.Spec.MinAvailable
+		if err := r.Patch(ctx, current, patch); err != nil {
+			return fmt.Errorf("update PodDisruptionBudget: %w", err)
+		}
+	}
+	return nil
+}
+
+func (r *EtcdClusterReconciler) createIfMissing(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obj client.Object) error {
+	existing := obj.DeepCopyObject().(client.Object)
+	err := r.Get(ctx, client.ObjectKeyFromObject(obj), existing)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("get %T %s: %w", obj, obj.GetName(), err)
+	}
+	if err == nil {
+		return nil
+	}
+	return r.createOwned(ctx, c, obj)
+}
+
+// createOwned creates obj owned by the cluster, so that deleting the cluster deletes it.
+func (r *EtcdClusterReconciler) createOwned(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obj client.Object) error {
+	if err := ctrl.SetControllerReference(c, obj, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, obj); err != nil && client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("create %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
 }
 
 // SetupWithManager registers the reconciler and what it watches.
 func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&etcdv1alpha1.EtcdCluster{}).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		// Claims are owned only when the retention policy deletes them, so they are matched
+		// by label instead.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabelledObject)).
 		Named("etcdcluster").
+		// A cluster whose members do not answer holds its reconcile for the etcd call
+		// timeout; others must not queue behind it.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
+}
+
+func clusterOfLabelledObject(_ context.Context, obj client.Object) []reconcile.Request {
+	name, ok := obj.GetLabels()[resources.LabelCluster]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
 }

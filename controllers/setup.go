@@ -5,15 +5,33 @@ package controllers
 import (
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 )
 
+// Options are the settings the reconcilers share.
+type Options struct {
+	// DefaultEtcdRepository is the etcd image repository for clusters that name none.
+	DefaultEtcdRepository string
+	// PodEnv is added to the containers the operator runs (OLM's proxy settings).
+	PodEnv []corev1.EnvVar
+}
+
 // SetupWithManager registers every reconciler with the manager.
-func SetupWithManager(mgr ctrl.Manager) error {
+func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	reconcilers := []interface {
 		SetupWithManager(ctrl.Manager) error
 	}{
-		&EtcdClusterReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("etcdcluster-controller")},
+		&EtcdClusterReconciler{
+			Client:            mgr.GetClient(),
+			Recorder:          mgr.GetEventRecorder("etcdcluster-controller"),
+			Etcd:              etcd.NewCache(),
+			DefaultRepository: opts.DefaultEtcdRepository,
+			PodEnv:            opts.PodEnv,
+		},
 		&EtcdBackupReconciler{Client: mgr.GetClient()},
 		&EtcdRestoreReconciler{Client: mgr.GetClient()},
 	}

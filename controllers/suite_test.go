@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -31,6 +33,8 @@ func runWithManager(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run these tests with `make test`")
 		return 1
 	}
+	// Reconcile errors show in the test output; the rest of the manager's logs would drown them.
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
@@ -54,7 +58,7 @@ func runWithManager(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
 		return 1
 	}
-	if err := controllers.SetupWithManager(mgr); err != nil {
+	if err := controllers.SetupWithManager(mgr, controllers.Options{DefaultEtcdRepository: "registry.test/etcd"}); err != nil {
 		fmt.Fprintf(os.Stderr, "setup: %v\n", err)
 		return 1
 	}

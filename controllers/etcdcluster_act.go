@@ -1,0 +1,240 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// act carries out one step and says when to look again. Every step is idempotent: if the
+// operator stops half-way, the next observation shows what is left and decides again.
+func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) (ctrl.Result, error) {
+	var err error
+	switch step.Action {
+	case membership.Wait:
+		if step.Operation == membership.OpNone {
+			return ctrl.Result{RequeueAfter: requeueSteady}, nil
+		}
+		return ctrl.Result{RequeueAfter: requeueWaiting}, nil
+	case membership.Bootstrap:
+		err = r.bootstrap(ctx, c, step.Size)
+	case membership.CreateBootstrapMembers:
+		err = r.createBootstrapMembers(ctx, c, obs, step.Members)
+	case membership.RestartMembers:
+		err = r.restartMembers(ctx, c, obs, step.Members)
+	case membership.StartMember:
+		err = r.startMember(ctx, c, obs, step.Member)
+	case membership.AddLearner:
+		err = r.addLearner(ctx, c, obs)
+	case membership.PromoteLearner:
+		err = obs.client.PromoteLearner(ctx, step.MemberID)
+		if errors.Is(err, etcd.ErrLearnerNotReady) {
+			return ctrl.Result{RequeueAfter: requeueAfterStep}, nil
+		}
+	case membership.MoveLeader:
+		err = obs.client.MoveLeader(ctx, resources.ClientURL(c, step.Member), step.Target)
+	case membership.RemoveMember:
+		err = r.removeMember(ctx, c, obs, step)
+	case membership.DeleteOrphans:
+		err = r.deleteOrphans(ctx, c, obs, step.Members)
+	case membership.UpgradeMember:
+		err = r.upgradeMember(ctx, c, obs, step.Member)
+	default:
+		err = fmt.Errorf("unknown step %q", step.Action)
+	}
+	if err != nil {
+		r.event(c, corev1.EventTypeWarning, "StepFailed", string(step.Action), "%s %s: %v", step.Action, step.Member, err)
+		return ctrl.Result{}, fmt.Errorf("%s %s: %w", step.Action, step.Member, err)
+	}
+	r.event(c, corev1.EventTypeNormal, string(step.Action), string(step.Action), "%s%s", step.Reason, membersSuffix(step))
+	return ctrl.Result{RequeueAfter: requeueAfterStep}, nil
+}
+
+func membersSuffix(step membership.Step) string {
+	switch {
+	case step.Member != "":
+		return ": " + step.Member
+	case len(step.Members) > 0:
+		return ": " + strings.Join(step.Members, ", ")
+	}
+	return ""
+}
+
+// bootstrap creates size members that form the cluster together, all listed in one
+// --initial-cluster, with the plan recorded on each pod and claim.
+func (r *EtcdClusterReconciler) bootstrap(ctx context.Context, c *etcdv1alpha1.EtcdCluster, size int) error {
+	names := make([]string, size)
+	for i := range names {
+		names[i] = resources.NewMemberName(c.Name)
+	}
+	initial := resources.InitialCluster(c, names)
+	for _, name := range names {
+		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new"}, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *EtcdClusterReconciler) createBootstrapMembers(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
+	plan := obs.bootstrapPlan()
+	initial := resources.InitialCluster(c, plan)
+	for _, name := range names {
+		_, hasPVC := obs.pvcs[name]
+		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new"}, !hasPVC); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restartMembers recreates the pods of members whose data is on their claims. etcd ignores the
+// bootstrap flags when its data directory is populated, so the recorded ones are reused as
+// they are.
+func (r *EtcdClusterReconciler) restartMembers(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
+	for _, name := range names {
+		pvc, ok := obs.pvcs[name]
+		if !ok {
+			return fmt.Errorf("member %s has no claim: it cannot be restarted", name)
+		}
+		spec := resources.MemberSpec{
+			Name:           name,
+			Version:        versionToRun(c, name),
+			InitialCluster: pvc.Annotations[resources.AnnotationInitialCluster],
+			State:          pvc.Annotations[resources.AnnotationClusterState],
+		}
+		if err := r.createMember(ctx, c, spec, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// versionToRun keeps a restarted member on the version it last reported, so that a pod
+// recreated in the middle of an upgrade does not skip the upgrade's health gates.
+func versionToRun(c *etcdv1alpha1.EtcdCluster, name string) string {
+	for _, m := range c.Status.Members {
+		if m.Name == name && m.Version != "" {
+			return m.Version
+		}
+	}
+	return c.Spec.Version
+}
+
+// startMember creates the claim and pod of a member etcd lists but that never started.
+func (r *EtcdClusterReconciler) startMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, name string) error {
+	spec := resources.MemberSpec{Name: name, Version: c.Spec.Version, State: "existing"}
+	if pvc, ok := obs.pvcs[name]; ok && pvc.Annotations[resources.AnnotationClusterState] == "new" {
+		// A bootstrap member whose pod was never made joins with the original plan.
+		spec.InitialCluster, spec.State = pvc.Annotations[resources.AnnotationInitialCluster], "new"
+	} else {
+		spec.InitialCluster = joiningInitialCluster(c, obs, name)
+	}
+	_, hasPVC := obs.pvcs[name]
+	return r.createMember(ctx, c, spec, !hasPVC)
+}
+
+// addLearner adds a member to etcd as a learner before its pod exists — a learner does not
+// count towards quorum, so a slow or failing start costs nothing — then creates it.
+func (r *EtcdClusterReconciler) addLearner(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
+	name := resources.NewMemberName(c.Name)
+	if _, err := obs.client.AddLearner(ctx, resources.PeerURL(c, name)); err != nil {
+		return err
+	}
+	spec := resources.MemberSpec{Name: name, Version: c.Spec.Version, State: "existing", InitialCluster: joiningInitialCluster(c, obs, name)}
+	return r.createMember(ctx, c, spec, true)
+}
+
+// joiningInitialCluster lists the started members and the joining one, as etcd requires of
+// a member that joins an existing cluster.
+func joiningInitialCluster(c *etcdv1alpha1.EtcdCluster, obs *observation, joining string) string {
+	names := []string{joining}
+	for _, m := range obs.members {
+		if m.Name != "" && m.Name != joining {
+			names = append(names, m.Name)
+		}
+	}
+	return resources.InitialCluster(c, names)
+}
+
+// removeMember removes the member from etcd first, then deletes its pod: a pod deleted first
+// would be a member down, costing quorum margin until it is removed.
+func (r *EtcdClusterReconciler) removeMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) error {
+	if err := obs.client.RemoveMember(ctx, step.MemberID); err != nil {
+		return err
+	}
+	return r.deleteOrphans(ctx, c, obs, []string{step.Member})
+}
+
+// deleteOrphans deletes the pods of members no longer in etcd, and their claims as the
+// retention policy says; a retained claim is unlabelled so it no longer counts as a member.
+func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
+	for _, name := range names {
+		if pod, ok := obs.pods[name]; ok && pod.DeletionTimestamp.IsZero() {
+			if err := r.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("delete pod %s: %w", name, err)
+			}
+		}
+		pvc, ok := obs.pvcs[name]
+		if !ok {
+			continue
+		}
+		if c.Spec.Storage.RetentionPolicy.WhenScaled == etcdv1alpha1.RetainPVC {
+			patch := client.MergeFrom(pvc.DeepCopy())
+			delete(pvc.Labels, resources.LabelCluster)
+			pvc.Labels["etcd.database.dev/retained-from"] = c.Name
+			if err := r.Patch(ctx, pvc, patch); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("release claim %s: %w", pvc.Name, err)
+			}
+			continue
+		}
+		if err := r.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete claim %s: %w", pvc.Name, err)
+		}
+	}
+	return nil
+}
+
+// upgradeMember changes the image of the member's pod in place: the kubelet restarts the
+// container on the same pod, volume and IP, which is the quickest safe restart there is.
+func (r *EtcdClusterReconciler) upgradeMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, name string) error {
+	pod, ok := obs.pods[name]
+	if !ok {
+		return fmt.Errorf("member %s has no pod to upgrade", name)
+	}
+	patch := client.StrategicMergeFrom(pod.DeepCopy())
+	pod.Spec.Containers[0].Image = resources.Image(c, r.DefaultRepository, c.Spec.Version)
+	return r.Patch(ctx, pod, patch)
+}
+
+// createMember creates the member's claim (when withPVC and storage is not ephemeral) and pod.
+func (r *EtcdClusterReconciler) createMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, spec resources.MemberSpec, withPVC bool) error {
+	if withPVC && !c.Spec.Storage.Ephemeral {
+		pvc := resources.MemberPVC(c, spec)
+		if c.Spec.Storage.RetentionPolicy.WhenDeleted == etcdv1alpha1.DeletePVC {
+			if err := ctrl.SetControllerReference(c, pvc, r.Scheme()); err != nil {
+				return err
+			}
+		}
+		if err := r.Create(ctx, pvc); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("create claim %s: %w", pvc.Name, err)
+		}
+	}
+	return r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultRepository, r.PodEnv))
+}
+
+func (r *EtcdClusterReconciler) event(c *etcdv1alpha1.EtcdCluster, eventType, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(c, nil, eventType, reason, action, note, args...)
+	}
+}

@@ -1,0 +1,200 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// observation is everything one reconcile learnt about a cluster, from Kubernetes and etcd.
+type observation struct {
+	pods map[string]*corev1.Pod
+	pvcs map[string]*corev1.PersistentVolumeClaim
+
+	// etcd: the member list answered (a quorum serves), and what each member said.
+	reachable bool
+	etcdErr   error
+	clusterID uint64
+	members   []etcd.Member
+	statuses  map[uint64]etcd.MemberStatus
+	leaderID  uint64
+	client    etcd.Client
+}
+
+func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*observation, error) {
+	obs := &observation{
+		pods:     map[string]*corev1.Pod{},
+		pvcs:     map[string]*corev1.PersistentVolumeClaim{},
+		statuses: map[uint64]etcd.MemberStatus{},
+	}
+	selector := client.MatchingLabels(resources.Selector(c))
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.InNamespace(c.Namespace), selector); err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	for i := range pods.Items {
+		if name := pods.Items[i].Labels[resources.LabelMember]; name != "" {
+			obs.pods[name] = &pods.Items[i]
+		}
+	}
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	if err := r.List(ctx, pvcs, client.InNamespace(c.Namespace), selector); err != nil {
+		return nil, fmt.Errorf("list claims: %w", err)
+	}
+	for i := range pvcs.Items {
+		if name := pvcs.Items[i].Labels[resources.LabelMember]; name != "" {
+			obs.pvcs[name] = &pvcs.Items[i]
+		}
+	}
+	r.observeEtcd(ctx, c, obs)
+	return obs, nil
+}
+
+// observeEtcd asks etcd for its member list, then each started member for its status. A
+// failure is an observation (no quorum, member down), not an error of the reconcile.
+func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) {
+	endpoints := knownClientURLs(c, obs)
+	if len(endpoints) == 0 {
+		return
+	}
+	cl, err := r.Etcd.Get(client.ObjectKeyFromObject(c).String(), etcd.Config{Endpoints: endpoints})
+	if err != nil {
+		obs.etcdErr = err
+		return
+	}
+	obs.client = cl
+	obs.clusterID, obs.members, err = cl.Members(ctx)
+	if err != nil {
+		obs.etcdErr = err
+		return
+	}
+	obs.reachable = true
+	for _, m := range obs.members {
+		if m.Name == "" || len(m.ClientURLs) == 0 {
+			continue // never started: nothing to ask
+		}
+		st, err := cl.Status(ctx, m.ClientURLs[0])
+		if err != nil {
+			continue
+		}
+		obs.statuses[m.ID] = st
+		if st.LeaderID != 0 {
+			obs.leaderID = st.LeaderID
+		}
+	}
+}
+
+// knownClientURLs are the client URLs of the members whose pods run (have an IP): dialling a
+// member that cannot answer would only spend the call timeout. Sorted, so the cached etcd
+// client is reused while they hold.
+func knownClientURLs(c *etcdv1alpha1.EtcdCluster, obs *observation) []string {
+	urls := make([]string, 0, len(obs.pods))
+	for name, pod := range obs.pods {
+		if pod.Status.PodIP != "" && pod.DeletionTimestamp.IsZero() {
+			urls = append(urls, resources.ClientURL(c, name))
+		}
+	}
+	sort.Strings(urls)
+	return urls
+}
+
+// memberName is the member's name, from etcd's name or, for a learner that has not started,
+// from its peer URL.
+func memberName(c *etcdv1alpha1.EtcdCluster, m etcd.Member) string {
+	if m.Name != "" {
+		return m.Name
+	}
+	for _, u := range m.PeerURLs {
+		if name, ok := resources.MemberNameFromPeerURL(c, u); ok {
+			return name
+		}
+	}
+	return ""
+}
+
+// decisionInput joins the observation, member by member, into what membership.Next needs.
+func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Observed {
+	byName := map[string]*membership.Member{}
+	get := func(name string) *membership.Member {
+		if m, ok := byName[name]; ok {
+			return m
+		}
+		m := &membership.Member{Name: name}
+		byName[name] = m
+		return m
+	}
+	for _, em := range obs.members {
+		name := memberName(c, em)
+		if name == "" {
+			continue // not one of ours: never act on it
+		}
+		m := get(name)
+		m.ID, m.Started, m.IsLearner = em.ID, em.Name != "", em.IsLearner
+		if st, ok := obs.statuses[em.ID]; ok {
+			m.Healthy = len(st.Errors) == 0
+			m.Version = st.Version
+			m.RaftIndex = st.RaftIndex
+		}
+		m.IsLeader = em.ID == obs.leaderID
+	}
+	for name, pod := range obs.pods {
+		m := get(name)
+		m.PodExists = true
+		m.PodTerminating = !pod.DeletionTimestamp.IsZero()
+		m.PodCreated = pod.CreationTimestamp.Time
+		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
+	}
+	for name := range obs.pvcs {
+		get(name).PVCExists = true
+	}
+
+	members := make([]membership.Member, 0, len(byName))
+	for _, m := range byName {
+		members = append(members, *m)
+	}
+	slices.SortFunc(members, func(a, b membership.Member) int {
+		return cmp.Or(a.PodCreated.Compare(b.PodCreated), cmp.Compare(a.Name, b.Name))
+	})
+
+	return membership.Observed{
+		Reachable:       obs.reachable,
+		EverFormed:      obs.reachable || c.Status.ClusterID != "",
+		BootstrapPlan:   obs.bootstrapPlan(),
+		Members:         members,
+		DesiredSize:     int(c.Spec.Size),
+		DesiredVersion:  c.Spec.Version,
+		DataSurvivesPod: !c.Spec.Storage.Ephemeral,
+		Paused:          c.Spec.Paused,
+	}
+}
+
+// bootstrapPlan is the --initial-cluster recorded on the bootstrap members' pods or claims.
+func (obs *observation) bootstrapPlan() []string {
+	for _, annotations := range obs.annotationsOfMembers() {
+		if annotations[resources.AnnotationClusterState] == "new" {
+			return resources.MembersOfInitialCluster(annotations[resources.AnnotationInitialCluster])
+		}
+	}
+	return nil
+}
+
+func (obs *observation) annotationsOfMembers() []map[string]string {
+	var out []map[string]string
+	for _, p := range obs.pods {
+		out = append(out, p.Annotations)
+	}
+	for _, p := range obs.pvcs {
+		out = append(out, p.Annotations)
+	}
+	return out
+}
