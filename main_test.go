@@ -29,3 +29,17 @@ func TestWatchNamespacesFollowOLMTargetNamespaces(t *testing.T) {
 		}
 	}
 }
+
+func TestEtcdRepositoryComesFromTheRelatedImage(t *testing.T) {
+	for image, want := range map[string]string{
+		"":                                 defaultEtcdRepository,
+		"127.0.0.1:5000/etcd:v3.6.16":      "127.0.0.1:5000/etcd",
+		"quay.io/coreos/etcd@sha256:abcd":  "quay.io/coreos/etcd",
+		"registry:5000/mirror/etcd":        "registry:5000/mirror/etcd",
+		"registry/etcd:v3.6.16@sha256:abc": "registry/etcd",
+	} {
+		if got := etcdRepository(image); got != want {
+			t.Errorf("etcdRepository(%q) = %q, want %q", image, got, want)
+		}
+	}
+}

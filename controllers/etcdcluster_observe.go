@@ -52,7 +52,8 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.Etc
 		return nil, fmt.Errorf("list claims: %w", err)
 	}
 	for i := range pvcs.Items {
-		if name := pvcs.Items[i].Labels[resources.LabelMember]; name != "" {
+		// A claim being deleted is data going away: it must not bring its member back.
+		if name := pvcs.Items[i].Labels[resources.LabelMember]; name != "" && pvcs.Items[i].DeletionTimestamp.IsZero() {
 			obs.pvcs[name] = &pvcs.Items[i]
 		}
 	}
