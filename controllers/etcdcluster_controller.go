@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,6 +48,7 @@ type EtcdClusterReconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -72,7 +74,13 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, r.patchStatus(ctx, cluster, before)
 	}
 
-	obs, err := r.observe(ctx, cluster)
+	tlsState, err := r.ensureCertificates(ctx, cluster, time.Now())
+	if err != nil {
+		setCertificateError(cluster, err)
+		r.event(cluster, corev1.EventTypeWarning, etcdv1alpha1.ReasonCertificateError, "IssueCertificate", "%v", err)
+		return ctrl.Result{}, errors.Join(err, r.patchStatus(ctx, cluster, before))
+	}
+	obs, err := r.observe(ctx, cluster, tlsState)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -99,8 +107,8 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, cluster, before
 // to run a cluster without the TLS or authentication the user asked for.
 func unsupportedFeature(c *etcdv1alpha1.EtcdCluster) (string, bool) {
 	switch {
-	case c.Spec.TLS != nil:
-		return "spec.tls is not supported by this operator version yet; the cluster is not created without the TLS it asks for", true
+	case c.Spec.TLS != nil && c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager:
+		return "spec.tls.provider CertManager is not supported by this operator version yet; the cluster is not created without the TLS it asks for", true
 	case c.Spec.Auth != nil:
 		return "spec.auth is not supported by this operator version yet; the cluster is not created without the authentication it asks for", true
 	}
@@ -162,6 +170,7 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&etcdv1alpha1.EtcdCluster{}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		// Claims are owned only when the retention policy deletes them, so they are matched
 		// by label instead.

@@ -1,6 +1,9 @@
 package controllers_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
@@ -206,8 +209,64 @@ func TestPausedClusterIsLeftAlone(t *testing.T) {
 	}
 }
 
-func TestUnsupportedTLSIsRefusedRatherThanIgnored(t *testing.T) {
-	c := newCluster(t, "tls", func(c *etcdv1alpha1.EtcdCluster) { c.Spec.TLS = &etcdv1alpha1.TLSSpec{} })
+func TestOperatorTLSIssuesCertificatesAndMountsThem(t *testing.T) {
+	c := newCluster(t, "secure", func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Size = 1; c.Spec.TLS = &etcdv1alpha1.TLSSpec{} })
+	pod := waitForPods(t, c, 1)[0]
+
+	ca := &corev1.Secret{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: "secure-ca"}, ca); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.Data["tls.crt"])
+	for name, host := range map[string]string{
+		"secure-peer-tls":   pod.Name + ".secure-peer." + c.Namespace + ".svc",
+		"secure-server-tls": "secure-client." + c.Namespace + ".svc",
+		"secure-client-tls": "",
+	} {
+		secret := &corev1.Secret{}
+		if err := k8sClient.Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: name}, secret); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tls.X509KeyPair(secret.Data["tls.crt"], secret.Data["tls.key"]); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		block, _ := pem.Decode(secret.Data["tls.crt"])
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: host, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+			t.Errorf("%s does not chain to the cluster CA for %q: %v", name, host, err)
+		}
+	}
+	args := strings.Join(pod.Spec.Containers[0].Args, " ")
+	for _, want := range []string{"--client-cert-auth=true", "--peer-client-cert-auth=true", "--initial-advertise-peer-urls=https://"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("member args lack %q: %s", want, args)
+		}
+	}
+	eventually(t, 10*time.Second, func() error {
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		if len(c.Status.Certificates) != 4 {
+			return fmt.Errorf("status.certificates = %+v, want ca, peer, server, client", c.Status.Certificates)
+		}
+		return nil
+	})
+	for _, cs := range c.Status.Certificates {
+		if cs.NotAfter == nil || cs.NotAfter.Before(&metav1.Time{Time: time.Now().Add(300 * 24 * time.Hour)}) {
+			t.Errorf("certificate %s expiry %v", cs.Name, cs.NotAfter)
+		}
+	}
+}
+
+func TestCertManagerTLSIsRefusedRatherThanIgnored(t *testing.T) {
+	c := newCluster(t, "cm", func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.TLS = &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderCertManager,
+			CertManager: &etcdv1alpha1.CertManagerTLS{IssuerRef: etcdv1alpha1.IssuerReference{Name: "ca"}}}
+	})
 	eventually(t, 10*time.Second, func() error {
 		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
 			return err
@@ -218,7 +277,7 @@ func TestUnsupportedTLSIsRefusedRatherThanIgnored(t *testing.T) {
 		return nil
 	})
 	if pods, _ := membersOf(t, c); len(pods) != 0 {
-		t.Fatalf("a cluster asking for TLS was started without it: %d pods", len(pods))
+		t.Fatalf("a cluster asking for cert-manager TLS was started without it: %d pods", len(pods))
 	}
 }
 

@@ -29,10 +29,14 @@ type observation struct {
 	statuses  map[uint64]etcd.MemberStatus
 	leaderID  uint64
 	client    etcd.Client
+
+	// tls is nil for a plain-HTTP cluster.
+	tls *tlsState
 }
 
-func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*observation, error) {
+func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster, tlsState *tlsState) (*observation, error) {
 	obs := &observation{
+		tls:      tlsState,
 		pods:     map[string]*corev1.Pod{},
 		pvcs:     map[string]*corev1.PersistentVolumeClaim{},
 		statuses: map[uint64]etcd.MemberStatus{},
@@ -68,7 +72,11 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 	if len(endpoints) == 0 {
 		return
 	}
-	cl, err := r.Etcd.Get(client.ObjectKeyFromObject(c).String(), etcd.Config{Endpoints: endpoints})
+	cfg := etcd.Config{Endpoints: endpoints}
+	if obs.tls != nil {
+		cfg.TLS, cfg.Fingerprint = obs.tls.clientConfig, obs.tls.fingerprint
+	}
+	cl, err := r.Etcd.Get(client.ObjectKeyFromObject(c).String(), cfg)
 	if err != nil {
 		obs.etcdErr = err
 		return

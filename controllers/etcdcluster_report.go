@@ -26,6 +26,10 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 	s.Selector = labels.SelectorFromSet(resources.Selector(c)).String()
 	s.ClientService = resources.ClientServiceName(c.Name)
 	s.ClientEndpoint = resources.ClientEndpoint(c)
+	s.Certificates = nil
+	if obs.tls != nil {
+		s.Certificates = obs.tls.certificates
+	}
 
 	if obs.reachable {
 		s.ClusterID = etcd.FormatID(obs.clusterID)
@@ -177,6 +181,15 @@ func first(s []string) string {
 		return ""
 	}
 	return s[0]
+}
+
+// setCertificateError reports certificates that could not be issued or read.
+func setCertificateError(c *etcdv1alpha1.EtcdCluster, err error) {
+	c.Status.ObservedGeneration = c.Generation
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+		Type: etcdv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: etcdv1alpha1.ReasonCertificateError,
+		Message: err.Error(), ObservedGeneration: c.Generation,
+	})
 }
 
 // setUnsupportedConditions reports a spec this build cannot run.

@@ -65,5 +65,6 @@ func (c *Cache) Len() int {
 }
 
 func sameConfig(a, b Config) bool {
-	return slices.Equal(a.Endpoints, b.Endpoints) && a.TLS == b.TLS && a.Username == b.Username && a.Password == b.Password
+	return slices.Equal(a.Endpoints, b.Endpoints) && a.Fingerprint == b.Fingerprint && (a.TLS == nil) == (b.TLS == nil) &&
+		a.Username == b.Username && a.Password == b.Password
 }

@@ -74,6 +74,9 @@ type Config struct {
 	TLS       *tls.Config
 	Username  string
 	Password  string
+	// Fingerprint identifies the TLS material and credentials: the cache reconnects when it
+	// changes (a renewed client certificate), not on every reconcile's fresh tls.Config.
+	Fingerprint string
 }
 
 // callTimeout bounds every single call: a member that does not answer within it is treated as

@@ -106,6 +106,11 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository stri
 			Volumes:                   []corev1.Volume{dataVolumeSource(c, m.Name)},
 		},
 	}
+	// Certificates are read from files that the kubelet refreshes when their Secrets
+	// change; etcd loads them per handshake, so renewal needs no restart.
+	volumes, mounts := tlsVolumes(c)
+	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes...)
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, mounts...)
 	return pod
 }
 
@@ -165,6 +170,7 @@ func etcdArgs(c *etcdv1alpha1.EtcdCluster, m MemberSpec) []string {
 		// never mistake each other's members for their own.
 		"--initial-cluster-token=" + string(c.UID),
 	}
+	args = append(args, tlsArgs(c)...)
 	if t.QuotaBackendBytes != nil {
 		args = append(args, "--quota-backend-bytes="+strconv.FormatInt(t.QuotaBackendBytes.Value(), 10))
 	}

@@ -1,0 +1,177 @@
+package controllers
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/certs"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// tlsState is what the operator needs to talk TLS to a cluster, and what status reports.
+type tlsState struct {
+	clientConfig *tls.Config
+	// fingerprint changes when the client certificate or CA does, so that the cached etcd
+	// client is rebuilt then and only then.
+	fingerprint  string
+	certificates []etcdv1alpha1.CertificateStatus
+}
+
+// ensureCertificates makes sure a TLS cluster has its certificates — issuing and renewing the
+// operator's own, checking the user's — and returns the operator's client configuration.
+func (r *EtcdClusterReconciler) ensureCertificates(ctx context.Context, c *etcdv1alpha1.EtcdCluster, now time.Time) (*tlsState, error) {
+	if c.Spec.TLS == nil {
+		return nil, nil
+	}
+	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderOperator {
+		if err := r.issueCertificates(ctx, c, now); err != nil {
+			return nil, err
+		}
+	}
+	return r.loadTLSState(ctx, c)
+}
+
+func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1alpha1.EtcdCluster, now time.Time) error {
+	renewBefore := 30 * 24 * time.Hour
+	if c.Spec.TLS.RenewBefore != nil {
+		renewBefore = c.Spec.TLS.RenewBefore.Duration
+	}
+	caSecret, err := r.getSecret(ctx, c.Namespace, resources.CASecretName(c.Name))
+	if err != nil {
+		return err
+	}
+	ca := certs.KeyPair{}
+	if caSecret != nil {
+		ca = certs.KeyPair{CertPEM: caSecret.Data[certs.KeyCert], KeyPEM: caSecret.Data[certs.KeyKey]}
+	}
+	caReq := certs.Request{Kind: certs.CA, Validity: 10 * resources.CertificateRequest(c, certs.Peer).Validity}
+	if certs.NeedsRenewal(ca, nil, caReq, renewBefore, now) {
+		// A new CA means every member must trust it before it signs anything they need:
+		// until CA rotation with a trust overlap exists, it is only made, never replaced.
+		if caSecret != nil {
+			return fmt.Errorf("the CA in Secret %s is unreadable or about to expire; replace it by hand", resources.CASecretName(c.Name))
+		}
+		if ca, err = certs.NewCA(c.Name+"-ca", caReq.Validity, now); err != nil {
+			return err
+		}
+		if err := r.writeSecret(ctx, c, resources.CASecretName(c.Name), corev1.SecretTypeOpaque, ca, ca.CertPEM); err != nil {
+			return err
+		}
+		r.event(c, corev1.EventTypeNormal, "CACreated", "IssueCertificate", "made the cluster's CA")
+	}
+	names := resources.TLSSecrets(c)
+	for kind, name := range map[certs.Kind]string{certs.Peer: names.Peer, certs.Server: names.Server, certs.Client: names.Client} {
+		secret, err := r.getSecret(ctx, c.Namespace, name)
+		if err != nil {
+			return err
+		}
+		current := certs.KeyPair{}
+		if secret != nil {
+			current = certs.KeyPair{CertPEM: secret.Data[certs.KeyCert], KeyPEM: secret.Data[certs.KeyKey]}
+		}
+		req := resources.CertificateRequest(c, kind)
+		if !certs.NeedsRenewal(current, ca.CertPEM, req, renewBefore, now) {
+			continue
+		}
+		issued, err := certs.Issue(ca, req, now)
+		if err != nil {
+			return err
+		}
+		if err := r.writeSecret(ctx, c, name, corev1.SecretTypeTLS, issued, ca.CertPEM); err != nil {
+			return err
+		}
+		r.event(c, corev1.EventTypeNormal, "CertificateIssued", "IssueCertificate", "issued the %s certificate (Secret %s)", kind, name)
+	}
+	return nil
+}
+
+// loadTLSState reads the client certificate and the CA, and the expiry of every certificate.
+func (r *EtcdClusterReconciler) loadTLSState(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*tlsState, error) {
+	names := resources.TLSSecrets(c)
+	state := &tlsState{}
+	kinds := []struct {
+		kind certs.Kind
+		name string
+	}{{certs.Peer, names.Peer}, {certs.Server, names.Server}, {certs.Client, names.Client}}
+	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderOperator {
+		kinds = append([]struct {
+			kind certs.Kind
+			name string
+		}{{certs.CA, resources.CASecretName(c.Name)}}, kinds...)
+	}
+	for _, k := range kinds {
+		secret, err := r.getSecret(ctx, c.Namespace, k.name)
+		if err != nil {
+			return nil, err
+		}
+		if secret == nil {
+			return nil, fmt.Errorf("TLS Secret %s (%s certificate) not found", k.name, k.kind)
+		}
+		notAfter, err := certs.NotAfter(secret.Data[certs.KeyCert])
+		if err != nil {
+			return nil, fmt.Errorf("TLS Secret %s: %s: %w", k.name, certs.KeyCert, err)
+		}
+		cs := etcdv1alpha1.CertificateStatus{Name: string(k.kind), SecretName: k.name, NotAfter: &metav1.Time{Time: notAfter}}
+		if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderOperator && k.kind != certs.CA && c.Spec.TLS.RenewBefore != nil {
+			cs.RenewalTime = &metav1.Time{Time: certs.RenewalTime(notAfter, c.Spec.TLS.RenewBefore.Duration)}
+		}
+		state.certificates = append(state.certificates, cs)
+		if k.kind == certs.Client {
+			if state.clientConfig, err = clientTLSConfig(secret); err != nil {
+				return nil, fmt.Errorf("TLS Secret %s: %w", k.name, err)
+			}
+			state.fingerprint = k.name + "@" + secret.ResourceVersion
+		}
+	}
+	return state, nil
+}
+
+func clientTLSConfig(secret *corev1.Secret) (*tls.Config, error) {
+	pair, err := tls.X509KeyPair(secret.Data[certs.KeyCert], secret.Data[certs.KeyKey])
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(secret.Data[certs.KeyCA]) {
+		return nil, fmt.Errorf("no CA certificate under %s", certs.KeyCA)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
+}
+
+func (r *EtcdClusterReconciler) getSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get Secret %s: %w", name, err)
+	}
+	return secret, nil
+}
+
+// writeSecret creates or replaces an operator-owned certificate Secret.
+func (r *EtcdClusterReconciler) writeSecret(ctx context.Context, c *etcdv1alpha1.EtcdCluster, name string, secretType corev1.SecretType, kp certs.KeyPair, caPEM []byte) error {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
+	existing, err := r.getSecret(ctx, c.Namespace, name)
+	if err != nil {
+		return err
+	}
+	data := map[string][]byte{certs.KeyCert: kp.CertPEM, certs.KeyKey: kp.KeyPEM, certs.KeyCA: caPEM}
+	if existing != nil {
+		existing.Data = data
+		if err := r.Update(ctx, existing); err != nil {
+			return fmt.Errorf("update Secret %s: %w", name, err)
+		}
+		return nil
+	}
+	secret.Type, secret.Data, secret.Labels = secretType, data, resources.ClusterLabels(c)
+	return r.createOwned(ctx, c, secret)
+}
