@@ -49,6 +49,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.deleteOrphans(ctx, c, obs, step.Members)
 	case membership.UpgradeMember:
 		err = r.upgradeMember(ctx, c, obs, step.Member)
+	case membership.EnableAuth:
+		err = obs.client.EnableAuth(ctx, obs.access.password)
 	default:
 		err = fmt.Errorf("unknown step %q", step.Action)
 	}

@@ -74,13 +74,17 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, r.patchStatus(ctx, cluster, before)
 	}
 
-	tlsState, err := r.ensureCertificates(ctx, cluster, time.Now())
+	access, err := r.etcdAccess(ctx, cluster)
 	if err != nil {
-		setCertificateError(cluster, err)
-		r.event(cluster, corev1.EventTypeWarning, etcdv1alpha1.ReasonCertificateError, "IssueCertificate", "%v", err)
+		setAccessError(cluster, err)
+		r.event(cluster, corev1.EventTypeWarning, accessErrorReason(err), "Configure", "%v", err)
+		if accessErrorReason(err) == etcdv1alpha1.ReasonInvalidSpec {
+			// The user must fix it; look again now and then rather than back off into hours.
+			return ctrl.Result{RequeueAfter: requeueSteady}, r.patchStatus(ctx, cluster, before)
+		}
 		return ctrl.Result{}, errors.Join(err, r.patchStatus(ctx, cluster, before))
 	}
-	obs, err := r.observe(ctx, cluster, tlsState)
+	obs, err := r.observe(ctx, cluster, access)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -109,8 +113,6 @@ func unsupportedFeature(c *etcdv1alpha1.EtcdCluster) (string, bool) {
 	switch {
 	case c.Spec.TLS != nil && c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager:
 		return "spec.tls.provider CertManager is not supported by this operator version yet; the cluster is not created without the TLS it asks for", true
-	case c.Spec.Auth != nil:
-		return "spec.auth is not supported by this operator version yet; the cluster is not created without the authentication it asks for", true
 	}
 	return "", false
 }

@@ -281,6 +281,23 @@ func TestCertManagerTLSIsRefusedRatherThanIgnored(t *testing.T) {
 	}
 }
 
+func TestAuthWithoutItsSecretIsReportedAndNothingStarts(t *testing.T) {
+	c := newCluster(t, "auth", func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: "missing"} })
+	eventually(t, 10*time.Second, func() error {
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+		if d == nil || d.Reason != etcdv1alpha1.ReasonInvalidSpec || !strings.Contains(d.Message, "Secret missing") {
+			return fmt.Errorf("Degraded = %+v", d)
+		}
+		return nil
+	})
+	if pods, _ := membersOf(t, c); len(pods) != 0 {
+		t.Fatalf("%d pods started without the root credentials", len(pods))
+	}
+}
+
 func TestIdleReconcileWritesNothing(t *testing.T) {
 	c := newCluster(t, "idle", func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Paused = true })
 	eventually(t, 10*time.Second, func() error {

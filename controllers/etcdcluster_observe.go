@@ -30,13 +30,13 @@ type observation struct {
 	leaderID  uint64
 	client    etcd.Client
 
-	// tls is nil for a plain-HTTP cluster.
-	tls *tlsState
+	access      *access
+	authEnabled bool
 }
 
-func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster, tlsState *tlsState) (*observation, error) {
+func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster, a *access) (*observation, error) {
 	obs := &observation{
-		tls:      tlsState,
+		access:   a,
 		pods:     map[string]*corev1.Pod{},
 		pvcs:     map[string]*corev1.PersistentVolumeClaim{},
 		statuses: map[uint64]etcd.MemberStatus{},
@@ -72,11 +72,7 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 	if len(endpoints) == 0 {
 		return
 	}
-	cfg := etcd.Config{Endpoints: endpoints}
-	if obs.tls != nil {
-		cfg.TLS, cfg.Fingerprint = obs.tls.clientConfig, obs.tls.fingerprint
-	}
-	cl, err := r.Etcd.Get(client.ObjectKeyFromObject(c).String(), cfg)
+	cl, err := r.Etcd.Get(client.ObjectKeyFromObject(c).String(), obs.access.config(endpoints))
 	if err != nil {
 		obs.etcdErr = err
 		return
@@ -88,6 +84,10 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 		return
 	}
 	obs.reachable = true
+	if c.Spec.Auth != nil {
+		// Unknown counts as off: enabling it again is harmless.
+		obs.authEnabled, _ = cl.AuthEnabled(ctx)
+	}
 	for _, m := range obs.members {
 		if m.Name == "" || len(m.ClientURLs) == 0 {
 			continue // never started: nothing to ask
@@ -184,6 +184,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Ob
 		DesiredVersion:  c.Spec.Version,
 		DataSurvivesPod: !c.Spec.Storage.Ephemeral,
 		Paused:          c.Spec.Paused,
+		AuthPending:     c.Spec.Auth != nil && obs.reachable && !obs.authEnabled,
 	}
 }
 

@@ -27,8 +27,8 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 	s.ClientService = resources.ClientServiceName(c.Name)
 	s.ClientEndpoint = resources.ClientEndpoint(c)
 	s.Certificates = nil
-	if obs.tls != nil {
-		s.Certificates = obs.tls.certificates
+	if obs.access.tls != nil {
+		s.Certificates = obs.access.tls.certificates
 	}
 
 	if obs.reachable {
@@ -183,11 +183,11 @@ func first(s []string) string {
 	return s[0]
 }
 
-// setCertificateError reports certificates that could not be issued or read.
-func setCertificateError(c *etcdv1alpha1.EtcdCluster, err error) {
+// setAccessError reports certificates or credentials the operator could not issue or read.
+func setAccessError(c *etcdv1alpha1.EtcdCluster, err error) {
 	c.Status.ObservedGeneration = c.Generation
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: etcdv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: etcdv1alpha1.ReasonCertificateError,
+		Type: etcdv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: accessErrorReason(err),
 		Message: err.Error(), ObservedGeneration: c.Generation,
 	})
 }

@@ -64,6 +64,11 @@ type Client interface {
 	MoveLeader(ctx context.Context, leaderClientURL string, transferee uint64) error
 	// Status asks the member serving clientURL about itself.
 	Status(ctx context.Context, clientURL string) (MemberStatus, error)
+	// AuthEnabled says whether authentication is on.
+	AuthEnabled(ctx context.Context) (bool, error)
+	// EnableAuth creates the root user with password (when it does not exist), grants it the
+	// root role and turns authentication on. Each part is skipped when already done.
+	EnableAuth(ctx context.Context, password string) error
 	// Close releases the connections.
 	Close() error
 }
@@ -194,6 +199,31 @@ func (e *client) Status(ctx context.Context, clientURL string) (MemberStatus, er
 		IsLearner:        resp.IsLearner,
 		Errors:           resp.Errors,
 	}, nil
+}
+
+func (e *client) AuthEnabled(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := e.c.AuthStatus(ctx)
+	if err != nil {
+		return false, fmt.Errorf("auth status: %w", err)
+	}
+	return resp.Enabled, nil
+}
+
+func (e *client) EnableAuth(ctx context.Context, password string) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := e.c.UserAdd(ctx, "root", password); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrUserAlreadyExist) {
+		return fmt.Errorf("add root user: %w", err)
+	}
+	if _, err := e.c.UserGrantRole(ctx, "root", "root"); err != nil {
+		return fmt.Errorf("grant root role: %w", err)
+	}
+	if _, err := e.c.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("enable auth: %w", err)
+	}
+	return nil
 }
 
 func (e *client) Close() error { return e.c.Close() }

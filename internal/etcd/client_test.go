@@ -147,3 +147,38 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 		}
 	}
 }
+
+// Turning auth on is resumable: a root user left by an interrupted attempt is reused.
+func TestEnableAuthAgainstRealEtcd(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	endpoints := etcdtest.ClientURLs(servers)
+	if _, err := servers[0].Client(t).UserAdd(t.Context(), "root", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := etcd.New(etcd.Config{Endpoints: endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if on, err := c.AuthEnabled(t.Context()); err != nil || on {
+		t.Fatalf("auth enabled = %v, %v before enabling", on, err)
+	}
+	if err := c.EnableAuth(t.Context(), "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+
+	root, err := etcd.New(etcd.Config{Endpoints: endpoints, Username: "root", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if on, err := root.AuthEnabled(t.Context()); err != nil || !on {
+		t.Fatalf("auth enabled = %v, %v after enabling", on, err)
+	}
+	if _, _, err := root.Members(t.Context()); err != nil {
+		t.Fatalf("root cannot list members: %v", err)
+	}
+	if _, err := servers[0].Client(t).Put(t.Context(), "k", "v"); err == nil {
+		t.Fatal("an anonymous client could write with auth on")
+	}
+}

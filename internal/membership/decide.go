@@ -56,6 +56,8 @@ type Observed struct {
 	// DataSurvivesPod is false with ephemeral storage: a member's data dies with its pod.
 	DataSurvivesPod bool
 	Paused          bool
+	// AuthPending: the spec asks for authentication and etcd does not have it on yet.
+	AuthPending bool
 }
 
 // Action is the kind of step.
@@ -85,6 +87,9 @@ const (
 	DeleteOrphans Action = "DeleteOrphans"
 	// UpgradeMember: restart Member's pod on the desired version.
 	UpgradeMember Action = "UpgradeMember"
+	// EnableAuth: create the root user and turn authentication on, once the cluster is
+	// complete and healthy.
+	EnableAuth Action = "EnableAuth"
 )
 
 // Step is the one thing to do next.
@@ -118,6 +123,7 @@ const (
 	OpQuorumLost      = "QuorumLost"
 	OpPaused          = "Paused"
 	OpUnhealthy       = "MembersUnhealthy"
+	OpEnablingAuth    = "EnablingAuth"
 	OpNone            = ""
 )
 
@@ -146,6 +152,9 @@ func Next(o Observed) Step {
 	}
 	if unhealthy := names(o.Members, func(m Member) bool { return m.InEtcd() && !m.Healthy }); len(unhealthy) > 0 {
 		return Step{Action: Wait, Operation: OpUnhealthy, Members: unhealthy, Reason: "waiting for unhealthy members to recover"}
+	}
+	if o.AuthPending {
+		return Step{Action: EnableAuth, Operation: OpEnablingAuth, Reason: "creating the root user and enabling authentication"}
 	}
 	return Step{Action: Wait, Reason: "cluster matches its spec"}
 }

@@ -182,6 +182,15 @@ func TestNext(t *testing.T) {
 			o.DesiredVersion = "3.7.3"
 			return o
 		}(), Step{Action: Wait}},
+		{"auth is enabled once the cluster is complete and healthy", func() Observed { o := formed(three()...); o.AuthPending = true; return o }(),
+			Step{Action: EnableAuth}},
+		{"auth waits for scaling", func() Observed { o := formed(three()...); o.AuthPending = true; o.DesiredSize = 4; return o }(),
+			Step{Action: AddLearner}},
+		{"auth waits for an unhealthy member", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
+			o.AuthPending = true
+			return o
+		}(), Step{Action: Wait, Members: []string{"c"}}},
 		{"scaling comes before upgrading", func() Observed { o := formed(three()...); o.DesiredVersion = "3.7.3"; o.DesiredSize = 4; return o }(),
 			Step{Action: AddLearner}},
 	}
