@@ -20,6 +20,7 @@ SHELL := /usr/bin/env bash -o pipefail
 LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
+OPERATOR_SDK ?= $(LOCALBIN)/operator-sdk
 K8S_BIN ?= $(LOCALBIN)/k8s
 ETCD_BIN ?= $(LOCALBIN)/etcd/$(ETCD_VERSION)
 ETCD_NEXT_BIN ?= $(LOCALBIN)/etcd/$(ETCD_NEXT_VERSION)
@@ -52,7 +53,7 @@ vet: ## go vet, including the build-tagged e2e tests.
 	go vet -tags e2e ./...
 
 .PHONY: test
-test: envtest-assets $(CONTROLLER_GEN) vet ## Unit and envtest tests against a real kube-apiserver and etcd; fails if generated files are stale.
+test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) vet ## Unit and envtest tests against a real kube-apiserver and etcd; fails if generated files are stale.
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" \
 		go test $(GO_TEST_FLAGS) ./...
@@ -115,3 +116,4 @@ envtest-assets: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd ##
 KUBECTL ?= $(K8S_BIN)/kubectl
 
 -include hack/cluster.mk
+-include hack/olm.mk

@@ -34,6 +34,7 @@ type EtcdBackupSpec struct {
 	// Retention prunes this EtcdBackup's older snapshots from the destination after each
 	// successful run.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Retention"
 	Retention *BackupRetention `json:"retention,omitempty"`
 
 	// Suspend stops new scheduled runs; a run already started finishes.

@@ -1,0 +1,391 @@
+package olm
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
+	"github.com/operator-framework/api/pkg/validation"
+	validationerrors "github.com/operator-framework/api/pkg/validation/errors"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/sets"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+// The validators of `operator-sdk bundle validate --select-optional suite=operatorframework` and
+// of `--select-optional name=operatorhub`, which OperatorHub's pipeline runs, at the version of
+// operator-framework/api this project pins. The Kubernetes version is the cluster's, so that an
+// API removed by then is an error.
+func TestBundlePassesOperatorHubValidation(t *testing.T) {
+	bundle := loadBundle(t)
+	validators := validation.DefaultBundleValidators.WithValidators(
+		validation.OperatorHubV2Validator,
+		validation.StandardCapabilitiesValidator,
+		validation.StandardCategoriesValidator,
+		validation.AlphaDeprecatedAPIsValidator,
+		validation.GoodPracticesValidator,
+		validation.OperatorHubValidator, //nolint:staticcheck // the community pipeline still runs it
+	)
+	objects := append(bundle.ObjectsToValidate(), map[string]string{"k8s-version": kubernetesMinorVersion(t)})
+
+	for _, result := range validators.Validate(objects...) {
+		for _, e := range result.Errors {
+			t.Errorf("%s: %v", result.Name, e)
+		}
+		for _, w := range result.Warnings {
+			// The operatorhub validator always adds a warning that it is deprecated.
+			if w.Type == validationerrors.ErrorDeprecatedValidator {
+				continue
+			}
+			t.Errorf("%s: %v", result.Name, w)
+		}
+	}
+}
+
+// kubernetesMinorVersion is the Makefile's KUBERNETES_VERSION as MAJOR.MINOR.
+func kubernetesMinorVersion(t *testing.T) string {
+	t.Helper()
+	makefile, err := os.ReadFile(repoPath("Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^KUBERNETES_VERSION \?= v(\d+\.\d+)\.\d+$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("Makefile: no KUBERNETES_VERSION ?= vX.Y.Z")
+	}
+	return string(m[1])
+}
+
+// The CSV must own every CRD the bundle ships and no other, and the bundle must ship the CRDs
+// `make manifests` generates; OLM refuses a CSV whose owned CRDs are missing from its bundle.
+func TestCSVOwnsTheBundleCRDs(t *testing.T) {
+	bundle := loadBundle(t)
+
+	files, err := filepath.Glob(repoPath("config", "crd", "bases", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	generated := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, file := range files {
+		for _, crd := range decodeYAMLFile[apiextensionsv1.CustomResourceDefinition](t, file) {
+			generated[crd.Name] = &crd
+		}
+	}
+	if len(generated) == 0 {
+		t.Fatal("no CRDs in config/crd/bases")
+	}
+
+	shipped := sets.New[string]()
+	for _, crd := range bundle.V1CRDs {
+		key := crd.Name
+		shipped.Insert(key)
+		want, ok := generated[key]
+		if !ok {
+			t.Errorf("bundle ships CRD %s, which config/crd/bases does not have", key)
+			continue
+		}
+		if !equality.Semantic.DeepEqual(crd.Spec, want.Spec) {
+			t.Errorf("bundle's CRD %s differs from config/crd/bases: run `make bundle`", key)
+		}
+	}
+	for name := range generated {
+		if !shipped.Has(name) {
+			t.Errorf("config/crd/bases has CRD %s, which the bundle does not ship: run `make bundle`", name)
+		}
+	}
+
+	servedVersions := sets.New[string]()
+	for _, crd := range bundle.V1CRDs {
+		for _, v := range crd.Spec.Versions {
+			if v.Served {
+				servedVersions.Insert(fmt.Sprintf("%s %s %s", crd.Name, v.Name, crd.Spec.Names.Kind))
+			}
+		}
+	}
+	owned := sets.New[string]()
+	for _, o := range bundle.CSV.Spec.CustomResourceDefinitions.Owned {
+		owned.Insert(fmt.Sprintf("%s %s %s", o.Name, o.Version, o.Kind))
+		// The console shows these, and scorecard's OLM suite fails without them.
+		if o.DisplayName == "" || o.Description == "" || len(o.Resources) == 0 ||
+			len(o.SpecDescriptors) == 0 || len(o.StatusDescriptors) == 0 {
+			t.Errorf("owned CRD %s lacks a displayName, description, resources, spec or status descriptors: "+
+				"add +operator-sdk:csv markers to its type in api/", o.Name)
+		}
+	}
+	if !owned.Equal(servedVersions) {
+		t.Errorf("CSV owns %v, the bundle's CRDs serve %v", sets.List(owned), sets.List(servedVersions))
+	}
+}
+
+// What the operator's service account may do under OLM is only what the CSV says, so the CSV must
+// grant exactly what config/rbac binds to that account: the manager role (from the RBAC markers),
+// the metrics auth role and the leader-election role. Stale CSV permissions would surface only
+// under OLM, as Forbidden errors.
+func TestCSVPermissionsMatchConfigRBAC(t *testing.T) {
+	csv := loadBundle(t).CSV
+	serviceAccount := managerDeployment(t, csv).Spec.Template.Spec.ServiceAccountName
+	wantCluster, wantNamespaced, boundRoles := rbacBoundToManager(t)
+	for _, role := range []string{"manager-role", "leader-election-role"} {
+		if !boundRoles.Has(role) {
+			t.Fatalf("config/rbac does not bind %s to the manager's service account", role)
+		}
+	}
+
+	strategy := csv.Spec.InstallStrategy.StrategySpec
+	for _, c := range []struct {
+		field string
+		got   []operatorsv1alpha1.StrategyDeploymentPermissions
+		want  []rbacv1.PolicyRule
+	}{
+		{"clusterPermissions", strategy.ClusterPermissions, wantCluster},
+		{"permissions", strategy.Permissions, wantNamespaced},
+	} {
+		if len(c.got) != 1 || c.got[0].ServiceAccountName != serviceAccount {
+			t.Errorf("CSV %s: want one entry, for service account %s; got %+v", c.field, serviceAccount, c.got)
+			continue
+		}
+		if got, want := ruleSet(t, c.got[0].Rules), ruleSet(t, c.want); !slices.Equal(got, want) {
+			t.Errorf("CSV %s differ from config/rbac: run `make bundle`\n got: %v\nwant: %v", c.field, got, want)
+		}
+	}
+}
+
+// rbacBoundToManager reads config/rbac's resources and returns the rules of the ClusterRoles and
+// of the Roles bound to the manager's service account, and the names of those roles.
+func rbacBoundToManager(t *testing.T) (cluster, namespaced []rbacv1.PolicyRule, bound sets.Set[string]) {
+	t.Helper()
+	var kustomization struct {
+		Resources []string `json:"resources"`
+	}
+	data, err := os.ReadFile(repoPath("config", "rbac", "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.Unmarshal(data, &kustomization); err != nil {
+		t.Fatal(err)
+	}
+
+	var serviceAccount string
+	clusterRoles := map[string][]rbacv1.PolicyRule{}
+	roles := map[string][]rbacv1.PolicyRule{}
+	var bindings []rbacv1.RoleBinding // a ClusterRoleBinding decodes into the same fields
+	for _, file := range kustomization.Resources {
+		for _, obj := range decodeYAMLFile[map[string]any](t, repoPath("config", "rbac", file)) {
+			raw, err := json.Marshal(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch obj["kind"] {
+			case "ServiceAccount":
+				serviceAccount = obj["metadata"].(map[string]any)["name"].(string)
+			case "ClusterRole", "Role":
+				var role rbacv1.ClusterRole
+				if err := json.Unmarshal(raw, &role); err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+				if obj["kind"] == "ClusterRole" {
+					clusterRoles[role.Name] = role.Rules
+				} else {
+					roles[role.Name] = role.Rules
+				}
+			case "ClusterRoleBinding", "RoleBinding":
+				var binding rbacv1.RoleBinding
+				if err := json.Unmarshal(raw, &binding); err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+				bindings = append(bindings, binding)
+			}
+		}
+	}
+	if serviceAccount == "" {
+		t.Fatal("config/rbac has no ServiceAccount")
+	}
+
+	bound = sets.New[string]()
+	for _, b := range bindings {
+		if !slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == serviceAccount
+		}) {
+			continue
+		}
+		bound.Insert(b.RoleRef.Name)
+		switch {
+		case b.Kind == "ClusterRoleBinding" && b.RoleRef.Kind == "ClusterRole":
+			cluster = append(cluster, clusterRoles[b.RoleRef.Name]...)
+		case b.Kind == "RoleBinding" && b.RoleRef.Kind == "Role":
+			namespaced = append(namespaced, roles[b.RoleRef.Name]...)
+		default:
+			t.Fatalf("%s %s binds %s %s: OLM has no place for that pairing", b.Kind, b.Name, b.RoleRef.Kind, b.RoleRef.Name)
+		}
+	}
+	return cluster, namespaced, bound
+}
+
+// ruleSet is the rules as sorted JSON, so that the order the generator concatenated them in does
+// not matter.
+func ruleSet(t *testing.T, rules []rbacv1.PolicyRule) []string {
+	t.Helper()
+	out := make([]string, 0, len(rules))
+	for _, r := range rules {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(b))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The console's "Create" forms start from alm-examples: one per kind, each a valid object, and
+// scorecard's olm-spec-descriptors test wants a descriptor for every spec field they set.
+func TestALMExamplesCoverEveryKind(t *testing.T) {
+	csv := loadBundle(t).CSV
+	var examples []json.RawMessage
+	if err := json.Unmarshal([]byte(csv.Annotations["alm-examples"]), &examples); err != nil {
+		t.Fatalf("alm-examples: %v", err)
+	}
+
+	owned := map[string]operatorsv1alpha1.CRDDescription{}
+	for _, o := range csv.Spec.CustomResourceDefinitions.Owned {
+		owned[o.Kind] = o
+	}
+	seen := sets.New[string]()
+	for _, raw := range examples {
+		var example struct {
+			APIVersion string         `json:"apiVersion"`
+			Kind       string         `json:"kind"`
+			Spec       map[string]any `json:"spec"`
+		}
+		if err := json.Unmarshal(raw, &example); err != nil {
+			t.Fatalf("alm-examples: %v", err)
+		}
+		if example.APIVersion != etcdv1alpha1.GroupVersion.String() {
+			t.Errorf("alm-examples: %s has apiVersion %s, want %s", example.Kind, example.APIVersion, etcdv1alpha1.GroupVersion)
+		}
+		seen.Insert(example.Kind)
+
+		var obj any
+		switch example.Kind {
+		case "EtcdCluster":
+			obj = &etcdv1alpha1.EtcdCluster{}
+		case "EtcdBackup":
+			obj = &etcdv1alpha1.EtcdBackup{}
+		case "EtcdRestore":
+			obj = &etcdv1alpha1.EtcdRestore{}
+		default:
+			t.Errorf("alm-examples: unexpected kind %q", example.Kind)
+			continue
+		}
+		decoder := json.NewDecoder(bytes.NewReader(raw))
+		decoder.DisallowUnknownFields()
+		if err := decoder.Decode(obj); err != nil {
+			t.Errorf("alm-examples: %s does not parse as %T: %v", example.Kind, obj, err)
+		}
+
+		for field := range example.Spec {
+			if !slices.ContainsFunc(owned[example.Kind].SpecDescriptors, func(d operatorsv1alpha1.SpecDescriptor) bool {
+				return d.Path == field
+			}) {
+				t.Errorf("alm-examples: %s sets spec.%s, which has no spec descriptor: add an "+
+					"+operator-sdk:csv:customresourcedefinitions:type=spec marker to the field in api/", example.Kind, field)
+			}
+		}
+	}
+	if want := sets.New("EtcdCluster", "EtcdBackup", "EtcdRestore"); !seen.Equal(want) {
+		t.Errorf("alm-examples has %v, want %v", sets.List(seen), sets.List(want))
+	}
+	if ownedKinds := sets.KeySet(owned); !seen.Equal(ownedKinds) {
+		t.Errorf("alm-examples has %v, the CSV owns %v", sets.List(seen), sets.List(ownedKinds))
+	}
+}
+
+// Disconnected installs mirror relatedImages: the operator's image (which it also gives its agent
+// Jobs) and every image it learns from a RELATED_IMAGE_* variable must be listed.
+func TestRelatedImagesListOperatorAndOperands(t *testing.T) {
+	csv := loadBundle(t).CSV
+	listed := map[string]string{}
+	for _, ri := range csv.Spec.RelatedImages {
+		listed[ri.Name] = ri.Image
+	}
+
+	containers := managerDeployment(t, csv).Spec.Template.Spec.Containers
+	if len(containers) != 1 {
+		t.Fatalf("manager Deployment has %d containers, want 1", len(containers))
+	}
+	manager := containers[0]
+	if csv.Annotations["containerImage"] != manager.Image {
+		t.Errorf("containerImage annotation %q, manager image %q", csv.Annotations["containerImage"], manager.Image)
+	}
+	if listed["operator"] != manager.Image {
+		t.Errorf("relatedImages operator = %q, want the manager's image %q", listed["operator"], manager.Image)
+	}
+	if listed["etcd"] == "" {
+		t.Error("relatedImages has no etcd image")
+	}
+	for _, env := range manager.Env {
+		name, ok := strings.CutPrefix(env.Name, "RELATED_IMAGE_")
+		if !ok {
+			continue
+		}
+		name = strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+		if listed[name] != env.Value {
+			t.Errorf("%s=%q, relatedImages %s = %q", env.Name, env.Value, name, listed[name])
+		}
+	}
+}
+
+// Every install mode is offered because the manager watches what OLM's OperatorGroup targets:
+// OLM writes them to the pod's olm.targetNamespaces annotation, which becomes WATCH_NAMESPACES.
+func TestInstallModesFollowWatchedNamespaces(t *testing.T) {
+	csv := loadBundle(t).CSV
+	for _, mode := range csv.Spec.InstallModes {
+		if !mode.Supported {
+			t.Errorf("install mode %s is not supported", mode.Type)
+		}
+	}
+	if len(csv.Spec.InstallModes) != 4 {
+		t.Errorf("CSV declares %d install modes, want all 4", len(csv.Spec.InstallModes))
+	}
+	env := managerDeployment(t, csv).Spec.Template.Spec.Containers[0].Env
+	i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == "WATCH_NAMESPACES" })
+	if i < 0 || env[i].ValueFrom == nil || env[i].ValueFrom.FieldRef == nil ||
+		env[i].ValueFrom.FieldRef.FieldPath != "metadata.annotations['olm.targetNamespaces']" {
+		t.Error("the manager's WATCH_NAMESPACES does not come from the olm.targetNamespaces annotation")
+	}
+}
+
+// The CSV's icon and the catalog package's are config/manifests/icon.svg.
+func TestIconIsTheSVGSource(t *testing.T) {
+	svg, err := os.ReadFile(repoPath("config", "manifests", "icon.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	icons := loadBundle(t).CSV.Spec.Icon
+	if len(icons) != 1 || icons[0].MediaType != "image/svg+xml" {
+		t.Fatalf("CSV icons %+v, want one image/svg+xml", icons)
+	}
+	data, err := base64.StdEncoding.DecodeString(icons[0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, svg) {
+		t.Error("the CSV base's icon is not config/manifests/icon.svg: base64-encode it into config/manifests/bases")
+	}
+	if icon := loadCatalog(t).Icon; icon == nil || icon.MediaType != "image/svg+xml" || !bytes.Equal(icon.Data, svg) {
+		t.Error("the catalog package's icon is not config/manifests/icon.svg: run `make catalog`")
+	}
+}
