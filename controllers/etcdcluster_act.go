@@ -49,6 +49,10 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.deleteOrphans(ctx, c, obs, step.Members)
 	case membership.UpgradeMember:
 		err = r.upgradeMember(ctx, c, obs, step.Member)
+	case membership.Defragment:
+		err = obs.client.Defragment(ctx, resources.ClientURL(c, step.Member))
+	case membership.DisarmNoSpace:
+		err = obs.client.DisarmNoSpace(ctx)
 	case membership.EnableAuth:
 		err = obs.client.EnableAuth(ctx, obs.access.password)
 	default:

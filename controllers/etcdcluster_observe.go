@@ -153,6 +153,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Ob
 			m.Healthy = len(st.Errors) == 0
 			m.Version = st.Version
 			m.RaftIndex = st.RaftIndex
+			m.DBSizeBytes, m.DBSizeInUseBytes = st.DBSizeBytes, st.DBSizeInUseBytes
 		}
 		m.IsLeader = em.ID == obs.leaderID
 	}
@@ -185,7 +186,36 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Ob
 		DataSurvivesPod: !c.Spec.Storage.Ephemeral,
 		Paused:          c.Spec.Paused,
 		AuthPending:     c.Spec.Auth != nil && obs.reachable && !obs.authEnabled,
+		Defrag:          defragPolicy(c),
+		NoSpaceAlarm:    obs.hasAlarm("NOSPACE"),
+		QuotaBytes:      obs.quotaBytes(),
 	}
+}
+
+func defragPolicy(c *etcdv1alpha1.EtcdCluster) membership.DefragPolicy {
+	d := c.Spec.Defragmentation
+	p := membership.DefragPolicy{Enabled: d.Policy != etcdv1alpha1.DefragmentationDisabled, ThresholdPercent: int64(d.ThresholdPercent)}
+	if d.MinimumDBSize != nil {
+		p.MinBytes = d.MinimumDBSize.Value()
+	}
+	return p
+}
+
+func (obs *observation) hasAlarm(alarm string) bool {
+	for _, st := range obs.statuses {
+		if slices.Contains(st.Alarms, alarm) {
+			return true
+		}
+	}
+	return false
+}
+
+func (obs *observation) quotaBytes() int64 {
+	var quota int64
+	for _, st := range obs.statuses {
+		quota = max(quota, st.QuotaBytes)
+	}
+	return quota
 }
 
 // bootstrapPlan is the --initial-cluster recorded on the bootstrap members' pods or claims.

@@ -80,7 +80,10 @@ func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha
 			ms.DBSizeBytes = st.DBSizeBytes
 			ms.DBSizeInUseBytes = st.DBSizeInUseBytes
 			ms.RaftIndex = st.RaftIndex
-			ms.Errors = st.Errors
+			ms.Errors = slices.Clone(st.Errors)
+			for _, a := range st.Alarms {
+				ms.Errors = append(ms.Errors, "alarm: "+a)
+			}
 		} else if em.Name == "" {
 			ms.Errors = []string{"not started yet"}
 		} else {
@@ -116,23 +119,39 @@ func setConditions(c *etcdv1alpha1.EtcdCluster, reachable bool, voters int, step
 		set(etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, reasonOf(step), fmt.Sprintf("%s failed, will retry: %v", step.Action, actErr))
 	case step.Operation == membership.OpPaused:
 		set(etcdv1alpha1.ConditionProgressing, metav1.ConditionFalse, etcdv1alpha1.ReasonPaused, step.Reason)
-	case step.Action == membership.Wait && (step.Operation == membership.OpNone || step.Operation == membership.OpUnhealthy || step.Operation == membership.OpQuorumLost):
+	case step.Action == membership.Wait && slices.Contains([]string{membership.OpNone, membership.OpUnhealthy, membership.OpQuorumLost, membership.OpNoSpace}, step.Operation):
 		set(etcdv1alpha1.ConditionProgressing, metav1.ConditionFalse, etcdv1alpha1.ReasonReconciled, "no change under way")
 	default:
 		set(etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, reasonOf(step), step.Reason+membersSuffix(step))
 	}
 
 	unhealthy := unhealthyMembers(s.Members)
+	alarms := alarmsOf(s.Members)
 	switch {
 	case s.ClusterID != "" && !quorate:
 		set(etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumLost,
 			"quorum is lost: see docs/concepts.md for recovery")
+	case len(alarms) > 0:
+		set(etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonAlarm,
+			"etcd alarms raised: "+strings.Join(alarms, ", ")+"; see docs/concepts.md")
 	case len(unhealthy) > 0:
 		set(etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonMembersUnhealthy,
 			"unhealthy members: "+strings.Join(unhealthy, "; "))
 	default:
 		set(etcdv1alpha1.ConditionDegraded, metav1.ConditionFalse, etcdv1alpha1.ReasonQuorumHealthy, "every member is healthy")
 	}
+}
+
+func alarmsOf(members []etcdv1alpha1.MemberStatus) []string {
+	var out []string
+	for _, m := range members {
+		for _, e := range m.Errors {
+			if a, ok := strings.CutPrefix(e, "alarm: "); ok && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 func reasonOf(step membership.Step) string {

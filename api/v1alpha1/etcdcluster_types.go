@@ -425,8 +425,9 @@ type MemberStatus struct {
 	// IsLeader is true for the raft leader.
 	// +optional
 	IsLeader bool `json:"isLeader,omitempty"`
-	// Healthy is true when the member answered its status request with no alarm and no
-	// error.
+	// Healthy is true when the member answered its status request, has a leader and reports
+	// no error. Cluster-wide alarms such as NOSPACE are listed in errors and make the cluster
+	// Degraded, but leave members healthy: they still serve reads.
 	Healthy bool `json:"healthy"`
 	// DBSizeBytes is the size of the member's database file.
 	// +optional
@@ -437,7 +438,7 @@ type MemberStatus struct {
 	// RaftIndex is the member's raft log index.
 	// +optional
 	RaftIndex uint64 `json:"raftIndex,omitempty"`
-	// Errors the member reported (alarms, unreachable), most recent first.
+	// Errors the member reported, its alarms ("alarm: NOSPACE"), or why it did not answer.
 	// +optional
 	Errors []string `json:"errors,omitempty"`
 }

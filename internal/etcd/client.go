@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -44,8 +45,11 @@ type MemberStatus struct {
 	RaftAppliedIndex uint64
 	RaftTerm         uint64
 	IsLearner        bool
-	// Errors are the member's own errors and active alarms, such as "NOSPACE".
+	QuotaBytes       int64
+	// Errors are the member's own errors, such as having no leader.
 	Errors []string
+	// Alarms are the cluster's active alarms as this member reports them, such as NOSPACE.
+	Alarms []string
 }
 
 // Client is the narrow view of etcd the reconcilers use.
@@ -69,6 +73,11 @@ type Client interface {
 	// EnableAuth creates the root user with password (when it does not exist), grants it the
 	// root role and turns authentication on. Each part is skipped when already done.
 	EnableAuth(ctx context.Context, password string) error
+	// Defragment rewrites the database file of the member serving clientURL, giving back the
+	// space compaction freed. The member answers nothing else meanwhile.
+	Defragment(ctx context.Context, clientURL string) error
+	// DisarmNoSpace clears the NOSPACE alarm of every member, letting writes through again.
+	DisarmNoSpace(ctx context.Context) error
 	// Close releases the connections.
 	Close() error
 }
@@ -187,7 +196,7 @@ func (e *client) Status(ctx context.Context, clientURL string) (MemberStatus, er
 	if err != nil {
 		return MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, err)
 	}
-	return MemberStatus{
+	st := MemberStatus{
 		MemberID:         resp.Header.MemberId,
 		LeaderID:         resp.Leader,
 		Version:          resp.Version,
@@ -197,8 +206,17 @@ func (e *client) Status(ctx context.Context, clientURL string) (MemberStatus, er
 		RaftAppliedIndex: resp.RaftAppliedIndex,
 		RaftTerm:         resp.RaftTerm,
 		IsLearner:        resp.IsLearner,
-		Errors:           resp.Errors,
-	}, nil
+		QuotaBytes:       resp.DbSizeQuota,
+	}
+	for _, e := range resp.Errors {
+		// etcd reports alarms as "memberID:<id> alarm:<TYPE>".
+		if _, alarm, ok := strings.Cut(e, "alarm:"); ok {
+			st.Alarms = append(st.Alarms, strings.TrimSpace(alarm))
+		} else {
+			st.Errors = append(st.Errors, e)
+		}
+	}
+	return st, nil
 }
 
 func (e *client) AuthEnabled(ctx context.Context) (bool, error) {
@@ -222,6 +240,36 @@ func (e *client) EnableAuth(ctx context.Context, password string) error {
 	}
 	if _, err := e.c.AuthEnable(ctx); err != nil {
 		return fmt.Errorf("enable auth: %w", err)
+	}
+	return nil
+}
+
+// defragmentTimeout is far above callTimeout: defragmentation rewrites the whole database file.
+const defragmentTimeout = 5 * time.Minute
+
+func (e *client) Defragment(ctx context.Context, clientURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, defragmentTimeout)
+	defer cancel()
+	if _, err := e.c.Defragment(ctx, clientURL); err != nil {
+		return fmt.Errorf("defragment %s: %w", clientURL, err)
+	}
+	return nil
+}
+
+func (e *client) DisarmNoSpace(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	alarms, err := e.c.AlarmList(ctx)
+	if err != nil {
+		return fmt.Errorf("list alarms: %w", err)
+	}
+	for _, a := range alarms.Alarms {
+		if a.Alarm != pb.AlarmType_NOSPACE {
+			continue
+		}
+		if _, err := e.c.AlarmDisarm(ctx, (*clientv3.AlarmMember)(a)); err != nil {
+			return fmt.Errorf("disarm NOSPACE of member %s: %w", FormatID(a.MemberID), err)
+		}
 	}
 	return nil
 }

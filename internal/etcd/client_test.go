@@ -3,7 +3,9 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,13 +52,14 @@ func TestMembershipStepsAgainstRealEtcd(t *testing.T) {
 	if len(members) != 4 || slices.ContainsFunc(members, func(m etcd.Member) bool { return m.IsLearner }) {
 		t.Fatalf("after promotion: %+v, want four voters", members)
 	}
-	st, err := c.Status(ctx, joiner.ClientURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.MemberID != learner.ID || st.IsLearner || st.Version != "3.6.16" || st.DBSizeBytes == 0 {
-		t.Fatalf("status of the promoted member: %+v", st)
-	}
+	// The promoted member learns of its promotion when it applies the entry: poll.
+	eventually(t, 10*time.Second, func() error {
+		st, err := c.Status(ctx, joiner.ClientURL)
+		if err == nil && (st.MemberID != learner.ID || st.IsLearner || st.Version != "3.6.16" || st.DBSizeBytes == 0) {
+			err = fmt.Errorf("status of the promoted member: %+v", st)
+		}
+		return err
+	})
 
 	// Leadership moves only when asked on the leader. It goes to an original member so that
 	// removing the promoted one below does not remove the leader.
@@ -180,5 +183,61 @@ func TestEnableAuthAgainstRealEtcd(t *testing.T) {
 	}
 	if _, err := servers[0].Client(t).Put(t.Context(), "k", "v"); err == nil {
 		t.Fatal("an anonymous client could write with auth on")
+	}
+}
+
+// A member that fills its quota raises NOSPACE and refuses writes; compaction plus
+// defragmentation gives the space back and disarming lets writes through again.
+func TestNoSpaceRecoveryAgainstRealEtcd(t *testing.T) {
+	s := etcdtest.NewServer(t, "m0")
+	s.ExtraArgs = []string{"--quota-backend-bytes", "16777216"}
+	s.Start(t, "new", etcdtest.InitialCluster(s))
+	s.WaitReady(t)
+	raw := s.Client(t)
+	c, err := etcd.New(etcd.Config{Endpoints: []string{s.ClientURL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+
+	value := strings.Repeat("x", 512*1024)
+	var lastRev int64
+	for i := 0; ; i++ {
+		resp, err := raw.Put(ctx, "big", value)
+		if err != nil {
+			if !strings.Contains(err.Error(), "database space exceeded") {
+				t.Fatalf("put %d: %v", i, err)
+			}
+			break
+		}
+		lastRev = resp.Header.Revision
+		if i > 200 {
+			t.Fatal("quota never reached")
+		}
+	}
+	st, err := c.Status(ctx, s.ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(st.Alarms, "NOSPACE") || len(st.Errors) != 0 {
+		t.Fatalf("status alarms %v errors %v: want NOSPACE as an alarm, not an error", st.Alarms, st.Errors)
+	}
+
+	if _, err := raw.Compact(ctx, lastRev); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Defragment(ctx, s.ClientURL); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := c.Status(ctx, s.ClientURL)
+	if after.DBSizeBytes >= st.DBSizeBytes {
+		t.Fatalf("defragmentation gave nothing back: %d -> %d bytes", st.DBSizeBytes, after.DBSizeBytes)
+	}
+	if err := c.DisarmNoSpace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Put(ctx, "after", "ok"); err != nil {
+		t.Fatalf("write after disarming: %v", err)
 	}
 }

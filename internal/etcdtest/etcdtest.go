@@ -23,6 +23,8 @@ type Server struct {
 	ClientURL string
 	PeerURL   string
 	DataDir   string
+	// ExtraArgs are passed to etcd after the ones Start sets, such as a small quota.
+	ExtraArgs []string
 	cmd       *exec.Cmd
 	exited    chan struct{}
 }
@@ -85,7 +87,7 @@ func StartCluster(t testing.TB, n int) []*Server {
 // process is stopped when the test ends.
 func (s *Server) Start(t testing.TB, state, initialCluster string) {
 	t.Helper()
-	cmd := exec.Command(Binary(t),
+	args := []string{
 		"--name", s.Name,
 		"--data-dir", s.DataDir,
 		"--listen-client-urls", s.ClientURL,
@@ -98,7 +100,8 @@ func (s *Server) Start(t testing.TB, state, initialCluster string) {
 		"--heartbeat-interval", "50",
 		"--election-timeout", "500",
 		"--log-level", "error",
-	)
+	}
+	cmd := exec.Command(Binary(t), append(args, s.ExtraArgs...)...)
 	logFile, err := os.Create(s.DataDir + ".log")
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,9 @@ type Member struct {
 	IsLeader  bool
 	Version   string // the etcd version it reports
 	RaftIndex uint64
+	// DBSizeBytes and DBSizeInUseBytes are the database file size and its live part.
+	DBSizeBytes      int64
+	DBSizeInUseBytes int64
 
 	// From Kubernetes.
 	PodExists      bool
@@ -58,6 +61,21 @@ type Observed struct {
 	Paused          bool
 	// AuthPending: the spec asks for authentication and etcd does not have it on yet.
 	AuthPending bool
+	// Defrag is the defragmentation policy.
+	Defrag DefragPolicy
+	// NoSpaceAlarm: etcd raised NOSPACE and refuses writes.
+	NoSpaceAlarm bool
+	// QuotaBytes is the backend quota the members run with.
+	QuotaBytes int64
+}
+
+// DefragPolicy says when a member's database is worth defragmenting.
+type DefragPolicy struct {
+	Enabled bool
+	// ThresholdPercent of the file that must be free space.
+	ThresholdPercent int64
+	// MinBytes below which a file is left alone.
+	MinBytes int64
 }
 
 // Action is the kind of step.
@@ -90,6 +108,10 @@ const (
 	// EnableAuth: create the root user and turn authentication on, once the cluster is
 	// complete and healthy.
 	EnableAuth Action = "EnableAuth"
+	// Defragment: rewrite Member's database file to give back freed space.
+	Defragment Action = "Defragment"
+	// DisarmNoSpace: clear the NOSPACE alarm once the space is back.
+	DisarmNoSpace Action = "DisarmNoSpace"
 )
 
 // Step is the one thing to do next.
@@ -124,6 +146,8 @@ const (
 	OpPaused          = "Paused"
 	OpUnhealthy       = "MembersUnhealthy"
 	OpEnablingAuth    = "EnablingAuth"
+	OpDefragmenting   = "Defragmenting"
+	OpNoSpace         = "Alarm"
 	OpNone            = ""
 )
 
@@ -155,6 +179,9 @@ func Next(o Observed) Step {
 	}
 	if o.AuthPending {
 		return Step{Action: EnableAuth, Operation: OpEnablingAuth, Reason: "creating the root user and enabling authentication"}
+	}
+	if step, ok := maintainSpace(o); ok {
+		return step
 	}
 	return Step{Action: Wait, Reason: "cluster matches its spec"}
 }
@@ -357,6 +384,46 @@ func upgrade(o Observed) (Step, bool) {
 	}
 	return Step{Action: UpgradeMember, Member: next.Name, MemberID: next.ID, Operation: OpUpgrading,
 		Reason: "restarting the member on the new version"}, true
+}
+
+// noSpaceFreePercent is the free share that makes a member worth defragmenting while NOSPACE
+// blocks writes, whatever the policy's threshold: any real gain lets writes through sooner.
+const noSpaceFreePercent = 5
+
+// maintainSpace defragments one member at a time, followers before the leader (defragmenting
+// blocks the member, and a blocked leader stalls the cluster), the most wasteful first; under
+// NOSPACE it then disarms the alarm, if the live data fits the quota again. It only runs while
+// every member is healthy.
+func maintainSpace(o Observed) (Step, bool) {
+	if !o.Defrag.Enabled && !o.NoSpaceAlarm {
+		return Step{}, false
+	}
+	threshold, minBytes := o.Defrag.ThresholdPercent, o.Defrag.MinBytes
+	if o.NoSpaceAlarm {
+		threshold, minBytes = noSpaceFreePercent, 0
+	}
+	wasteful := filter(o.Members, func(m Member) bool {
+		free := m.DBSizeBytes - m.DBSizeInUseBytes
+		return m.InEtcd() && m.Started && m.DBSizeBytes >= minBytes && m.DBSizeBytes > 0 && free*100 >= threshold*m.DBSizeBytes
+	})
+	if len(wasteful) > 0 {
+		m := slices.MinFunc(wasteful, func(a, b Member) int {
+			return cmp.Or(boolFirst(!a.IsLeader, !b.IsLeader),
+				cmp.Compare(b.DBSizeBytes-b.DBSizeInUseBytes, a.DBSizeBytes-a.DBSizeInUseBytes))
+		})
+		return Step{Action: Defragment, Member: m.Name, MemberID: m.ID, Operation: OpDefragmenting,
+			Reason: "defragmenting the member's database to give back free space"}, true
+	}
+	if !o.NoSpaceAlarm {
+		return Step{}, false
+	}
+	for _, m := range o.Members {
+		if o.QuotaBytes > 0 && m.DBSizeInUseBytes*10 >= o.QuotaBytes*9 {
+			return Step{Action: Wait, Member: m.Name, Operation: OpNoSpace,
+				Reason: "NOSPACE: the live data is within 10% of tuning.quotaBackendBytes; raise the quota or delete data"}, true
+		}
+	}
+	return Step{Action: DisarmNoSpace, Operation: OpNoSpace, Reason: "space is back; disarming the NOSPACE alarm"}, true
 }
 
 func index(members []Member) map[string]Member {

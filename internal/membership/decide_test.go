@@ -20,6 +20,10 @@ func healthy(name string, id uint64) Member {
 func with(m Member, change func(*Member)) Member { change(&m); return m }
 
 func leader(m Member) Member { m.IsLeader = true; return m }
+func fragmented(m Member, size, inUse int64) Member {
+	m.DBSizeBytes, m.DBSizeInUseBytes = size, inUse
+	return m
+}
 func down(m Member) Member   { m.Healthy = false; m.Version = ""; return m }
 func noPod(m Member) Member  { m.PodExists = false; return m }
 func noData(m Member) Member { m.PodExists = false; m.PVCExists = false; return m }
@@ -191,6 +195,47 @@ func TestNext(t *testing.T) {
 			o.AuthPending = true
 			return o
 		}(), Step{Action: Wait, Members: []string{"c"}}},
+		{"defragment the most wasteful follower first", func() Observed {
+			o := formed(leader(fragmented(healthy("a", 1), 400, 100)), fragmented(healthy("b", 2), 300, 100), fragmented(healthy("c", 3), 400, 100))
+			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}
+			return o
+		}(), Step{Action: Defragment, Member: "c", MemberID: 3}},
+		{"the leader is defragmented last", func() Observed {
+			o := formed(leader(fragmented(healthy("a", 1), 400, 100)), fragmented(healthy("b", 2), 300, 290), healthy("c", 3))
+			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}
+			return o
+		}(), Step{Action: Defragment, Member: "a", MemberID: 1}},
+		{"below the threshold or the minimum size nothing is defragmented", func() Observed {
+			o := formed(leader(fragmented(healthy("a", 1), 400, 300)), fragmented(healthy("b", 2), 90, 10), healthy("c", 3))
+			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}
+			return o
+		}(), Step{Action: Wait}},
+		{"defragmentation disabled", func() Observed {
+			o := formed(leader(fragmented(healthy("a", 1), 400, 100)), healthy("b", 2), healthy("c", 3))
+			o.Defrag = DefragPolicy{Enabled: false, ThresholdPercent: 50}
+			return o
+		}(), Step{Action: Wait}},
+		{"no defragmentation while a member is unhealthy", func() Observed {
+			o := formed(leader(fragmented(healthy("a", 1), 400, 100)), healthy("b", 2), down(healthy("c", 3)))
+			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50}
+			return o
+		}(), Step{Action: Wait, Members: []string{"c"}}},
+		{"NOSPACE: defragment even below the policy threshold", func() Observed {
+			o := formed(leader(healthy("a", 1)), fragmented(healthy("b", 2), 1000, 800), healthy("c", 3))
+			o.Defrag = DefragPolicy{Enabled: false}
+			o.NoSpaceAlarm, o.QuotaBytes = true, 1000
+			return o
+		}(), Step{Action: Defragment, Member: "b", MemberID: 2}},
+		{"NOSPACE: disarm once the space is back", func() Observed {
+			o := formed(leader(fragmented(healthy("a", 1), 500, 500)), healthy("b", 2), healthy("c", 3))
+			o.NoSpaceAlarm, o.QuotaBytes = true, 1000
+			return o
+		}(), Step{Action: DisarmNoSpace}},
+		{"NOSPACE: live data still at the quota, nothing to disarm", func() Observed {
+			o := formed(leader(fragmented(healthy("a", 1), 960, 960)), healthy("b", 2), healthy("c", 3))
+			o.NoSpaceAlarm, o.QuotaBytes = true, 1000
+			return o
+		}(), Step{Action: Wait, Member: "a"}},
 		{"scaling comes before upgrading", func() Observed { o := formed(three()...); o.DesiredVersion = "3.7.3"; o.DesiredSize = 4; return o }(),
 			Step{Action: AddLearner}},
 	}
