@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -76,6 +77,8 @@ type Client interface {
 	// Defragment rewrites the database file of the member serving clientURL, giving back the
 	// space compaction freed. The member answers nothing else meanwhile.
 	Defragment(ctx context.Context, clientURL string) error
+	// Snapshot streams a snapshot of the member serving clientURL into w.
+	Snapshot(ctx context.Context, clientURL string, w io.Writer) (SnapshotInfo, error)
 	// DisarmNoSpace clears the NOSPACE alarm of every member, letting writes through again.
 	DisarmNoSpace(ctx context.Context) error
 	// Close releases the connections.
