@@ -25,6 +25,7 @@ K8S_BIN ?= $(LOCALBIN)/k8s
 ETCD_BIN ?= $(LOCALBIN)/etcd/$(ETCD_VERSION)
 ETCD_NEXT_BIN ?= $(LOCALBIN)/etcd/$(ETCD_NEXT_VERSION)
 ENVTEST_ASSETS ?= $(LOCALBIN)/envtest
+KUBECTL ?= $(K8S_BIN)/kubectl
 
 GO_TEST_FLAGS ?= -count=1
 
@@ -58,10 +59,6 @@ test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) vet ## Unit 
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" \
 		go test $(GO_TEST_FLAGS) ./...
 
-.PHONY: run-envtest
-run-envtest: envtest-assets $(KUBECTL) ## The operator against a real envtest API server with the CRDs installed (no pods run there).
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" go run ./hack/envtest-run
-
 ##@ Build
 
 .PHONY: build
@@ -75,22 +72,22 @@ run: ## Run the manager against the cluster of the current kubeconfig.
 ##@ Deployment
 
 .PHONY: install
-install: manifests $(KUSTOMIZE) ## Install the CRDs into the cluster of the current kubeconfig.
-	$(KUSTOMIZE) build config/crd | kubectl apply --server-side -f -
+install: manifests $(KUSTOMIZE) $(KUBECTL) ## Install the CRDs into the cluster of the current kubeconfig.
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 
 .PHONY: uninstall
-uninstall: manifests $(KUSTOMIZE) ## Remove the CRDs (and with them every EtcdCluster, EtcdBackup, EtcdRestore).
-	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
+uninstall: manifests $(KUSTOMIZE) $(KUBECTL) ## Remove the CRDs (and with them every EtcdCluster, EtcdBackup, EtcdRestore).
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: deploy
-deploy: manifests $(KUSTOMIZE) ## Deploy the operator with kustomize, image $(IMG).
+deploy: manifests $(KUSTOMIZE) $(KUBECTL) ## Deploy the operator with kustomize, image $(IMG).
 	rm -rf $(LOCALBIN)/deploy && mkdir -p $(LOCALBIN)/deploy && cp -r config $(LOCALBIN)/deploy/
 	cd $(LOCALBIN)/deploy/config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build $(LOCALBIN)/deploy/config/default | kubectl apply --server-side -f -
+	$(KUSTOMIZE) build $(LOCALBIN)/deploy/config/default | $(KUBECTL) apply --server-side -f -
 
 .PHONY: undeploy
-undeploy: $(KUSTOMIZE) ## Remove the operator deployed by `make deploy`.
-	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+undeploy: $(KUSTOMIZE) $(KUBECTL) ## Remove the operator deployed by `make deploy`.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
 
 ##@ Tools (built from the Go module proxy into bin/, only when missing)
 
@@ -101,9 +98,12 @@ $(KUSTOMIZE):
 	GOBIN=$(LOCALBIN) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
 
 # The Kubernetes commands come from one tools module (hack/tools/kube) so that they share a
-# build; kube-apiserver alone is what envtest needs.
+# build; kube-apiserver alone is what envtest needs. The version is stamped as Kubernetes'
+# own build does: without it they report v0.0.0 and version checks (OLM's minKubeVersion,
+# kubectl version) fail.
+KUBE_LDFLAGS = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(KUBERNETES_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=36 -X $(p).gitTreeState=clean)
 $(K8S_BIN)/%:
-	cd hack/tools/kube && go build -o $(K8S_BIN)/ k8s.io/kubernetes/cmd/$*
+	cd hack/tools/kube && go build -ldflags "$(KUBE_LDFLAGS)" -o $(K8S_BIN)/ k8s.io/kubernetes/cmd/$*
 
 $(ETCD_BIN)/etcd $(ETCD_NEXT_BIN)/etcd: $(LOCALBIN)/etcd/%/etcd:
 	cd hack/tools/etcd/$(basename $*) && CGO_ENABLED=0 go build -o $(LOCALBIN)/etcd/$*/ ./etcd go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
@@ -113,7 +113,6 @@ envtest-assets: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd ##
 	mkdir -p $(ENVTEST_ASSETS)
 	ln -sf $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd $(ENVTEST_ASSETS)/
 
-KUBECTL ?= $(K8S_BIN)/kubectl
 
 -include hack/cluster.mk
 -include hack/olm.mk

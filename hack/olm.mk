@@ -62,7 +62,7 @@ bundle-push: ## Push BUNDLE_IMG: with Docker if a daemon answers, else bundle-bu
 	if docker info >/dev/null 2>&1; then \
 		docker push $(BUNDLE_IMG); \
 	else \
-		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) push $(call olm_tar,$(BUNDLE_IMG)); \
+		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) push -registry $(REGISTRY) $(call olm_tar,$(BUNDLE_IMG)); \
 	fi
 
 # The bundle of VERSION is (re)rendered; earlier versions' blobs stay as they were released.
@@ -116,7 +116,7 @@ catalog-push: ## Push CATALOG_IMG: with Docker if a daemon answers, else catalog
 	if docker info >/dev/null 2>&1; then \
 		docker push $(CATALOG_IMG); \
 	else \
-		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) push $(call olm_tar,$(CATALOG_IMG)); \
+		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) push -registry $(REGISTRY) $(call olm_tar,$(CATALOG_IMG)); \
 	fi
 
 # operator-sdk stamps its version into the bundle's labels; unstamped it writes "unknown".

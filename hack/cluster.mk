@@ -1,0 +1,176 @@
+# The local single-node Kubernetes cluster (hack/cluster/) and the end-to-end tests that run on
+# it. Included by the Makefile, whose LOCALBIN, K8S_BIN, ETCD_BIN, ETCD_NEXT_BIN, REGISTRY and IMG
+# it reuses, as it does its rules for the Kubernetes and etcd binaries and its build and deploy
+# targets. Everything is built from the Go module proxy and Debian packages; nothing is pulled.
+
+##@ Local cluster
+
+CLUSTER_BIN ?= $(or $(LOCALBIN),$(CURDIR)/bin)
+CLUSTER_K8S_BIN ?= $(or $(K8S_BIN),$(CLUSTER_BIN)/k8s)
+# Data kept by cluster-down unless PURGE=1, and runtime state that cluster-down always removes.
+CLUSTER_DIR ?= /var/lib/etcd-operator-cluster
+CLUSTER_RUN_DIR ?= /run/etcd-operator-cluster
+CLUSTER_KUBECONFIG ?= $(CLUSTER_DIR)/admin.kubeconfig
+CLUSTER_KUBECTL ?= $(CLUSTER_K8S_BIN)/kubectl
+CLUSTER_REGISTRY ?= $(or $(REGISTRY),127.0.0.1:5000)
+CLUSTER_IMAGES ?= $(CLUSTER_BIN)/images
+
+# Versions come from the tools modules' go.mod, the one place they are pinned.
+cluster_mod_version = $(shell awk '{ for (i = 1; i < NF; i++) if ($$i == "$(2)") { print $$(i+1); exit } }' $(1))
+CLUSTER_COREDNS_VERSION := $(call cluster_mod_version,hack/tools/coredns/go.mod,github.com/coredns/coredns)
+CLUSTER_LOCAL_PATH_VERSION := $(call cluster_mod_version,hack/tools/local-path-provisioner/go.mod,github.com/rancher/local-path-provisioner)
+CLUSTER_CRICTL_VERSION := $(call cluster_mod_version,hack/tools/crictl/go.mod,sigs.k8s.io/cri-tools)
+CLUSTER_ETCD_VERSIONS ?= $(ETCD_VERSION) $(ETCD_NEXT_VERSION)
+# The control plane's etcd is the operand's default version.
+CLUSTER_ETCD_BIN ?= $(ETCD_BIN)/etcd
+
+CLUSTER_COREDNS ?= $(CLUSTER_BIN)/coredns/$(CLUSTER_COREDNS_VERSION)/coredns
+CLUSTER_LOCAL_PATH ?= $(CLUSTER_BIN)/local-path-provisioner/$(CLUSTER_LOCAL_PATH_VERSION)/local-path-provisioner
+CLUSTER_CRICTL ?= $(CLUSTER_BIN)/crictl/$(CLUSTER_CRICTL_VERSION)/crictl
+CLUSTER_PAUSE ?= $(CLUSTER_BIN)/pause
+CLUSTER_IMAGEBUILDER ?= $(CLUSTER_BIN)/imagebuilder
+CLUSTER_K8S_TOOLS := $(addprefix $(CLUSTER_K8S_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+
+CLUSTER_PAUSE_IMAGE ?= $(CLUSTER_REGISTRY)/pause:1.0
+CLUSTER_COREDNS_IMAGE ?= $(CLUSTER_REGISTRY)/coredns:$(CLUSTER_COREDNS_VERSION)
+CLUSTER_LOCAL_PATH_IMAGE ?= $(CLUSTER_REGISTRY)/local-path-provisioner:$(CLUSTER_LOCAL_PATH_VERSION)
+# local-path-provisioner's helper pods run shell scripts (mkdir, rm) on the node's volume dirs.
+CLUSTER_BUSYBOX_IMAGE ?= $(CLUSTER_REGISTRY)/busybox:1.35
+CLUSTER_OPERATOR_IMAGE ?= $(or $(IMG),$(CLUSTER_REGISTRY)/etcd-operator:dev)
+# The operand images: $(CLUSTER_REGISTRY)/etcd:<version>, with etcd, etcdctl and etcdutl.
+CLUSTER_ETCD_IMAGE = $(CLUSTER_REGISTRY)/etcd:$(1)
+
+# An image's tarball is named after its name and tag: 127.0.0.1:5000/etcd:v3.6.16 -> etcd_v3.6.16.tar.
+cluster_tar = $(CLUSTER_IMAGES)/$(subst :,_,$(notdir $(1))).tar
+CLUSTER_BASE_TARS := $(foreach i,$(CLUSTER_PAUSE_IMAGE) $(CLUSTER_COREDNS_IMAGE) $(CLUSTER_LOCAL_PATH_IMAGE) $(CLUSTER_BUSYBOX_IMAGE),$(call cluster_tar,$(i)))
+CLUSTER_ETCD_TARS := $(foreach v,$(CLUSTER_ETCD_VERSIONS),$(call cluster_tar,$(call CLUSTER_ETCD_IMAGE,$(v))))
+CLUSTER_OPERATOR_TAR := $(call cluster_tar,$(CLUSTER_OPERATOR_IMAGE))
+
+CLUSTER_DEBIAN_PACKAGES := containerd runc containernetworking-plugins iptables docker-registry busybox-static
+
+# The scripts read their settings from the environment; their recipes are not echoed, as the
+# scripts log what they do.
+CLUSTER_ENV = CLUSTER_BIN=$(CLUSTER_BIN) CLUSTER_K8S_BIN=$(CLUSTER_K8S_BIN) CLUSTER_DIR=$(CLUSTER_DIR) \
+	CLUSTER_RUN_DIR=$(CLUSTER_RUN_DIR) CLUSTER_REGISTRY=$(CLUSTER_REGISTRY) \
+	CLUSTER_IMAGEBUILDER=$(CLUSTER_IMAGEBUILDER) CLUSTER_CRICTL=$(CLUSTER_CRICTL) CLUSTER_ETCD_BIN=$(CLUSTER_ETCD_BIN) \
+	CLUSTER_PAUSE_IMAGE=$(CLUSTER_PAUSE_IMAGE) CLUSTER_COREDNS_IMAGE=$(CLUSTER_COREDNS_IMAGE) \
+	CLUSTER_LOCAL_PATH_IMAGE=$(CLUSTER_LOCAL_PATH_IMAGE) CLUSTER_BUSYBOX_IMAGE=$(CLUSTER_BUSYBOX_IMAGE) \
+	CLUSTER_IMAGE_TARS="$(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS)"
+
+CLUSTER_TOOLS := $(CLUSTER_K8S_TOOLS) $(addsuffix /etcd,$(addprefix $(CLUSTER_BIN)/etcd/,$(CLUSTER_ETCD_VERSIONS))) \
+	$(CLUSTER_COREDNS) $(CLUSTER_LOCAL_PATH) $(CLUSTER_CRICTL) $(CLUSTER_PAUSE) $(CLUSTER_IMAGEBUILDER)
+
+.PHONY: cluster-tools
+cluster-tools: cluster-packages $(CLUSTER_TOOLS) ## Install the cluster's Debian packages and build its binaries, each only if missing (first time ~13 min).
+
+.PHONY: cluster-packages
+cluster-packages: ## Install containerd, runc, CNI plugins, iptables, docker-registry and busybox-static from Debian, if missing.
+	@installed=$$(dpkg-query -W -f '$${db:Status-Abbrev} $${Package}\n' $(CLUSTER_DEBIAN_PACKAGES) 2>/dev/null || true); \
+	missing=$$(comm -13 <(awk '$$1 == "ii" { print $$2 }' <<<"$$installed" | sort) <(printf '%s\n' $(CLUSTER_DEBIAN_PACKAGES) | sort)); \
+	if [ -n "$$missing" ]; then \
+		echo "installing" $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+$(CLUSTER_COREDNS):
+	cd hack/tools/coredns && CGO_ENABLED=0 go build -trimpath -o $@ github.com/coredns/coredns
+
+$(CLUSTER_LOCAL_PATH):
+	cd hack/tools/local-path-provisioner && CGO_ENABLED=0 go build -trimpath -o $@ github.com/rancher/local-path-provisioner
+
+$(CLUSTER_CRICTL):
+	cd hack/tools/crictl && go build -trimpath -o $@ sigs.k8s.io/cri-tools/cmd/crictl
+
+$(CLUSTER_PAUSE): hack/tools/pause/main.go
+	cd hack/tools/pause && CGO_ENABLED=0 go build -trimpath -o $@ .
+
+$(CLUSTER_IMAGEBUILDER): hack/tools/imagebuilder/main.go hack/tools/imagebuilder/go.mod
+	cd hack/tools/imagebuilder && go build -trimpath -o $@ .
+
+$(call cluster_tar,$(CLUSTER_PAUSE_IMAGE)): $(CLUSTER_PAUSE) $(CLUSTER_IMAGEBUILDER)
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_PAUSE_IMAGE) -o $@ -add $<:/pause -entrypoint /pause -user 65535:65535
+
+$(call cluster_tar,$(CLUSTER_COREDNS_IMAGE)): $(CLUSTER_COREDNS) $(CLUSTER_IMAGEBUILDER)
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_COREDNS_IMAGE) -o $@ -add $<:/coredns -entrypoint /coredns -user 65532:65532
+
+$(call cluster_tar,$(CLUSTER_LOCAL_PATH_IMAGE)): $(CLUSTER_LOCAL_PATH) $(CLUSTER_IMAGEBUILDER)
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_LOCAL_PATH_IMAGE) -o $@ -add $<:/local-path-provisioner \
+		-entrypoint /local-path-provisioner -user 65532:65532
+
+# Runs as root: the helper pods create and remove volume directories owned by root on the node.
+$(call cluster_tar,$(CLUSTER_BUSYBOX_IMAGE)): $(CLUSTER_IMAGEBUILDER) | cluster-packages
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_BUSYBOX_IMAGE) -o $@ -add /bin/busybox:/bin/busybox \
+		$$(/bin/busybox --list | grep -v -x busybox | sed 's|.*|-link /bin/&:busybox|') -cmd sh
+
+# Laid out as the upstream etcd images are (binaries in /usr/local/bin, etcd as the command), so
+# that the operator's pod specs work with either.
+$(CLUSTER_IMAGES)/etcd_%.tar: $(CLUSTER_BIN)/etcd/%/etcd $(CLUSTER_IMAGEBUILDER)
+	$(CLUSTER_IMAGEBUILDER) build -tag $(call CLUSTER_ETCD_IMAGE,$*) -o $@ \
+		$(foreach b,etcd etcdctl etcdutl,-add $(CLUSTER_BIN)/etcd/$*/$(b):/usr/local/bin/$(b)) \
+		-cmd /usr/local/bin/etcd -user 65532:65532
+
+.PHONY: cluster-operator-image
+cluster-operator-image: build $(CLUSTER_IMAGEBUILDER) ## Build the operator's image IMG from bin/manager into bin/images/ (load it with make images).
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_OPERATOR_IMAGE) -o $(CLUSTER_OPERATOR_TAR) \
+		-add $(CLUSTER_BIN)/manager:/manager -entrypoint /manager -user 65532:65532
+
+.PHONY: images
+images: $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) cluster-operator-image ## Build every image and load it into the running cluster's containerd and registry.
+	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_OPERATOR_TAR)
+
+.PHONY: cluster-up
+cluster-up: cluster-tools $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) ## Start the local cluster (idempotent); prints the KUBECONFIG to use.
+	@$(CLUSTER_ENV) hack/cluster/up.sh
+
+.PHONY: cluster-down
+cluster-down: ## Stop everything cluster-up started and clean up; PURGE=1 also deletes its data.
+	@$(CLUSTER_ENV) PURGE=$(PURGE) hack/cluster/down.sh
+
+.PHONY: cluster-status
+cluster-status: ## Show which cluster processes run, and the nodes and pods.
+	@$(CLUSTER_ENV) hack/cluster/status.sh
+
+##@ End-to-end tests
+
+# Where `make deploy` puts the operator (config/default).
+CLUSTER_OPERATOR_NAMESPACE ?= etcd-operator-system
+CLUSTER_OPERATOR_DEPLOYMENT ?= etcd-operator-controller-manager
+CLUSTER_E2E_GO_TEST_FLAGS ?= -count=1 -v -timeout 30m
+
+# The image under test is tagged with its binary's hash, so a changed operator always rolls out
+# and an unchanged one is not restarted. Expanded when test-e2e's recipe runs, after build.
+CLUSTER_E2E_IMAGE = $(CLUSTER_REGISTRY)/etcd-operator:e2e-$(shell sha256sum $(CLUSTER_BIN)/manager | cut -c1-12)
+CLUSTER_E2E_TAR := $(CLUSTER_IMAGES)/etcd-operator_e2e.tar
+
+# The rollout is awaited here so that every test starts with the operator running.
+.PHONY: cluster-deploy
+cluster-deploy: cluster-up build $(CLUSTER_IMAGEBUILDER) ## Bring the cluster up if needed and deploy the operator image built from this tree.
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_E2E_IMAGE) -o $(CLUSTER_E2E_TAR) \
+		-add $(CLUSTER_BIN)/manager:/manager -entrypoint /manager -user 65532:65532
+	$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_E2E_TAR)
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(MAKE) --no-print-directory deploy IMG=$(CLUSTER_E2E_IMAGE)
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n $(CLUSTER_OPERATOR_NAMESPACE) \
+		rollout status deployment/$(CLUSTER_OPERATOR_DEPLOYMENT) --timeout=3m
+
+.PHONY: test-e2e
+test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator image built from this tree and run test/e2e.
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_OPERATOR_IMAGE=$(CLUSTER_E2E_IMAGE) E2E_OPERATOR_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
+		E2E_OPERATOR_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
+
+CLUSTER_DEMO_NAMESPACE ?= demo
+
+.PHONY: demo
+demo: cluster-deploy ## The main job on a fresh machine: build everything, start the local cluster, deploy the operator, run a 3-member EtcdCluster.
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) create namespace $(CLUSTER_DEMO_NAMESPACE) --dry-run=client -o yaml | \
+		$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) apply -f -
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) label --overwrite namespace $(CLUSTER_DEMO_NAMESPACE) pod-security.kubernetes.io/enforce=restricted
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n $(CLUSTER_DEMO_NAMESPACE) apply -f config/samples/etcd_v1alpha1_etcdcluster.yaml
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n $(CLUSTER_DEMO_NAMESPACE) wait etcdcluster/example \
+		--for=condition=Available --timeout=5m
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n $(CLUSTER_DEMO_NAMESPACE) get etcdclusters,pods,pvc,services -o wide
+	@echo
+	@echo "The cluster is running. Try:"
+	@echo "  export KUBECONFIG=$(CLUSTER_KUBECONFIG) PATH=$(CLUSTER_K8S_BIN):\$$PATH"
+	@echo "  kubectl -n $(CLUSTER_DEMO_NAMESPACE) get etcd -o wide"
+	@echo "  kubectl -n $(CLUSTER_DEMO_NAMESPACE) scale etcd example --replicas 5"
+	@echo "Stop it with: make cluster-down (PURGE=1 also deletes its data)"

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"archive/tar"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+func TestBuildWritesARunnableImage(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "images", "tool.tar")
+	args := []string{"-tag", "127.0.0.1:5000/tool:v1", "-o", out, "-add", bin + ":/usr/local/bin/tool",
+		"-link", "/bin/t:/usr/local/bin/tool", "-entrypoint", "/usr/local/bin/tool", "-user", "65532:65532", "-env", "A=b"}
+	if err := build(args); err != nil {
+		t.Fatal(err)
+	}
+
+	img, err := tarball.ImageFromPath(out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OS != "linux" || cfg.Config.User != "65532:65532" || !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/local/bin/tool"}) ||
+		!slices.Contains(cfg.Config.Env, "A=b") {
+		t.Fatalf("config %+v", cfg.Config)
+	}
+
+	files := map[string]*tar.Header{}
+	var order []string
+	tr := tar.NewReader(mutate.Extract(img))
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[hdr.Name] = hdr
+		order = append(order, hdr.Name)
+	}
+	for _, name := range []string{"etc/passwd", "tmp", "usr/local/bin/tool", "bin/t"} {
+		if files[name] == nil {
+			t.Errorf("%s missing from the image (has %v)", name, order)
+		}
+	}
+	if files["bin/t"] != nil && files["bin/t"].Linkname != "/usr/local/bin/tool" {
+		t.Errorf("bin/t links to %q", files["bin/t"].Linkname)
+	}
+	if slices.Index(order, "usr/local/bin") > slices.Index(order, "usr/local/bin/tool") {
+		t.Errorf("a directory comes after its content: %v", order)
+	}
+}
+
+func TestBuildIsReproducible(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var digests []string
+	for _, name := range []string{"a.tar", "b.tar"} {
+		out := filepath.Join(dir, name)
+		if err := build([]string{"-tag", "127.0.0.1:5000/tool:v1", "-o", out, "-add", bin + ":/tool"}); err != nil {
+			t.Fatal(err)
+		}
+		img, err := tarball.ImageFromPath(out, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		digest, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		digests = append(digests, digest.String())
+	}
+	if digests[0] != digests[1] {
+		t.Fatalf("same inputs, different digests %v", digests)
+	}
+}
+
+func TestBuildRefusesAPathAddedTwice(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "busybox")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	err := build([]string{"-tag", "127.0.0.1:5000/b:1", "-o", filepath.Join(dir, "b.tar"),
+		"-add", bin + ":/bin/busybox", "-link", "/bin/busybox:busybox"})
+	if err == nil {
+		t.Fatal("a link over an added file was accepted")
+	}
+}
+
+func TestPushRefusesOtherRegistries(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "tool.tar")
+	if err := build([]string{"-tag", "quay.io/someone/tool:v1", "-o", out, "-add", bin + ":/tool"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := push([]string{"-registry", "127.0.0.1:5000", out}); err == nil {
+		t.Fatal("pushed an image tagged for another registry")
+	}
+}

@@ -1,0 +1,215 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// Versions the local cluster's registry holds (hack/cluster.mk builds both).
+const (
+	etcdVersion     = "3.6.16"
+	etcdNextVersion = "3.7.3"
+	memberTimeout   = 3 * time.Minute
+)
+
+// One cluster goes through the life users give it — create, scale out and in, pods killed, a
+// member's volume lost, an upgrade, deletion — under a writer that records every acknowledged
+// write. Not one may be lost.
+func TestEtcdClusterLifecycleUnderWriteLoad(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t, "e2e-cluster-")
+	c := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "life", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size:    3,
+			Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+		},
+	}
+	if err := k8sClient.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, c, 3)
+
+	w := startWriter(t, clientServiceEndpoint(t, c), "/e2e/life")
+	waitFor(t, "the writer's first acknowledged writes", func(context.Context) (bool, error) { return w.ackedCount() > 10, nil })
+
+	t.Run("scale 3 to 5", func(t *testing.T) { scaleTo(t, c, 5) })
+	t.Run("scale 5 to 3", func(t *testing.T) { scaleTo(t, c, 3) })
+
+	t.Run("kill a random member pod five times", func(t *testing.T) {
+		for range 5 {
+			pods := memberPods(t, c)
+			victim := pods[rand.IntN(len(pods))]
+			if err := k8sClient.Delete(ctx, &victim, client.GracePeriodSeconds(0)); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "pod "+victim.Name+" back", func(ctx context.Context) (bool, error) {
+				p := &corev1.Pod{}
+				err := k8sClient.Get(ctx, client.ObjectKeyFromObject(&victim), p)
+				return err == nil && p.UID != victim.UID && podReady(p), ignoreNotFound(err)
+			})
+			waitAvailable(t, c, 3)
+		}
+	})
+
+	t.Run("a member whose volume is lost is replaced", func(t *testing.T) {
+		victim := memberPods(t, c)[0]
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PVCName(victim.Name)}, pvc); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8sClient.Delete(ctx, pvc); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8sClient.Delete(ctx, &victim, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "member "+victim.Name+" replaced by a new one", func(ctx context.Context) (bool, error) {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+				return false, err
+			}
+			replaced := !slices.ContainsFunc(c.Status.Members, func(m etcdv1alpha1.MemberStatus) bool { return m.Name == victim.Name })
+			return replaced && isAvailable(c, 3), nil
+		})
+	})
+
+	t.Run("upgrade 3.6 to 3.7", func(t *testing.T) {
+		patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Version = etcdNextVersion })
+		waitFor(t, "every member on "+etcdNextVersion, func(ctx context.Context) (bool, error) {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+				return false, err
+			}
+			return c.Status.CurrentVersion == etcdNextVersion && isAvailable(c, 3), nil
+		})
+	})
+
+	t.Run("no acknowledged write lost", func(t *testing.T) { w.verify(t) })
+
+	t.Run("deleting the cluster removes what it owns and keeps the data", func(t *testing.T) {
+		if err := k8sClient.Delete(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "pods, Services and the PodDisruptionBudget gone", func(ctx context.Context) (bool, error) {
+			pods, services, pdbs := &corev1.PodList{}, &corev1.ServiceList{}, &policyv1.PodDisruptionBudgetList{}
+			for _, list := range []client.ObjectList{pods, services, pdbs} {
+				if err := k8sClient.List(ctx, list, client.InNamespace(ns)); err != nil {
+					return false, err
+				}
+			}
+			return len(pods.Items)+len(services.Items)+len(pdbs.Items) == 0, nil
+		})
+		pvcs := &corev1.PersistentVolumeClaimList{}
+		if err := k8sClient.List(ctx, pvcs, client.InNamespace(ns), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
+			t.Fatal(err)
+		}
+		if len(pvcs.Items) != 3 {
+			t.Fatalf("%d claims left, want the 3 members' claims retained (whenDeleted: Retain)", len(pvcs.Items))
+		}
+	})
+}
+
+func scaleTo(t *testing.T, c *etcdv1alpha1.EtcdCluster, size int32) {
+	t.Helper()
+	patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Size = size })
+	waitAvailable(t, c, int(size))
+	if pods := memberPods(t, c); len(pods) != int(size) {
+		t.Fatalf("%d member pods after scaling to %d", len(pods), size)
+	}
+}
+
+// patchSpec changes the spec with a merge patch, which the operator's concurrent status
+// writes cannot make conflict.
+func patchSpec(t *testing.T, c *etcdv1alpha1.EtcdCluster, change func(*etcdv1alpha1.EtcdCluster)) {
+	t.Helper()
+	before := c.DeepCopy()
+	change(c)
+	if err := k8sClient.Patch(context.Background(), c, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAvailable waits until the cluster reports Available with size healthy voting members
+// and status agrees with itself.
+func waitAvailable(t *testing.T, c *etcdv1alpha1.EtcdCluster, size int) {
+	t.Helper()
+	deadline := time.Now().Add(memberTimeout)
+	for {
+		err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(c), c)
+		if err == nil && isAvailable(c, size) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster %s not Available with %d members after %v: err %v, status %+v", c.Name, size, memberTimeout, err, c.Status)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func isAvailable(c *etcdv1alpha1.EtcdCluster, size int) bool {
+	voters := 0
+	for _, m := range c.Status.Members {
+		if !m.IsLearner && m.Healthy {
+			voters++
+		}
+	}
+	return meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) &&
+		c.Status.ObservedGeneration == c.Generation &&
+		int(c.Status.ReadyMembers) == size && voters == size && len(c.Status.Members) == size &&
+		!meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionProgressing)
+}
+
+func memberPods(t *testing.T, c *etcdv1alpha1.EtcdCluster) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := k8sClient.List(context.Background(), pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// clientServiceEndpoint reaches the client Service by its cluster IP: the node routes it like
+// any pod would, while the host cannot resolve cluster DNS names.
+func clientServiceEndpoint(t *testing.T, c *etcdv1alpha1.EtcdCluster) string {
+	t.Helper()
+	svc := &corev1.Service{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: resources.ClientServiceName(c.Name)}, svc); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, resources.ClientPort)
+}
+
+func testNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		GenerateName: prefix,
+		Labels:       map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+	}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = k8sClient.Delete(context.Background(), ns)
+		}
+	})
+	return ns.Name
+}
+
+func ptrTo[T any](v T) *T { return &v }
