@@ -59,6 +59,13 @@ test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) vet ## Unit 
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" \
 		go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-all
+test-all: ## What CI runs: make test, then the e2e suite on a freshly started local cluster, always torn down after.
+	$(MAKE) --no-print-directory test
+	$(MAKE) --no-print-directory cluster-down PURGE=1
+	status=0; $(MAKE) --no-print-directory test-e2e || status=$$?; \
+		$(MAKE) --no-print-directory cluster-down PURGE=1; exit $$status
+
 ##@ Build
 
 .PHONY: build
