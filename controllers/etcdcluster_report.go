@@ -111,7 +111,7 @@ func setConditions(c *etcdv1alpha1.EtcdCluster, reachable bool, voters int, step
 		set(etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonBootstrapping, "the cluster has not formed yet")
 	default:
 		set(etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonQuorumLost,
-			fmt.Sprintf("fewer than a quorum of %d voting members answer; the operator takes no destructive action", voters))
+			fmt.Sprintf("fewer than a quorum of %d voting members answer; the operator takes no destructive action%s", voters, recoveryNote(c)))
 	}
 
 	switch {
@@ -152,6 +152,14 @@ func alarmsOf(members []etcdv1alpha1.MemberStatus) []string {
 		}
 	}
 	return out
+}
+
+// recoveryNote is honest about the opt-in this version cannot carry out yet.
+func recoveryNote(c *etcdv1alpha1.EtcdCluster) string {
+	if c.Spec.QuorumLossRecovery.Policy == etcdv1alpha1.QuorumLossRecoveryForceNewCluster {
+		return " (quorumLossRecovery.policy ForceNewCluster is not implemented in this version: recover by hand, see docs/concepts.md)"
+	}
+	return ""
 }
 
 func reasonOf(step membership.Step) string {
