@@ -21,6 +21,7 @@ LOCALBIN ?= $(CURDIR)/bin
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 OPERATOR_SDK ?= $(LOCALBIN)/operator-sdk
+VERSITYGW ?= $(LOCALBIN)/versitygw
 K8S_BIN ?= $(LOCALBIN)/k8s
 ETCD_BIN ?= $(LOCALBIN)/etcd/$(ETCD_VERSION)
 ETCD_NEXT_BIN ?= $(LOCALBIN)/etcd/$(ETCD_NEXT_VERSION)
@@ -54,9 +55,9 @@ vet: ## go vet, including the build-tagged e2e tests.
 	go vet -tags e2e ./...
 
 .PHONY: test
-test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) vet ## Unit and envtest tests against a real kube-apiserver and etcd; fails if generated files are stale.
+test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW) vet ## Unit and envtest tests against a real kube-apiserver and etcd; fails if generated files are stale.
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" \
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \
 		go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-all
@@ -114,6 +115,10 @@ $(K8S_BIN)/%:
 
 $(ETCD_BIN)/etcd $(ETCD_NEXT_BIN)/etcd: $(LOCALBIN)/etcd/%/etcd:
 	cd hack/tools/etcd/$(basename $*) && CGO_ENABLED=0 go build -o $(LOCALBIN)/etcd/$*/ ./etcd go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
+
+# The S3-compatible server the storage tests (and the backup e2e) run against.
+$(VERSITYGW):
+	cd hack/tools/versitygw && CGO_ENABLED=0 go build -o $@ github.com/versity/versitygw/cmd/versitygw
 
 .PHONY: envtest-assets
 envtest-assets: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd ## Build envtest's kube-apiserver, etcd and kubectl (first time ~10 min).

@@ -1,0 +1,202 @@
+// Package storage writes, verifies, lists, reads and deletes snapshots in a backup destination —
+// an S3-compatible bucket or a directory on a mounted PersistentVolumeClaim — through
+// gocloud.dev/blob, so both behave alike and neither needs a hand-written client.
+package storage
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/fileblob"
+	"gocloud.dev/blob/s3blob"
+	"gocloud.dev/gcerrors"
+)
+
+// S3 says how to reach an S3-compatible bucket.
+type S3 struct {
+	Bucket         string
+	Prefix         string
+	Endpoint       string // empty: AWS
+	Region         string
+	ForcePathStyle bool
+	AccessKeyID    string
+	SecretKey      string
+	SessionToken   string
+	CAPEM          []byte // extra CA to trust, for a server with a private CA
+}
+
+// Destination is an open bucket with the key prefix snapshots live under.
+type Destination struct {
+	bucket *blob.Bucket
+	prefix string
+	// uriBase renders keys as URIs: s3://bucket/ or pvc://claim/subpath/.
+	uriBase string
+}
+
+// OpenS3 opens an S3-compatible bucket.
+func OpenS3(ctx context.Context, cfg S3) (*Destination, error) {
+	httpClient := &http.Client{Timeout: 10 * time.Minute}
+	if len(cfg.CAPEM) > 0 {
+		roots, err := x509.SystemCertPool()
+		if err != nil {
+			roots = x509.NewCertPool()
+		}
+		if !roots.AppendCertsFromPEM(cfg.CAPEM) {
+			return nil, errors.New("the CA Secret's ca.crt holds no PEM certificate")
+		}
+		httpClient.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
+	}
+	opts := s3.Options{
+		Region:       cfg.Region,
+		Credentials:  credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretKey, cfg.SessionToken),
+		UsePathStyle: cfg.ForcePathStyle,
+		HTTPClient:   httpClient,
+		// Retries are the reconciler's business: a backup attempt fails fast and says why.
+		RetryMaxAttempts: 2,
+	}
+	if cfg.Endpoint != "" {
+		opts.BaseEndpoint = aws.String(cfg.Endpoint)
+	}
+	bucket, err := s3blob.OpenBucket(ctx, s3.New(opts), cfg.Bucket, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", cfg.Bucket, err)
+	}
+	return &Destination{bucket: bucket, prefix: cfg.Prefix, uriBase: "s3://" + cfg.Bucket + "/"}, nil
+}
+
+// OpenDir opens a directory, such as a mounted PersistentVolumeClaim; uriBase names it in URIs
+// (pvc://claim/subpath/).
+func OpenDir(dir, uriBase string) (*Destination, error) {
+	bucket, err := fileblob.OpenBucket(dir, &fileblob.Options{CreateDir: true, NoTempDir: true})
+	if err != nil {
+		return nil, fmt.Errorf("open directory %s: %w", dir, err)
+	}
+	return &Destination{bucket: bucket, uriBase: uriBase}, nil
+}
+
+// Close releases the bucket.
+func (d *Destination) Close() error { return d.bucket.Close() }
+
+// Prefix is the key prefix snapshots are written under.
+func (d *Destination) Prefix() string { return d.prefix }
+
+// URI renders a key as the URI status records.
+func (d *Destination) URI(key string) string { return d.uriBase + key }
+
+// Artifact is an object as the destination holds it.
+type Artifact struct {
+	Key       string
+	SizeBytes int64
+	SHA256    string
+	ModTime   time.Time
+}
+
+// Upload streams r to key. The object appears only when the upload completes: on any error —
+// r failing, the server going away — the upload is aborted and nothing is left under key.
+func (d *Destination) Upload(ctx context.Context, key string, r io.Reader) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := d.bucket.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return describe(fmt.Errorf("start upload of %s: %w", key, err))
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		cancel() // cancelling before Close aborts the upload
+		_ = w.Close()
+		return describe(fmt.Errorf("upload %s: %w", key, err))
+	}
+	if err := w.Close(); err != nil {
+		return describe(fmt.Errorf("complete upload of %s: %w", key, err))
+	}
+	return nil
+}
+
+// Verify reads key back and returns its size and sha256, as the destination really holds it.
+func (d *Destination) Verify(ctx context.Context, key string) (Artifact, error) {
+	r, err := d.bucket.NewReader(ctx, key, nil)
+	if err != nil {
+		return Artifact{}, describe(fmt.Errorf("read back %s: %w", key, err))
+	}
+	defer r.Close()
+	hash := sha256.New()
+	n, err := io.Copy(hash, r)
+	if err != nil {
+		return Artifact{}, describe(fmt.Errorf("read back %s: %w", key, err))
+	}
+	return Artifact{Key: key, SizeBytes: n, SHA256: hex.EncodeToString(hash.Sum(nil)), ModTime: r.ModTime()}, nil
+}
+
+// Open reads key.
+func (d *Destination) Open(ctx context.Context, key string) (io.ReadCloser, error) {
+	r, err := d.bucket.NewReader(ctx, key, nil)
+	if err != nil {
+		return nil, describe(fmt.Errorf("open %s: %w", key, err))
+	}
+	return r, nil
+}
+
+// List lists the objects under prefix.
+func (d *Destination) List(ctx context.Context, prefix string) ([]Artifact, error) {
+	var out []Artifact
+	it := d.bucket.List(&blob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, describe(fmt.Errorf("list %s: %w", d.URI(prefix), err))
+		}
+		if !obj.IsDir {
+			out = append(out, Artifact{Key: obj.Key, SizeBytes: obj.Size, ModTime: obj.ModTime})
+		}
+	}
+}
+
+// Delete deletes key; deleting what is already gone succeeds.
+func (d *Destination) Delete(ctx context.Context, key string) error {
+	if err := d.bucket.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
+		return describe(fmt.Errorf("delete %s: %w", key, err))
+	}
+	return nil
+}
+
+// Permanent errors will not go away by retrying: the user must fix something.
+type Permanent struct{ error }
+
+func (p Permanent) Unwrap() error { return p.error }
+
+// IsPermanent says whether err needs the user rather than a retry.
+func IsPermanent(err error) bool {
+	var p Permanent
+	return errors.As(err, &p)
+}
+
+// describe marks the errors a retry cannot fix — wrong credentials, a missing bucket or
+// object, a refused permission — as permanent, and keeps the rest transient.
+func describe(err error) error {
+	switch gcerrors.Code(err) {
+	case gcerrors.PermissionDenied, gcerrors.NotFound, gcerrors.InvalidArgument, gcerrors.FailedPrecondition:
+		return Permanent{err}
+	}
+	msg := err.Error()
+	for _, permanent := range []string{"InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket", "AccessDenied"} {
+		if strings.Contains(msg, permanent) {
+			return Permanent{err}
+		}
+	}
+	return err
+}
