@@ -37,7 +37,9 @@ func FormatID(id uint64) string { return strconv.FormatUint(id, 16) }
 
 // MemberStatus is what one member reports about itself.
 type MemberStatus struct {
-	MemberID         uint64
+	MemberID uint64
+	// Revision of the member's keyspace.
+	Revision         int64
 	LeaderID         uint64
 	Version          string
 	DBSizeBytes      int64
@@ -201,6 +203,7 @@ func (e *client) Status(ctx context.Context, clientURL string) (MemberStatus, er
 	}
 	st := MemberStatus{
 		MemberID:         resp.Header.MemberId,
+		Revision:         resp.Header.Revision,
 		LeaderID:         resp.Leader,
 		Version:          resp.Version,
 		DBSizeBytes:      resp.DbSize,

@@ -5,10 +5,12 @@ package etcdtest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,8 +56,8 @@ func NewServer(t testing.TB, name string) *Server {
 	t.Helper()
 	return &Server{
 		Name:      name,
-		ClientURL: "http://" + freeAddr(t),
-		PeerURL:   "http://" + freeAddr(t),
+		ClientURL: "http://" + FreeAddr(t),
+		PeerURL:   "http://" + FreeAddr(t),
 		DataDir:   filepath.Join(t.TempDir(), name),
 	}
 }
@@ -102,6 +104,8 @@ func (s *Server) Start(t testing.TB, state, initialCluster string) {
 		"--log-level", "error",
 	}
 	cmd := exec.Command(Binary(t), append(args, s.ExtraArgs...)...)
+	// etcd reads ETCD_* variables as flags; ETCD_BIN (set by make test) is not one.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "ETCD_") })
 	logFile, err := os.Create(s.DataDir + ".log")
 	if err != nil {
 		t.Fatal(err)
@@ -165,12 +169,20 @@ func ClientURLs(servers []*Server) []string {
 	return urls
 }
 
-func freeAddr(t testing.TB) string {
+// FreeAddr reserves a loopback address for a server. Ports come from below the kernel's
+// ephemeral range (32768 and up), so the outgoing connections of the servers already running
+// cannot take a port between its reservation here and the server binding it.
+func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free loopback port")
+	return ""
 }

@@ -4,13 +4,14 @@ package s3test
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 )
 
 // Credentials of the server's root user.
@@ -34,12 +35,7 @@ func Start(t testing.TB) *Server {
 	if bin == "" {
 		t.Fatal("VERSITYGW is not set: run through `make test`, which builds the S3 server")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := etcdtest.FreeAddr(t)
 	s := &Server{Endpoint: "http://" + addr, Root: t.TempDir(), exited: make(chan struct{})}
 	s.cmd = exec.Command(bin, "--access", AccessKey, "--secret", SecretKey, "--port", addr, "posix", s.Root)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))

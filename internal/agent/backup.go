@@ -1,0 +1,148 @@
+// Package agent is what the operator's image does when it runs as a backup or restore Job:
+// the work that needs the user's volumes and credentials, in the user's namespace.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/etcd-database/etcd-operator/internal/backupplan"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/storage"
+)
+
+// BackupConfig is one backup run.
+type BackupConfig struct {
+	Etcd        etcd.Config
+	Cluster     string
+	Destination *storage.Destination
+	// MaxCount and MaxAge are the retention (0: no limit); applied after a verified upload.
+	MaxCount int
+	MaxAge   time.Duration
+	Now      func() time.Time
+}
+
+// BackupResult is what a run reports back to the reconciler.
+type BackupResult struct {
+	URI            string    `json:"uri"`
+	SizeBytes      int64     `json:"sizeBytes"`
+	SHA256         string    `json:"sha256"`
+	Revision       int64     `json:"revision"`
+	EtcdVersion    string    `json:"etcdVersion"`
+	Member         string    `json:"member"`
+	ClusterID      string    `json:"clusterID"`
+	StartTime      time.Time `json:"startTime"`
+	CompletionTime time.Time `json:"completionTime"`
+	Pruned         []string  `json:"pruned,omitempty"`
+	// PruneError is set when the backup succeeded but retention could not delete everything.
+	PruneError string `json:"pruneError,omitempty"`
+}
+
+// Backup streams a snapshot of the most up-to-date voting member into the destination,
+// verifies what the destination holds against what was streamed, then applies retention. A
+// snapshot that failed or does not verify leaves no object behind.
+func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
+	start := cfg.Now()
+	cl, err := etcd.New(cfg.Etcd)
+	if err != nil {
+		return BackupResult{}, err
+	}
+	defer cl.Close()
+	source, status, err := pickSource(ctx, cl)
+	if err != nil {
+		return BackupResult{}, err
+	}
+	key := backupplan.ObjectName(cfg.Destination.Prefix(), cfg.Cluster, start, status.Revision)
+
+	pr, pw := io.Pipe()
+	streamed := make(chan etcd.SnapshotInfo, 1)
+	go func() {
+		info, err := cl.Snapshot(ctx, source, pw)
+		streamed <- info
+		_ = pw.CloseWithError(err) // an error here fails the upload, which aborts it
+	}()
+	uploadErr := cfg.Destination.Upload(ctx, key, pr)
+	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the snapshot stream if the upload failed
+	info := <-streamed
+	if uploadErr != nil {
+		return BackupResult{}, uploadErr
+	}
+
+	stored, err := cfg.Destination.Verify(ctx, key)
+	if err != nil {
+		return BackupResult{}, err
+	}
+	if stored.SizeBytes != info.SizeBytes || stored.SHA256 != info.SHA256 {
+		_ = cfg.Destination.Delete(ctx, key)
+		return BackupResult{}, fmt.Errorf("%s holds %d bytes (sha256 %s) but %d bytes (sha256 %s) were streamed; deleted it",
+			cfg.Destination.URI(key), stored.SizeBytes, stored.SHA256, info.SizeBytes, info.SHA256)
+	}
+
+	result := BackupResult{
+		URI: cfg.Destination.URI(key), SizeBytes: stored.SizeBytes, SHA256: stored.SHA256,
+		Revision: info.Revision, EtcdVersion: info.EtcdVersion,
+		Member: etcd.FormatID(info.MemberID), ClusterID: etcd.FormatID(info.ClusterID),
+		StartTime: start, CompletionTime: cfg.Now(),
+	}
+	result.Pruned, err = prune(ctx, cfg)
+	if err != nil {
+		result.PruneError = err.Error()
+	}
+	return result, nil
+}
+
+// pickSource is the client URL of the healthy voting member with the highest revision:
+// a learner may lag, and the newest data is what a backup is for.
+func pickSource(ctx context.Context, cl etcd.Client) (string, etcd.MemberStatus, error) {
+	_, members, err := cl.Members(ctx)
+	if err != nil {
+		return "", etcd.MemberStatus{}, err
+	}
+	var best string
+	var bestStatus etcd.MemberStatus
+	for _, m := range members {
+		if m.IsLearner || len(m.ClientURLs) == 0 {
+			continue
+		}
+		st, err := cl.Status(ctx, m.ClientURLs[0])
+		if err != nil || len(st.Errors) > 0 {
+			continue
+		}
+		if best == "" || st.Revision > bestStatus.Revision {
+			best, bestStatus = m.ClientURLs[0], st
+		}
+	}
+	if best == "" {
+		return "", etcd.MemberStatus{}, errors.New("no healthy voting member to take a snapshot from")
+	}
+	return best, bestStatus, nil
+}
+
+// prune deletes this cluster's snapshots that the retention no longer keeps.
+func prune(ctx context.Context, cfg BackupConfig) ([]string, error) {
+	if cfg.MaxCount == 0 && cfg.MaxAge == 0 {
+		return nil, nil
+	}
+	prefix := cfg.Destination.Prefix()
+	objects, err := cfg.Destination.List(ctx, prefix+cfg.Cluster+"-")
+	if err != nil {
+		return nil, err
+	}
+	var snapshots []backupplan.Snapshot
+	for _, o := range objects {
+		if t, ok := backupplan.ParseObjectName(prefix, cfg.Cluster, o.Key); ok {
+			snapshots = append(snapshots, backupplan.Snapshot{Key: o.Key, Time: t})
+		}
+	}
+	var pruned []string
+	for _, key := range backupplan.ToPrune(snapshots, cfg.MaxCount, cfg.MaxAge, cfg.Now()) {
+		if err := cfg.Destination.Delete(ctx, key); err != nil {
+			return pruned, err
+		}
+		pruned = append(pruned, cfg.Destination.URI(key))
+	}
+	return pruned, nil
+}
