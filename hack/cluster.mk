@@ -118,8 +118,8 @@ cluster-operator-image: build $(CLUSTER_IMAGEBUILDER) ## Build the operator's im
 images: $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) cluster-operator-image ## Build every image and load it into the running cluster's containerd and registry.
 	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_OPERATOR_TAR)
 
-.PHONY: cluster-up
-cluster-up: cluster-tools $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) ## Start the local cluster (idempotent); prints the KUBECONFIG to use.
+.PHONY: cluster-base-up
+cluster-base-up: cluster-tools $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) ## Start the local cluster without OLM (idempotent); prints the KUBECONFIG to use.
 	@$(CLUSTER_ENV) hack/cluster/up.sh
 
 .PHONY: cluster-down
