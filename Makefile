@@ -61,10 +61,10 @@ test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW)
 		go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-all
-test-all: ## What CI runs: make test, then the e2e suite on a freshly started local cluster, always torn down after.
+test-all: ## What CI runs: make test, then the e2e suite (OLM install included) on a freshly started local cluster, always torn down after.
 	$(MAKE) --no-print-directory test
 	$(MAKE) --no-print-directory cluster-down PURGE=1
-	status=0; $(MAKE) --no-print-directory test-e2e || status=$$?; \
+	status=0; { $(MAKE) --no-print-directory olm-catalog && E2E_OLM=1 $(MAKE) --no-print-directory test-e2e; } || status=$$?; \
 		$(MAKE) --no-print-directory cluster-down PURGE=1; exit $$status
 
 ##@ Build
