@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,19 +89,38 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 		// Unknown counts as off: enabling it again is harmless.
 		obs.authEnabled, _ = cl.AuthEnabled(ctx)
 	}
-	for _, m := range obs.members {
-		if m.Name == "" || len(m.ClientURLs) == 0 {
-			continue // never started: nothing to ask
-		}
-		st, err := cl.Status(ctx, m.ClientURLs[0])
-		if err != nil {
-			continue
-		}
-		obs.statuses[m.ID] = st
+	obs.statuses = r.memberStatuses(ctx, cl, obs)
+	for _, st := range obs.statuses {
 		if st.LeaderID != 0 {
 			obs.leaderID = st.LeaderID
 		}
 	}
+}
+
+// memberStatuses asks every member whose pod runs for its status, all at once: a member that
+// is restarting would otherwise hold the reconcile for the call timeout, and its pod having no
+// IP already says it cannot answer.
+func (r *EtcdClusterReconciler) memberStatuses(ctx context.Context, cl etcd.Client, obs *observation) map[uint64]etcd.MemberStatus {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	statuses := map[uint64]etcd.MemberStatus{}
+	for _, m := range obs.members {
+		pod, ok := obs.pods[m.Name]
+		if m.Name == "" || len(m.ClientURLs) == 0 || !ok || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		wg.Go(func() {
+			st, err := cl.Status(ctx, m.ClientURLs[0])
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			statuses[m.ID] = st
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return statuses
 }
 
 // knownClientURLs are the client URLs of the members whose pods run (have an IP): dialling a

@@ -157,6 +157,14 @@ test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator 
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_OPERATOR_IMAGE=$(CLUSTER_E2E_IMAGE) E2E_OPERATOR_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
 		E2E_OPERATOR_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
 
+# Benchmarks, not tests: figures for docs/performance.md. BENCH selects, BENCH_COUNT repeats.
+BENCH ?= .
+BENCH_COUNT ?= 3x
+
+.PHONY: bench-e2e
+bench-e2e: cluster-deploy ## Benchmarks against a plain StatefulSet on the local cluster (time to Available, member recovery, idle writes).
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -tags e2e -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_COUNT) -timeout 60m ./test/e2e/
+
 CLUSTER_DEMO_NAMESPACE ?= demo
 
 .PHONY: demo

@@ -141,9 +141,11 @@ func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository 
 		// etcd's own health endpoints, on the plain-HTTP metrics listener so that probes need
 		// no client certificate. A learner is not ready (it cannot serve linearizable reads),
 		// so the client Service only sends clients to voting members.
-		StartupProbe:   probe("/livez", 2, 150),
+		// Readiness is probed every second: the kubelet only starts it once the startup probe
+		// has passed, and a member back from a restart should take traffic at once.
+		StartupProbe:   probe("/livez", 1, 300),
 		LivenessProbe:  probe("/livez", 10, 6),
-		ReadinessProbe: probe("/readyz", 2, 3),
+		ReadinessProbe: probe("/readyz", 1, 3),
 		VolumeMounts:   []corev1.VolumeMount{{Name: dataVolume, MountPath: dataMount}},
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
