@@ -16,7 +16,8 @@ type SnapshotInfo struct {
 	// Revision of the member's keyspace just before the snapshot was opened: the snapshot
 	// holds every write up to it (and any that landed in between).
 	Revision int64
-	// EtcdVersion is the member's server version; StorageVersion the snapshot's format.
+	// EtcdVersion is the member's server version; StorageVersion the snapshot's format, which
+	// etcd leaves empty until the cluster version is settled, shortly after start.
 	EtcdVersion    string
 	StorageVersion string
 	MemberID       uint64
