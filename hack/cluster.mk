@@ -46,7 +46,9 @@ CLUSTER_BASE_TARS := $(foreach i,$(CLUSTER_PAUSE_IMAGE) $(CLUSTER_COREDNS_IMAGE)
 CLUSTER_ETCD_TARS := $(foreach v,$(CLUSTER_ETCD_VERSIONS),$(call cluster_tar,$(call CLUSTER_ETCD_IMAGE,$(v))))
 CLUSTER_OPERATOR_TAR := $(call cluster_tar,$(CLUSTER_OPERATOR_IMAGE))
 
-CLUSTER_DEBIAN_PACKAGES := containerd runc containernetworking-plugins iptables docker-registry busybox-static
+# Also the commands up.sh checks for (openssl, curl, envsubst, ss, ip, findmnt), usually present.
+CLUSTER_DEBIAN_PACKAGES := containerd runc containernetworking-plugins iptables docker-registry busybox-static \
+	openssl curl gettext-base iproute2 util-linux
 
 # The scripts read their settings from the environment; their recipes are not echoed, as the
 # scripts log what they do.

@@ -26,15 +26,21 @@ func openS3(t *testing.T, srv *s3test.Server, bucket, secret string) *storage.De
 	return d
 }
 
-// Both destinations behave the same: a streamed upload is verified by reading it back, listed
-// under its prefix, and deleted idempotently.
-func TestUploadVerifyListDelete(t *testing.T) {
+// bothDestinations is a bucket on a real S3 server and a directory, as a PVC is mounted.
+func bothDestinations(t *testing.T) map[string]*storage.Destination {
+	t.Helper()
 	srv := s3test.Start(t)
 	dir, err := storage.OpenDir(t.TempDir(), "pvc://backups/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, d := range map[string]*storage.Destination{"s3": openS3(t, srv, srv.Bucket(t, "backups"), s3test.SecretKey), "pvc": dir} {
+	return map[string]*storage.Destination{"s3": openS3(t, srv, srv.Bucket(t, "backups"), s3test.SecretKey), "pvc": dir}
+}
+
+// Both destinations behave the same: a streamed upload is verified by reading it back, listed
+// under its prefix, and deleted idempotently.
+func TestUploadVerifyListDelete(t *testing.T) {
+	for name, d := range bothDestinations(t) {
 		t.Run(name, func(t *testing.T) {
 			data := make([]byte, 3<<20+17) // several multipart chunks and an odd tail
 			_, _ = rand.Read(data)
@@ -80,12 +86,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 }
 
 func TestAFailedUploadLeavesNothing(t *testing.T) {
-	srv := s3test.Start(t)
-	dir, err := storage.OpenDir(t.TempDir(), "pvc://backups/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, d := range map[string]*storage.Destination{"s3": openS3(t, srv, srv.Bucket(t, "backups"), s3test.SecretKey), "pvc": dir} {
+	for name, d := range bothDestinations(t) {
 		t.Run(name, func(t *testing.T) {
 			err := d.Upload(t.Context(), "etcd/partial.db", &failingReader{left: 6 << 20})
 			if err == nil {
