@@ -2,11 +2,14 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -22,6 +25,7 @@ import (
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/controllers"
+	"github.com/etcd-database/etcd-operator/internal/agent"
 )
 
 // watchNamespacesEnv is set by config/manager from the pod's olm.targetNamespaces annotation,
@@ -32,6 +36,9 @@ const watchNamespacesEnv = "WATCH_NAMESPACES"
 // relatedImages, so that mirrors for disconnected installs cover it). Clusters run
 // <its repository>:v<spec.version> unless they set spec.repository.
 const relatedImageEtcdEnv = "RELATED_IMAGE_ETCD"
+
+// relatedImageOperatorEnv is the operator's own image, which its backup and restore Jobs run.
+const relatedImageOperatorEnv = "RELATED_IMAGE_OPERATOR"
 
 // defaultEtcdRepository serves when RELATED_IMAGE_ETCD is unset: the etcd project's own images.
 const defaultEtcdRepository = "gcr.io/etcd-development/etcd"
@@ -68,6 +75,9 @@ func parseFlags(args []string) (options, error) {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		os.Exit(runAgent(os.Args[2:]))
+	}
 	opts, err := parseFlags(os.Args[1:])
 	if err != nil {
 		os.Exit(2)
@@ -102,6 +112,7 @@ func run(opts options) error {
 
 	if err := controllers.SetupWithManager(mgr, controllers.Options{
 		DefaultEtcdRepository: etcdRepository(os.Getenv(relatedImageEtcdEnv)),
+		AgentImage:            os.Getenv(relatedImageOperatorEnv),
 		PodEnv:                proxy.ReadProxyVarsFromEnv(),
 	}); err != nil {
 		return err
@@ -164,4 +175,23 @@ func splitNamespaces(list string) []string {
 		}
 	}
 	return out
+}
+
+// runAgent is the image's other job: `manager agent ...` runs in the backup and restore Jobs
+// the operator makes, with the user's volumes and credentials, and reports through its
+// termination message.
+func runAgent(args []string) int {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	switch {
+	case len(args) == 1 && args[0] == "backup":
+		return agent.RunBackupJob(ctx)
+	case len(args) == 1 && args[0] == "restore-fetch":
+		return agent.RunRestoreFetch(ctx)
+	case len(args) == 1 && args[0] == "restore-install":
+		return agent.RunRestoreInstall()
+	default:
+		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install")
+		return 2
+	}
 }

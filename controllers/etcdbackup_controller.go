@@ -2,52 +2,371 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/backupplan"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
-// EtcdBackupReconciler takes snapshots of EtcdClusters.
+// EtcdBackupReconciler takes snapshots of EtcdClusters: each run is a Job of the operator's
+// agent, in the backup's namespace, whose report becomes the backup's status.
 type EtcdBackupReconciler struct {
 	client.Client
+	// APIReader reads past the cache, to make sure a run is started from current state.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// AgentImage is the operator's own image, which the Jobs run.
+	AgentImage string
+	// PodEnv is added to the agent's container (OLM's proxy settings).
+	PodEnv []corev1.EnvVar
+	Now    func() time.Time
 }
+
+// notReadyRetry is how soon a backup that cannot run yet (its cluster not Available, its
+// Secret missing) looks again; a change to its EtcdCluster wakes it sooner.
+const notReadyRetry = 30 * time.Second
+
+// reportGrace is how long a finished Job may lack its agent's report — the pod's final status
+// can reach the cache after the Job's — before the run is recorded as failed without one.
+const reportGrace = 30 * time.Second
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 
-// Reconcile moves one EtcdBackup through its runs and reports them.
+// Reconcile records the runs that finished, then starts the run that is due, if any.
 func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	backup := &etcdv1alpha1.EtcdBackup{}
 	if err := r.Get(ctx, req.NamespacedName, backup); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	before := backup.DeepCopy()
-
-	backup.Status.ObservedGeneration = backup.Generation
-	if backup.Status.Phase == "" {
-		backup.Status.Phase = etcdv1alpha1.BackupPending
+	if !backup.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // its Jobs go with it, by owner reference
 	}
-	meta.SetStatusCondition(&backup.Status.Conditions, metav1.Condition{
-		Type:               etcdv1alpha1.ConditionReady,
-		Status:             metav1.ConditionUnknown,
-		Reason:             etcdv1alpha1.ReasonNotYetImplemented,
-		Message:            "this operator build accepts EtcdBackups but does not take snapshots yet",
-		ObservedGeneration: backup.Generation,
-	})
+	before := backup.DeepCopy()
+	backup.Status.ObservedGeneration = backup.Generation
 
-	return ctrl.Result{}, patchStatusIfChanged(ctx, r.Client, backup, before, func(o client.Object) any {
+	result, err := r.reconcileRuns(ctx, backup)
+
+	if patchErr := patchStatusIfChanged(ctx, r.Client, backup, before, func(o client.Object) any {
 		return o.(*etcdv1alpha1.EtcdBackup).Status
+	}); patchErr != nil && err == nil {
+		err = patchErr
+	}
+	return result, err
+}
+
+func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (ctrl.Result, error) {
+	jobs, err := r.ownedJobs(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	waitForReport, err := r.recordFinishedRuns(ctx, b, jobs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if active := activeJob(jobs); active != nil {
+		b.Status.ActiveJob, b.Status.Phase = active.Name, etcdv1alpha1.BackupRunning
+		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionUnknown, etcdv1alpha1.ReasonRunning, "Job %s is taking a snapshot", active.Name)
+		return ctrl.Result{}, nil // the Job's completion wakes this reconciler
+	}
+	b.Status.ActiveJob = ""
+	if waitForReport > 0 {
+		return ctrl.Result{RequeueAfter: waitForReport}, nil
+	}
+
+	scheduledFor, wait, err := r.nextRun(b)
+	if err != nil || scheduledFor.IsZero() {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	cluster, ready := r.checkReady(ctx, b)
+	if !ready {
+		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+	}
+	return ctrl.Result{}, r.startRun(ctx, b, cluster, scheduledFor)
+}
+
+// ownedJobs are the agent Jobs of this backup, oldest first.
+func (r *EtcdBackupReconciler) ownedJobs(ctx context.Context, b *etcdv1alpha1.EtcdBackup) ([]batchv1.Job, error) {
+	list := &batchv1.JobList{}
+	if err := r.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingLabels{resources.LabelBackup: b.Name}); err != nil {
+		return nil, fmt.Errorf("list backup Jobs: %w", err)
+	}
+	jobs := slices.DeleteFunc(list.Items, func(j batchv1.Job) bool { return !metav1.IsControlledBy(&j, b) })
+	slices.SortFunc(jobs, func(x, y batchv1.Job) int { return x.CreationTimestamp.Compare(y.CreationTimestamp.Time) })
+	return jobs, nil
+}
+
+func activeJob(jobs []batchv1.Job) *batchv1.Job {
+	for i := range jobs {
+		if _, finished := jobOutcome(&jobs[i]); !finished && jobs[i].DeletionTimestamp.IsZero() {
+			return &jobs[i]
+		}
+	}
+	return nil
+}
+
+// recordFinishedRuns turns each finished Job into a run in the history, then deletes the Job.
+// It returns how long to wait for a report that has not reached the cache yet.
+func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1alpha1.EtcdBackup, jobs []batchv1.Job) (time.Duration, error) {
+	var wait time.Duration
+	for i := range jobs {
+		job := &jobs[i]
+		succeeded, finished := jobOutcome(job)
+		if !finished || !job.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if !slices.ContainsFunc(b.Status.History, func(run etcdv1alpha1.BackupRun) bool { return run.Job == job.Name }) {
+			report, found, err := agentReport(ctx, r.Client, job, resources.BackupContainer)
+			if err != nil {
+				return 0, err
+			}
+			if succeeded && !found {
+				if left := reportGrace - r.Now().Sub(jobFinishTime(job)); left > 0 {
+					wait = max(wait, left)
+					continue
+				}
+			}
+			r.record(b, job, succeeded, report)
+		}
+		// The run is in status (written before the Job goes, or again from the Job if that
+		// write fails), so the Job and its pod can go.
+		if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("delete finished Job %s: %w", job.Name, err)
+		}
+	}
+	return wait, nil
+}
+
+// record adds a run to the history, newest first, and reports it.
+func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.Job, succeeded bool, report agent.Report) {
+	run := etcdv1alpha1.BackupRun{Job: job.Name, StartTime: job.Status.StartTime, CompletionTime: ptrTime(jobFinishTime(job))}
+	switch {
+	case succeeded && report.Backup != nil:
+		res := report.Backup
+		run.Phase = etcdv1alpha1.BackupCompleted
+		run.Artifact = &etcdv1alpha1.BackupArtifact{
+			URI: res.URI, SizeBytes: res.SizeBytes, SHA256: res.SHA256, Revision: res.Revision,
+			EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID,
+			StartTime: metav1.NewTime(res.StartTime), CompletionTime: metav1.NewTime(res.CompletionTime),
+		}
+		b.Status.LastBackup = run.Artifact
+		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
+			"%s: %d bytes at revision %d, sha256 verified in the destination", res.URI, res.SizeBytes, res.Revision)
+		r.event(b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s)", res.URI, res.SizeBytes, res.Revision, res.SHA256)
+		if n := len(res.Pruned) + res.PrunedCount; n > 0 {
+			r.event(b, corev1.EventTypeNormal, "SnapshotsPruned", "Prune", "retention deleted %d older snapshot(s): %v", n, res.Pruned)
+		}
+		if res.PruneError != "" {
+			r.event(b, corev1.EventTypeWarning, "PruneFailed", "Prune", "retention could not delete every older snapshot: %s", res.PruneError)
+		}
+	default:
+		run.Phase = etcdv1alpha1.BackupFailed
+		run.Message = failureMessage(job, succeeded, report)
+		reason := etcdv1alpha1.ReasonFailed
+		if report.Permanent {
+			reason = etcdv1alpha1.ReasonPermanentFailure
+		}
+		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, "%s", run.Message)
+		r.event(b, corev1.EventTypeWarning, "BackupFailed", "Backup", "%s", run.Message)
+	}
+	limit := int(b.Spec.HistoryLimit)
+	if limit <= 0 {
+		limit = 10
+	}
+	b.Status.History = append([]etcdv1alpha1.BackupRun{run}, b.Status.History...)
+	if len(b.Status.History) > limit {
+		b.Status.History = b.Status.History[:limit]
+	}
+}
+
+func failureMessage(job *batchv1.Job, succeeded bool, report agent.Report) string {
+	switch {
+	case report.Error != "":
+		return report.Error
+	case succeeded:
+		return fmt.Sprintf("Job %s succeeded but its agent left no report", job.Name)
+	}
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("Job %s failed (%s): %s", job.Name, c.Reason, c.Message)
+		}
+	}
+	return fmt.Sprintf("Job %s failed", job.Name)
+}
+
+// nextRun says which run is due now (zero time: none) and, if none, how long until one is.
+func (r *EtcdBackupReconciler) nextRun(b *etcdv1alpha1.EtcdBackup) (time.Time, time.Duration, error) {
+	if b.Spec.Schedule == "" {
+		if len(b.Status.History) > 0 {
+			b.Status.Phase = b.Status.History[0].Phase // a one-shot backup runs once: its record is final
+			return time.Time{}, 0, nil
+		}
+		return b.CreationTimestamp.Time, 0, nil
+	}
+	if b.Spec.Suspend {
+		b.Status.Phase, b.Status.NextScheduleTime = etcdv1alpha1.BackupSuspended, nil
+		setBackupCondition(b, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonSuspended, "spec.suspend is set: no new runs start")
+		return time.Time{}, 0, nil
+	}
+	sched, err := backupplan.ParseSchedule(b.Spec.Schedule)
+	if err != nil {
+		b.Status.Phase = etcdv1alpha1.BackupFailed
+		setBackupCondition(b, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonInvalidSchedule, "%v", err)
+		return time.Time{}, 0, err
+	}
+	since := b.CreationTimestamp.Time
+	if b.Status.LastScheduleTime != nil {
+		since = b.Status.LastScheduleTime.Time
+	}
+	now := r.Now()
+	runNow, scheduledFor, next := backupplan.Due(sched, since, now)
+	b.Status.NextScheduleTime = ptrTime(next)
+	if !runNow {
+		b.Status.Phase = etcdv1alpha1.BackupScheduled
+		// Cron times are whole seconds; a little past them avoids waking just before.
+		return time.Time{}, next.Sub(now) + 100*time.Millisecond, nil
+	}
+	return scheduledFor, 0, nil
+}
+
+// checkReady sees that the cluster can be backed up and that what the Job will mount exists,
+// so that a run is not started only to hang on a missing Secret.
+func (r *EtcdBackupReconciler) checkReady(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (*etcdv1alpha1.EtcdCluster, bool) {
+	notReady := func(reason, format string, args ...any) (*etcdv1alpha1.EtcdCluster, bool) {
+		if b.Spec.Schedule == "" {
+			b.Status.Phase = etcdv1alpha1.BackupPending
+		} else {
+			b.Status.Phase = etcdv1alpha1.BackupScheduled
+		}
+		setBackupCondition(b, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, reason, format, args...)
+		return nil, false
+	}
+	if r.AgentImage == "" {
+		return notReady(etcdv1alpha1.ReasonAgentImageUnknown, "the operator was started without RELATED_IMAGE_OPERATOR, the image its backup Jobs run")
+	}
+	cluster := &etcdv1alpha1.EtcdCluster{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.ClusterName}, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return notReady(etcdv1alpha1.ReasonClusterNotFound, "EtcdCluster %s does not exist in namespace %s", b.Spec.ClusterName, b.Namespace)
+		}
+		return notReady(etcdv1alpha1.ReasonClusterNotFound, "read EtcdCluster %s: %v", b.Spec.ClusterName, err)
+	}
+	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, etcdv1alpha1.ConditionAvailable) {
+		return notReady(etcdv1alpha1.ReasonClusterNotAvailable, "EtcdCluster %s is not Available; the backup starts when it is", cluster.Name)
+	}
+	dest := b.Spec.Destination
+	if dest.S3 != nil {
+		for _, name := range []string{dest.S3.CredentialsSecretName, dest.S3.CASecretName} {
+			if name == "" {
+				continue
+			}
+			if missing, err := r.missing(ctx, &corev1.Secret{}, b.Namespace, name); missing || err != nil {
+				return notReady(etcdv1alpha1.ReasonSecretNotFound, "Secret %s does not exist in namespace %s", name, b.Namespace)
+			}
+		}
+	}
+	if dest.PVC != nil {
+		if missing, err := r.missing(ctx, &corev1.PersistentVolumeClaim{}, b.Namespace, dest.PVC.ClaimName); missing || err != nil {
+			return notReady(etcdv1alpha1.ReasonClaimNotFound, "PersistentVolumeClaim %s does not exist in namespace %s", dest.PVC.ClaimName, b.Namespace)
+		}
+	}
+	setBackupCondition(b, etcdv1alpha1.ConditionReady, metav1.ConditionTrue, etcdv1alpha1.ReasonReady, "EtcdCluster %s is Available and the destination is configured", cluster.Name)
+	return cluster, true
+}
+
+func (r *EtcdBackupReconciler) missing(ctx context.Context, obj client.Object, namespace, name string) (bool, error) {
+	err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
+}
+
+// startRun creates the Job of the run scheduled for the given time. Its name is derived from
+// that time, so a run is started at most once even if this status write is lost.
+func (r *EtcdBackupReconciler) startRun(ctx context.Context, b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, scheduledFor time.Time) error {
+	// A cached EtcdBackup may predate the record of the run just finished, whose Job is gone:
+	// starting from it would run a one-shot backup twice.
+	current := &etcdv1alpha1.EtcdBackup{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(b), current); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if current.ResourceVersion != b.ResourceVersion {
+		return nil // the newer version's watch event reconciles again
+	}
+	job, err := resources.BackupJob(b, c, r.AgentImage, scheduledFor, r.PodEnv)
+	if err != nil {
+		return err
+	}
+	if err := controllerutil.SetControllerReference(b, job, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create backup Job: %w", err)
+	}
+	b.Status.ActiveJob, b.Status.Phase = job.Name, etcdv1alpha1.BackupRunning
+	if b.Spec.Schedule != "" {
+		b.Status.LastScheduleTime = ptrTime(scheduledFor)
+	}
+	setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionUnknown, etcdv1alpha1.ReasonRunning, "Job %s is taking a snapshot", job.Name)
+	r.event(b, corev1.EventTypeNormal, "BackupStarted", "Backup", "started Job %s to snapshot EtcdCluster %s", job.Name, c.Name)
+	return nil
+}
+
+func setBackupCondition(b *etcdv1alpha1.EtcdBackup, condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
+	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason,
+		Message: fmt.Sprintf(format, args...), ObservedGeneration: b.Generation,
 	})
+}
+
+func (r *EtcdBackupReconciler) event(b *etcdv1alpha1.EtcdBackup, eventType, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(b, nil, eventType, reason, action, note, args...)
+	}
 }
 
 // SetupWithManager registers the reconciler and what it watches.
 func (r *EtcdBackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&etcdv1alpha1.EtcdBackup{}).
+		Owns(&batchv1.Job{}).
+		// A backup waiting for its cluster to become Available starts as soon as it is.
+		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(r.backupsOfCluster)).
 		Named("etcdbackup").
 		Complete(r)
+}
+
+func (r *EtcdBackupReconciler) backupsOfCluster(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := &etcdv1alpha1.EtcdBackupList{}
+	if err := r.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	var requests []reconcile.Request
+	for _, b := range list.Items {
+		if b.Spec.ClusterName == obj.GetName() && b.Status.Phase != etcdv1alpha1.BackupCompleted && b.Status.Phase != etcdv1alpha1.BackupFailed {
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+		}
+	}
+	return requests
 }

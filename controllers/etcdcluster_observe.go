@@ -205,6 +205,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Ob
 		DesiredVersion:  c.Spec.Version,
 		DataSurvivesPod: !c.Spec.Storage.Ephemeral,
 		Paused:          c.Spec.Paused,
+		AwaitingRestore: c.Annotations[resources.AnnotationRestorePending],
 		AuthPending:     c.Spec.Auth != nil && obs.reachable && !obs.authEnabled,
 		Defrag:          defragPolicy(c),
 		NoSpaceAlarm:    obs.hasAlarm("NOSPACE"),

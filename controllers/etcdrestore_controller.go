@@ -2,52 +2,414 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
-// EtcdRestoreReconciler restores snapshots into EtcdClusters.
+// EtcdRestoreReconciler restores snapshots into new EtcdClusters: it creates the cluster held
+// back from forming, prepares its first member's data with a Job (the agent fetches and checks
+// the snapshot, the target etcd image's etcdutl restores it), then lets the cluster form from
+// that member and grow as usual.
 type EtcdRestoreReconciler struct {
 	client.Client
+	Recorder events.EventRecorder
+	// AgentImage is the operator's own image, which the restore Jobs run.
+	AgentImage string
+	// DefaultRepository is the etcd image repository for clusters that name none.
+	DefaultRepository string
+	PodEnv            []corev1.EnvVar
+	Now               func() time.Time
 }
+
+// Condition reasons of EtcdRestore.
+const (
+	reasonSourceNotFound = "SourceNotFound"
+	reasonTargetExists   = "TargetExists"
+	reasonVersionTooOld  = "VersionTooOld"
+	reasonTargetDeleted  = "TargetDeleted"
+)
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;delete
 
-// Reconcile carries out one EtcdRestore and reports it.
+// Reconcile carries an EtcdRestore one step further; a finished one is a record.
 func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	restore := &etcdv1alpha1.EtcdRestore{}
-	if err := r.Get(ctx, req.NamespacedName, restore); err != nil {
+	rs := &etcdv1alpha1.EtcdRestore{}
+	if err := r.Get(ctx, req.NamespacedName, rs); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	before := restore.DeepCopy()
-
-	restore.Status.ObservedGeneration = restore.Generation
-	if restore.Status.Phase == "" {
-		restore.Status.Phase = etcdv1alpha1.RestorePending
+	if rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed || !rs.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
 	}
-	meta.SetStatusCondition(&restore.Status.Conditions, metav1.Condition{
-		Type:               etcdv1alpha1.ConditionSucceeded,
-		Status:             metav1.ConditionUnknown,
-		Reason:             etcdv1alpha1.ReasonNotYetImplemented,
-		Message:            "this operator build accepts EtcdRestores but does not restore snapshots yet",
-		ObservedGeneration: restore.Generation,
-	})
+	before := rs.DeepCopy()
+	rs.Status.ObservedGeneration = rs.Generation
+	if rs.Status.StartTime == nil {
+		rs.Status.StartTime = ptrTime(r.Now())
+		rs.Status.Phase = etcdv1alpha1.RestorePending
+	}
 
-	return ctrl.Result{}, patchStatusIfChanged(ctx, r.Client, restore, before, func(o client.Object) any {
+	result, err := r.restore(ctx, rs)
+	var failed *restoreFailure
+	if errors.As(err, &failed) {
+		r.fail(rs, failed)
+		result, err = ctrl.Result{}, nil
+	}
+
+	if patchErr := patchStatusIfChanged(ctx, r.Client, rs, before, func(o client.Object) any {
 		return o.(*etcdv1alpha1.EtcdRestore).Status
+	}); patchErr != nil && err == nil {
+		err = patchErr
+	}
+	return result, err
+}
+
+// restoreFailure ends a restore: retrying cannot help.
+type restoreFailure struct {
+	reason, message string
+}
+
+func (f *restoreFailure) Error() string { return f.message }
+
+func failed(reason, format string, args ...any) error {
+	return &restoreFailure{reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (ctrl.Result, error) {
+	if rs.Spec.Target.Mode != etcdv1alpha1.RestoreNew {
+		return ctrl.Result{}, failed(etcdv1alpha1.ReasonNotYetImplemented,
+			"target.mode %s is not implemented by this operator version; restore into a new cluster (mode New) instead", rs.Spec.Target.Mode)
+	}
+	src, err := r.resolveSource(ctx, rs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	rs.Status.SnapshotURI, rs.Status.SnapshotSHA256 = src.uri, src.SHA256
+
+	cluster := &etcdv1alpha1.EtcdCluster{}
+	err = r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Spec.Target.ClusterName}, cluster)
+	switch {
+	case apierrors.IsNotFound(err):
+		return ctrl.Result{}, r.createTarget(ctx, rs, src)
+	case err != nil:
+		return ctrl.Result{}, err
+	case cluster.Annotations[resources.AnnotationRestoredBy] != rs.Name:
+		return ctrl.Result{}, failed(reasonTargetExists,
+			"EtcdCluster %s already exists; a restore in mode New creates its cluster and never touches an existing one", cluster.Name)
+	case cluster.Annotations[resources.AnnotationRestorePending] != "":
+		return r.prepareSeed(ctx, rs, cluster, src)
+	default:
+		return r.awaitAvailable(ctx, rs, cluster)
+	}
+}
+
+// snapshotSource is the snapshot to restore, resolved from an EtcdBackup or given directly.
+type snapshotSource struct {
+	resources.RestoreSource
+	uri string
+	// etcdVersion the snapshot was taken with, when a backup recorded it.
+	etcdVersion string
+}
+
+func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (snapshotSource, error) {
+	var src snapshotSource
+	if loc := rs.Spec.Source.Location; loc != nil {
+		src.Storage, src.Key, src.SHA256 = loc.StorageLocation, loc.Key, loc.SHA256
+		src.uri = storageURIBase(loc.StorageLocation) + loc.Key
+	} else {
+		ref := rs.Spec.Source.Backup
+		backup := &etcdv1alpha1.EtcdBackup{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: ref.Name}, backup); err != nil {
+			if apierrors.IsNotFound(err) {
+				return src, failed(reasonSourceNotFound, "EtcdBackup %s does not exist in namespace %s", ref.Name, rs.Namespace)
+			}
+			return src, err
+		}
+		artifact := chooseArtifact(backup, ref.URI)
+		if artifact == nil {
+			if ref.URI == "" {
+				return src, failed(reasonSourceNotFound, "EtcdBackup %s has no completed snapshot", ref.Name)
+			}
+			return src, failed(reasonSourceNotFound, "EtcdBackup %s has no completed snapshot %s in its status", ref.Name, ref.URI)
+		}
+		base := storageURIBase(backup.Spec.Destination)
+		if !strings.HasPrefix(artifact.URI, base) {
+			return src, failed(reasonSourceNotFound, "snapshot %s is not under EtcdBackup %s's destination %s", artifact.URI, ref.Name, base)
+		}
+		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
+		src.uri, src.etcdVersion = artifact.URI, artifact.EtcdVersion
+	}
+	if s3 := src.Storage.S3; s3 != nil {
+		for _, name := range []string{s3.CredentialsSecretName, s3.CASecretName} {
+			if name == "" {
+				continue
+			}
+			if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, &corev1.Secret{}); apierrors.IsNotFound(err) {
+				return src, failed(reasonSourceNotFound, "Secret %s does not exist in namespace %s", name, rs.Namespace)
+			} else if err != nil {
+				return src, err
+			}
+		}
+	}
+	return src, nil
+}
+
+// chooseArtifact is the backup's latest snapshot, or the one with the given URI.
+func chooseArtifact(b *etcdv1alpha1.EtcdBackup, uri string) *etcdv1alpha1.BackupArtifact {
+	if uri == "" || (b.Status.LastBackup != nil && b.Status.LastBackup.URI == uri) {
+		return b.Status.LastBackup
+	}
+	for _, run := range b.Status.History {
+		if run.Artifact != nil && run.Artifact.URI == uri {
+			return run.Artifact
+		}
+	}
+	return nil
+}
+
+// storageURIBase is how snapshot URIs under a storage location begin, prefix included.
+func storageURIBase(loc etcdv1alpha1.StorageLocation) string {
+	if loc.PVC != nil {
+		return agent.ClaimURIBase(loc.PVC)
+	}
+	return "s3://" + loc.S3.Bucket + "/" + loc.S3.Prefix
+}
+
+// createTarget creates the new EtcdCluster, held back from forming until its first member's
+// data is restored.
+func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, src snapshotSource) error {
+	if rs.Status.Phase == etcdv1alpha1.RestoreRestoring {
+		return failed(reasonTargetDeleted, "EtcdCluster %s was deleted while it was being restored", rs.Spec.Target.ClusterName)
+	}
+	spec := rs.Spec.Target.Cluster.DeepCopy()
+	if tooOld(spec.Version, src.etcdVersion) {
+		return failed(reasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
+	}
+	if spec.Storage.Ephemeral {
+		return failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.storage.ephemeral: a restored member's data is prepared on its claim, so the cluster needs persistent storage")
+	}
+	cluster := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      rs.Spec.Target.ClusterName,
+			Namespace: rs.Namespace,
+			Annotations: map[string]string{
+				resources.AnnotationRestoredBy:     rs.Name,
+				resources.AnnotationRestorePending: rs.Name,
+			},
+		},
+		Spec: *spec,
+	}
+	if err := r.Create(ctx, cluster); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil // the next reconcile sees whose it is
+		}
+		return fmt.Errorf("create EtcdCluster %s: %w", cluster.Name, err)
+	}
+	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
+	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its first member from %s", cluster.Name, src.uri)
+	r.event(rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
+	return nil
+}
+
+// tooOld says whether target is an older etcd minor version than the snapshot's: etcd reads
+// the data of its own and older versions only.
+func tooOld(target, snapshot string) bool {
+	t, err1 := version.ParseGeneric(target)
+	s, err2 := version.ParseGeneric(snapshot)
+	if err1 != nil || err2 != nil {
+		return false // unknown: etcdutl and etcd themselves refuse what they cannot read
+	}
+	return t.Major() < s.Major() || (t.Major() == s.Major() && t.Minor() < s.Minor())
+}
+
+// prepareSeed runs the Job that writes the first member's data, and lets the cluster form once
+// it has.
+func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
+	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	if err := r.ensureSeedClaim(ctx, c, seed); err != nil {
+		return ctrl.Result{}, err
+	}
+	job := &batchv1.Job{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job)
+	if apierrors.IsNotFound(err) {
+		return ctrl.Result{}, r.startJob(ctx, rs, c, seed, src)
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	succeeded, finished := jobOutcome(job)
+	switch {
+	case !finished:
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
+		return ctrl.Result{}, nil
+	case !succeeded:
+		message := r.jobFailure(ctx, job)
+		if err := r.discardTarget(ctx, c, seed); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, failed(etcdv1alpha1.ReasonFailed, "%s; EtcdCluster %s, which never held data, was deleted", message, c.Name)
+	}
+	report, found, err := agentReport(ctx, r.Client, job, resources.RestoreFetchContainer)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !found || report.Restore == nil {
+		return ctrl.Result{RequeueAfter: time.Second}, nil // the pod's status has not reached the cache yet
+	}
+	rs.Status.RestoredRevision = report.Restore.Revision
+	rs.Status.SnapshotSHA256 = report.Restore.SHA256
+	patch := client.MergeFrom(c.DeepCopy())
+	delete(c.Annotations, resources.AnnotationRestorePending)
+	if err := r.Patch(ctx, c, patch); err != nil {
+		return ctrl.Result{}, fmt.Errorf("let EtcdCluster %s form: %w", c.Name, err)
+	}
+	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
+		"member %s holds the snapshot at revision %d; the cluster forms from it and grows to %d members", seed, report.Restore.Revision, c.Spec.Size)
+	r.event(rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "member %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
+		seed, c.Name, report.Restore.URI, report.Restore.Revision, report.Restore.SHA256)
+	return ctrl.Result{}, nil
+}
+
+// ensureSeedClaim creates the first member's claim with a bootstrap plan of that member alone:
+// the EtcdCluster reconciler starts it on the restored data and adds the others as learners.
+func (r *EtcdRestoreReconciler) ensureSeedClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
+	pvc := resources.MemberPVC(c, resources.MemberSpec{Name: seed, InitialCluster: resources.InitialCluster(c, []string{seed}), State: "new"})
+	if c.Spec.Storage.RetentionPolicy.WhenDeleted == etcdv1alpha1.DeletePVC {
+		if err := ctrl.SetControllerReference(c, pvc, r.Scheme()); err != nil {
+			return err
+		}
+	}
+	if err := r.Create(ctx, pvc); client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("create claim %s: %w", pvc.Name, err)
+	}
+	return nil
+}
+
+func (r *EtcdRestoreReconciler) startJob(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string, src snapshotSource) error {
+	if r.AgentImage == "" {
+		return failed(etcdv1alpha1.ReasonAgentImageUnknown, "the operator was started without RELATED_IMAGE_OPERATOR, the image its restore Jobs run")
+	}
+	job, err := resources.RestoreJob(rs, c, seed, src.RestoreSource, r.AgentImage, r.DefaultRepository, r.PodEnv)
+	if err != nil {
+		return err
+	}
+	if err := ctrl.SetControllerReference(rs, job, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, job); client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("create restore Job: %w", err)
+	}
+	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
+	r.event(rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "started Job %s to restore member %s of EtcdCluster %s", job.Name, seed, c.Name)
+	return nil
+}
+
+// jobFailure says why a restore Job failed, from the first of its containers that did.
+func (r *EtcdRestoreReconciler) jobFailure(ctx context.Context, job *batchv1.Job) string {
+	terminated, err := lastPodTerminations(ctx, r.Client, job)
+	if err == nil {
+		for _, name := range []string{resources.RestoreFetchContainer, resources.RestoreEtcdutlContainer, resources.RestoreInstallContainer} {
+			t, ok := terminated[name]
+			if !ok || t.ExitCode == 0 {
+				continue
+			}
+			if report, err := agent.DecodeReport(t.Message); err == nil && report.Error != "" {
+				return name + ": " + report.Error
+			}
+			return fmt.Sprintf("%s exited %d: %s", name, t.ExitCode, strings.TrimSpace(t.Message))
+		}
+	}
+	return failureMessage(job, false, agent.Report{})
+}
+
+// discardTarget deletes the cluster this restore created, with its first member's claim,
+// before it ever formed: it holds nothing, and the name is free for another attempt.
+func (r *EtcdRestoreReconciler) discardTarget(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
+	if err := r.Delete(ctx, c); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete EtcdCluster %s: %w", c.Name, err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(seed)}}
+	if err := r.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete claim %s: %w", pvc.Name, err)
+	}
+	return nil
+}
+
+// awaitAvailable completes the restore once the cluster serves with all its members.
+func (r *EtcdRestoreReconciler) awaitAvailable(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
+	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
+	if !meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) || c.Status.ReadyMembers < c.Spec.Size {
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
+			"EtcdCluster %s has %d of %d members ready", c.Name, c.Status.ReadyMembers, c.Spec.Size)
+		return ctrl.Result{}, nil // the cluster's status changes wake this reconciler
+	}
+	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreCompleted, ptrTime(r.Now())
+	setRestoreCondition(rs, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
+		"EtcdCluster %s serves the snapshot's data from revision %d with %d members", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers)
+	r.event(rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s is Available with the restored data", c.Name)
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}}
+	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+}
+
+func (r *EtcdRestoreReconciler) fail(rs *etcdv1alpha1.EtcdRestore, f *restoreFailure) {
+	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreFailed, ptrTime(r.Now())
+	setRestoreCondition(rs, metav1.ConditionFalse, f.reason, "%s", f.message)
+	r.event(rs, corev1.EventTypeWarning, "RestoreFailed", "Restore", "%s", f.message)
+}
+
+func setRestoreCondition(rs *etcdv1alpha1.EtcdRestore, status metav1.ConditionStatus, reason, format string, args ...any) {
+	meta.SetStatusCondition(&rs.Status.Conditions, metav1.Condition{
+		Type: etcdv1alpha1.ConditionSucceeded, Status: status, Reason: reason,
+		Message: fmt.Sprintf(format, args...), ObservedGeneration: rs.Generation,
 	})
+}
+
+func (r *EtcdRestoreReconciler) event(rs *etcdv1alpha1.EtcdRestore, eventType, reason, action, note string, args ...any) {
+	if r.Recorder != nil {
+		r.Recorder.Eventf(rs, nil, eventType, reason, action, note, args...)
+	}
 }
 
 // SetupWithManager registers the reconciler and what it watches.
 func (r *EtcdRestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&etcdv1alpha1.EtcdRestore{}).
+		Owns(&batchv1.Job{}).
+		// The restored cluster's progress completes the restore.
+		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(restoreOfCluster)).
 		Named("etcdrestore").
 		Complete(r)
+}
+
+func restoreOfCluster(_ context.Context, obj client.Object) []reconcile.Request {
+	name, ok := obj.GetAnnotations()[resources.AnnotationRestoredBy]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
 }

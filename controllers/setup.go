@@ -18,6 +18,8 @@ type Options struct {
 	DefaultEtcdRepository string
 	// PodEnv is added to the containers the operator runs (OLM's proxy settings).
 	PodEnv []corev1.EnvVar
+	// AgentImage is the operator's own image, which its backup and restore Jobs run.
+	AgentImage string
 }
 
 // SetupWithManager registers every reconciler with the manager.
@@ -32,8 +34,20 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			DefaultRepository: opts.DefaultEtcdRepository,
 			PodEnv:            opts.PodEnv,
 		},
-		&EtcdBackupReconciler{Client: mgr.GetClient()},
-		&EtcdRestoreReconciler{Client: mgr.GetClient()},
+		&EtcdBackupReconciler{
+			Client:     mgr.GetClient(),
+			APIReader:  mgr.GetAPIReader(),
+			Recorder:   mgr.GetEventRecorder("etcdbackup-controller"),
+			AgentImage: opts.AgentImage,
+			PodEnv:     opts.PodEnv,
+		},
+		&EtcdRestoreReconciler{
+			Client:            mgr.GetClient(),
+			Recorder:          mgr.GetEventRecorder("etcdrestore-controller"),
+			AgentImage:        opts.AgentImage,
+			DefaultRepository: opts.DefaultEtcdRepository,
+			PodEnv:            opts.PodEnv,
+		},
 	}
 	for _, r := range reconcilers {
 		if err := r.SetupWithManager(mgr); err != nil {

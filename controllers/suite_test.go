@@ -58,7 +58,9 @@ func runWithManager(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
 		return 1
 	}
-	if err := controllers.SetupWithManager(mgr, controllers.Options{DefaultEtcdRepository: "registry.test/etcd"}); err != nil {
+	if err := controllers.SetupWithManager(mgr, controllers.Options{
+		DefaultEtcdRepository: "registry.test/etcd", AgentImage: "registry.test/etcd-operator:test",
+	}); err != nil {
 		fmt.Fprintf(os.Stderr, "setup: %v\n", err)
 		return 1
 	}

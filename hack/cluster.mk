@@ -20,6 +20,7 @@ cluster_mod_version = $(shell awk '{ for (i = 1; i < NF; i++) if ($$i == "$(2)")
 CLUSTER_COREDNS_VERSION := $(call cluster_mod_version,hack/tools/coredns/go.mod,github.com/coredns/coredns)
 CLUSTER_LOCAL_PATH_VERSION := $(call cluster_mod_version,hack/tools/local-path-provisioner/go.mod,github.com/rancher/local-path-provisioner)
 CLUSTER_CRICTL_VERSION := $(call cluster_mod_version,hack/tools/crictl/go.mod,sigs.k8s.io/cri-tools)
+CLUSTER_VERSITYGW_VERSION := $(call cluster_mod_version,hack/tools/versitygw/go.mod,github.com/versity/versitygw)
 CLUSTER_ETCD_VERSIONS ?= $(ETCD_VERSION) $(ETCD_NEXT_VERSION)
 # The control plane's etcd is the operand's default version.
 CLUSTER_ETCD_BIN ?= $(ETCD_BIN)/etcd
@@ -27,6 +28,8 @@ CLUSTER_ETCD_BIN ?= $(ETCD_BIN)/etcd
 CLUSTER_COREDNS ?= $(CLUSTER_BIN)/coredns/$(CLUSTER_COREDNS_VERSION)/coredns
 CLUSTER_LOCAL_PATH ?= $(CLUSTER_BIN)/local-path-provisioner/$(CLUSTER_LOCAL_PATH_VERSION)/local-path-provisioner
 CLUSTER_CRICTL ?= $(CLUSTER_BIN)/crictl/$(CLUSTER_CRICTL_VERSION)/crictl
+# Built by the Makefile's rule, the same binary the storage tests run on loopback.
+CLUSTER_VERSITYGW ?= $(or $(VERSITYGW),$(CLUSTER_BIN)/versitygw)
 CLUSTER_PAUSE ?= $(CLUSTER_BIN)/pause
 CLUSTER_IMAGEBUILDER ?= $(CLUSTER_BIN)/imagebuilder
 CLUSTER_K8S_TOOLS := $(addprefix $(CLUSTER_K8S_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
@@ -39,12 +42,16 @@ CLUSTER_BUSYBOX_IMAGE ?= $(CLUSTER_REGISTRY)/busybox:1.35
 CLUSTER_OPERATOR_IMAGE ?= $(or $(IMG),$(CLUSTER_REGISTRY)/etcd-operator:dev)
 # The operand images: $(CLUSTER_REGISTRY)/etcd:<version>, with etcd, etcdctl and etcdutl.
 CLUSTER_ETCD_IMAGE = $(CLUSTER_REGISTRY)/etcd:$(1)
+# The S3-compatible server the backup and restore e2e tests run as a pod (test/e2e/s3server_test.go).
+CLUSTER_VERSITYGW_IMAGE ?= $(CLUSTER_REGISTRY)/versitygw:$(CLUSTER_VERSITYGW_VERSION)
 
 # An image's tarball is named after its name and tag: 127.0.0.1:5000/etcd:v3.6.16 -> etcd_v3.6.16.tar.
 cluster_tar = $(CLUSTER_IMAGES)/$(subst :,_,$(notdir $(1))).tar
 CLUSTER_BASE_TARS := $(foreach i,$(CLUSTER_PAUSE_IMAGE) $(CLUSTER_COREDNS_IMAGE) $(CLUSTER_LOCAL_PATH_IMAGE) $(CLUSTER_BUSYBOX_IMAGE),$(call cluster_tar,$(i)))
 CLUSTER_ETCD_TARS := $(foreach v,$(CLUSTER_ETCD_VERSIONS),$(call cluster_tar,$(call CLUSTER_ETCD_IMAGE,$(v))))
 CLUSTER_OPERATOR_TAR := $(call cluster_tar,$(CLUSTER_OPERATOR_IMAGE))
+# Images only the e2e tests run.
+CLUSTER_TEST_TARS := $(call cluster_tar,$(CLUSTER_VERSITYGW_IMAGE))
 
 # Also the commands up.sh checks for (openssl, curl, envsubst, ss, ip, findmnt), usually present.
 CLUSTER_DEBIAN_PACKAGES := containerd runc containernetworking-plugins iptables docker-registry busybox-static \
@@ -57,7 +64,7 @@ CLUSTER_ENV = CLUSTER_BIN=$(CLUSTER_BIN) CLUSTER_K8S_BIN=$(CLUSTER_K8S_BIN) CLUS
 	CLUSTER_IMAGEBUILDER=$(CLUSTER_IMAGEBUILDER) CLUSTER_CRICTL=$(CLUSTER_CRICTL) CLUSTER_ETCD_BIN=$(CLUSTER_ETCD_BIN) \
 	CLUSTER_PAUSE_IMAGE=$(CLUSTER_PAUSE_IMAGE) CLUSTER_COREDNS_IMAGE=$(CLUSTER_COREDNS_IMAGE) \
 	CLUSTER_LOCAL_PATH_IMAGE=$(CLUSTER_LOCAL_PATH_IMAGE) CLUSTER_BUSYBOX_IMAGE=$(CLUSTER_BUSYBOX_IMAGE) \
-	CLUSTER_IMAGE_TARS="$(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS)"
+	CLUSTER_IMAGE_TARS="$(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_TEST_TARS)"
 
 CLUSTER_TOOLS := $(CLUSTER_K8S_TOOLS) $(addsuffix /etcd,$(addprefix $(CLUSTER_BIN)/etcd/,$(CLUSTER_ETCD_VERSIONS))) \
 	$(CLUSTER_COREDNS) $(CLUSTER_LOCAL_PATH) $(CLUSTER_CRICTL) $(CLUSTER_PAUSE) $(CLUSTER_IMAGEBUILDER)
@@ -111,17 +118,22 @@ $(CLUSTER_IMAGES)/etcd_%.tar: $(CLUSTER_BIN)/etcd/%/etcd $(CLUSTER_IMAGEBUILDER)
 		$(foreach b,etcd etcdctl etcdutl,-add $(CLUSTER_BIN)/etcd/$*/$(b):/usr/local/bin/$(b)) \
 		-cmd /usr/local/bin/etcd -user 65532:65532
 
+# The server's arguments (credentials, port, the posix backend's directory) come from the pod spec.
+$(call cluster_tar,$(CLUSTER_VERSITYGW_IMAGE)): $(CLUSTER_VERSITYGW) $(CLUSTER_IMAGEBUILDER)
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_VERSITYGW_IMAGE) -o $@ -add $<:/versitygw \
+		-entrypoint /versitygw -user 65532:65532
+
 .PHONY: cluster-operator-image
 cluster-operator-image: build $(CLUSTER_IMAGEBUILDER) ## Build the operator's image IMG from bin/manager into bin/images/ (load it with make images).
 	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_OPERATOR_IMAGE) -o $(CLUSTER_OPERATOR_TAR) \
 		-add $(CLUSTER_BIN)/manager:/manager -entrypoint /manager -user 65532:65532
 
 .PHONY: images
-images: $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) cluster-operator-image ## Build every image and load it into the running cluster's containerd and registry.
-	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_OPERATOR_TAR)
+images: $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_TEST_TARS) cluster-operator-image ## Build every image and load it into the running cluster's containerd and registry.
+	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_TEST_TARS) $(CLUSTER_OPERATOR_TAR)
 
 .PHONY: cluster-base-up
-cluster-base-up: cluster-tools $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) ## Start the local cluster without OLM (idempotent); prints the KUBECONFIG to use.
+cluster-base-up: cluster-tools $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_TEST_TARS) ## Start the local cluster without OLM (idempotent); prints the KUBECONFIG to use.
 	@$(CLUSTER_ENV) hack/cluster/up.sh
 
 .PHONY: cluster-down
@@ -157,7 +169,9 @@ cluster-deploy: cluster-up build $(CLUSTER_IMAGEBUILDER) ## Bring the cluster up
 .PHONY: test-e2e
 test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator image built from this tree and run test/e2e.
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_OPERATOR_IMAGE=$(CLUSTER_E2E_IMAGE) E2E_OPERATOR_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
-		E2E_OPERATOR_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
+		E2E_OPERATOR_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) E2E_S3_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) E2E_BUSYBOX_IMAGE=$(CLUSTER_BUSYBOX_IMAGE) \
+		E2E_ETCDUTL=$(ETCD_BIN)/etcdutl E2E_KUBECTL=$(CLUSTER_KUBECTL) \
+		go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
 
 # Benchmarks, not tests: figures for docs/performance.md. BENCH selects, BENCH_COUNT repeats.
 BENCH ?= .

@@ -56,6 +56,7 @@ var invalidObjects = []struct {
 	{"backup schedule not cron", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: every hour"), "spec.schedule in body should match"},
 	{"backup empty retention", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {}"), "retention needs maxCount, maxAge or both"},
 	{"backup retention count zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {maxCount: 0}"), "spec.retention.maxCount in body should be greater than or equal to 1"},
+	{"backup name too long", named("EtcdBackup", strings.Repeat("b", 64), "spec: {clusterName: e, destination: {pvc: {claimName: b}}}"), "an EtcdBackup name must be at most 63 characters"},
 	{"backup history limit zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nhistoryLimit: 0"), "spec.historyLimit in body should be greater than or equal to 1"},
 
 	// EtcdRestore
@@ -70,6 +71,7 @@ var invalidObjects = []struct {
 	{"restore key escapes", restore("source:\n  location: {key: ../k, pvc: {claimName: c}}\ntarget: {mode: InPlace, clusterName: r}"), "key must be a relative path without '..'"},
 	{"restore backup uri scheme", restore("source: {backup: {name: b, uri: 'http://x/y'}}\ntarget: {mode: InPlace, clusterName: r}"), "spec.source.backup.uri in body should match"},
 	{"restore cluster name invalid", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: Prod}"), "spec.target.clusterName in body should match"},
+	{"restore name too long", named("EtcdRestore", strings.Repeat("r", 64), "spec:\n  source: {backup: {name: b}}\n  target: {mode: InPlace, clusterName: r}"), "an EtcdRestore name must be at most 63 characters"},
 	{"restore new cluster spec invalid", restore("source: {backup: {name: b}}\ntarget: {mode: New, clusterName: r, cluster: {size: 12}}"), "spec.target.cluster.size in body should be less than or equal to 9"},
 }
 

@@ -33,3 +33,20 @@ const (
 	ReasonInvalidSpec       = "InvalidSpec"
 	ReasonNotYetImplemented = "NotYetImplemented"
 )
+
+// Condition reasons of EtcdBackup and EtcdRestore.
+const (
+	ReasonReady               = "Ready"
+	ReasonClusterNotFound     = "ClusterNotFound"
+	ReasonClusterNotAvailable = "ClusterNotAvailable"
+	ReasonSecretNotFound      = "SecretNotFound"
+	ReasonClaimNotFound       = "ClaimNotFound"
+	ReasonAgentImageUnknown   = "AgentImageUnknown"
+	ReasonInvalidSchedule     = "InvalidSchedule"
+	ReasonSuspended           = "Suspended"
+	ReasonRunning             = "Running"
+	ReasonCompleted           = "Completed"
+	ReasonFailed              = "Failed"
+	// ReasonPermanentFailure: retrying cannot help (credentials refused, no such bucket).
+	ReasonPermanentFailure = "PermanentFailure"
+)

@@ -112,6 +112,9 @@ type BackupRun struct {
 	// Message says why a run failed.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// Job that carried out the run.
+	// +optional
+	Job string `json:"job,omitempty"`
 	// Artifact of a completed run.
 	// +optional
 	Artifact *BackupArtifact `json:"artifact,omitempty"`
@@ -170,6 +173,7 @@ type EtcdBackupStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="an EtcdBackup name must be at most 63 characters: its Jobs are labelled with it"
 // +kubebuilder:resource:shortName=etcdbackup;etcdbk,categories=etcd-operator
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
 // +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`

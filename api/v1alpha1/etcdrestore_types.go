@@ -172,6 +172,7 @@ type EtcdRestoreStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="an EtcdRestore name must be at most 63 characters: its Jobs are labelled with it"
 // +kubebuilder:resource:shortName=etcdrestore;etcdrs,categories=etcd-operator
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.target.clusterName`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.target.mode`

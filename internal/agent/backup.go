@@ -37,6 +37,8 @@ type BackupResult struct {
 	StartTime      time.Time `json:"startTime"`
 	CompletionTime time.Time `json:"completionTime"`
 	Pruned         []string  `json:"pruned,omitempty"`
+	// PrunedCount replaces Pruned when the list would not fit in a termination message.
+	PrunedCount int `json:"prunedCount,omitempty"`
 	// PruneError is set when the backup succeeded but retention could not delete everything.
 	PruneError string `json:"pruneError,omitempty"`
 }

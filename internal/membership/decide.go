@@ -59,6 +59,9 @@ type Observed struct {
 	// DataSurvivesPod is false with ephemeral storage: a member's data dies with its pod.
 	DataSurvivesPod bool
 	Paused          bool
+	// AwaitingRestore names the EtcdRestore preparing the first member's data: until it has,
+	// the cluster must not form, or it would form empty.
+	AwaitingRestore string
 	// AuthPending: the spec asks for authentication and etcd does not have it on yet.
 	AuthPending bool
 	// Defrag is the defragmentation policy.
@@ -144,6 +147,7 @@ const (
 	OpRecovering      = "RecoveringMembers"
 	OpQuorumLost      = "QuorumLost"
 	OpPaused          = "Paused"
+	OpRestoring       = "Restoring"
 	OpUnhealthy       = "MembersUnhealthy"
 	OpEnablingAuth    = "EnablingAuth"
 	OpDefragmenting   = "Defragmenting"
@@ -158,6 +162,10 @@ func Quorum(n int) int { return n/2 + 1 }
 func Next(o Observed) Step {
 	if o.Paused {
 		return Step{Action: Wait, Operation: OpPaused, Reason: "spec.paused is true: no changes are made"}
+	}
+	if o.AwaitingRestore != "" && !o.EverFormed {
+		return Step{Action: Wait, Operation: OpRestoring,
+			Reason: "EtcdRestore " + o.AwaitingRestore + " is preparing the first member's data from a snapshot"}
 	}
 	if !o.Reachable {
 		return nextWithoutQuorum(o)

@@ -56,6 +56,23 @@ func TestNext(t *testing.T) {
 		{"bootstrap pods all created", Observed{DesiredSize: 3, DataSurvivesPod: true,
 			BootstrapPlan: []string{"a", "b"}, Members: []Member{{Name: "a", PodExists: true}, {Name: "b", PodExists: true}}},
 			Step{Action: Wait}},
+		// Restore into a new cluster: nothing forms until the restore has prepared the seed,
+		// then the seed alone forms it and the others join as learners.
+		{"restore still preparing the seed", Observed{DesiredSize: 3, DataSurvivesPod: true, AwaitingRestore: "r",
+			BootstrapPlan: []string{"seed"}, Members: []Member{{Name: "seed", PVCExists: true}}}, Step{Action: Wait}},
+		{"restored seed starts alone", Observed{DesiredSize: 3, DataSurvivesPod: true,
+			BootstrapPlan: []string{"seed"}, Members: []Member{{Name: "seed", PVCExists: true}}},
+			Step{Action: CreateBootstrapMembers, Members: []string{"seed"}}},
+		{"restored seed formed: the others join as learners", func() Observed {
+			o := formed(leader(healthy("seed", 1)))
+			o.DesiredSize = 3
+			return o
+		}(), Step{Action: AddLearner}},
+		{"a restore annotation left on a formed cluster does not hold it", func() Observed {
+			o := formed(three()...)
+			o.AwaitingRestore, o.DesiredSize = "r", 5
+			return o
+		}(), Step{Action: AddLearner}},
 		{"claims without a plan are never bootstrapped over", Observed{DesiredSize: 3, DataSurvivesPod: true,
 			Members: []Member{{Name: "x", PVCExists: true}}}, Step{Action: Wait}},
 		{"spec size changes mid-bootstrap: the plan holds", Observed{DesiredSize: 5, DataSurvivesPod: true,

@@ -5,6 +5,7 @@ package resources
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"fmt"
 	"net/url"
 	"strings"
@@ -27,6 +28,11 @@ const (
 	// AnnotationClusterState records whether the member was created to form the cluster
 	// ("new") or to join it ("existing").
 	AnnotationClusterState = "etcd.database.dev/initial-cluster-state"
+	// AnnotationRestorePending, on an EtcdCluster, names the EtcdRestore still preparing its
+	// first member's data: the cluster does not form until the restore removes it.
+	AnnotationRestorePending = "etcd.database.dev/restore-pending"
+	// AnnotationRestoredBy, on an EtcdCluster, names the EtcdRestore that created it.
+	AnnotationRestoredBy = "etcd.database.dev/restored-by"
 
 	managerName = "etcd-operator"
 )
@@ -50,13 +56,25 @@ func PVCName(member string) string { return "data-" + member }
 // NewMemberName makes a fresh member name. Names are random rather than ordinal, so that a
 // replaced member never reuses an identity and nothing ever sorts members by name.
 func NewMemberName(cluster string) string {
-	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // no vowels: no accidental words
 	b := make([]byte, 5)
 	if _, err := rand.Read(b); err != nil {
 		panic(fmt.Sprintf("crypto/rand: %v", err))
 	}
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
+	return memberName(cluster, b)
+}
+
+// SeedMemberName is the first member of a cluster restored from a snapshot, derived from the
+// restore's UID so that every reconcile of that restore prepares the same member.
+func SeedMemberName(cluster, restoreUID string) string {
+	sum := sha256.Sum256([]byte(restoreUID))
+	return memberName(cluster, sum[:5])
+}
+
+func memberName(cluster string, random []byte) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // no vowels: no accidental words
+	b := make([]byte, len(random))
+	for i := range random {
+		b[i] = alphabet[int(random[i])%len(alphabet)]
 	}
 	return cluster + "-" + string(b)
 }

@@ -14,14 +14,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/agent"
 )
 
 const (
 	dataVolume = "data"
-	dataMount  = "/var/lib/etcd"
+	// The restore Jobs prepare data where the member pods look for it.
+	dataMount = agent.MemberDataMount
 	// dataDir is a subdirectory so that a filesystem's lost+found at the volume root does not
 	// make etcd think the directory holds foreign data.
-	dataDir = dataMount + "/data"
+	dataDir = agent.MemberDataDir
 
 	etcdUID = 65532
 )

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -48,7 +49,11 @@ type Destination struct {
 
 // OpenS3 opens an S3-compatible bucket.
 func OpenS3(ctx context.Context, cfg S3) (*Destination, error) {
-	httpClient := &http.Client{Timeout: 10 * time.Minute}
+	// An unreachable server fails an attempt in seconds rather than the system's minutes;
+	// the Job's own retries then take over.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	transport.ResponseHeaderTimeout = 2 * time.Minute
 	if len(cfg.CAPEM) > 0 {
 		roots, err := x509.SystemCertPool()
 		if err != nil {
@@ -57,8 +62,9 @@ func OpenS3(ctx context.Context, cfg S3) (*Destination, error) {
 		if !roots.AppendCertsFromPEM(cfg.CAPEM) {
 			return nil, errors.New("the CA Secret's ca.crt holds no PEM certificate")
 		}
-		httpClient.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}
+		transport.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
+	httpClient := &http.Client{Transport: transport}
 	opts := s3.Options{
 		Region:       cfg.Region,
 		Credentials:  credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretKey, cfg.SessionToken),

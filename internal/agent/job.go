@@ -1,0 +1,279 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/certs"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/storage"
+)
+
+// The contract between the Jobs the operator builds (internal/resources) and the agent they
+// run: one JSON configuration in an environment variable, secrets only as files or
+// secret-sourced environment variables, and the outcome as the container's termination
+// message, which the operator reads from the pod's status — no API access for the agent.
+const (
+	// ConfigEnv holds the JSON JobConfig.
+	ConfigEnv = "ETCD_OPERATOR_AGENT_CONFIG"
+	// EtcdPasswordEnv holds the root password of a cluster with auth and no TLS.
+	EtcdPasswordEnv = "ETCD_ROOT_PASSWORD"
+	// The S3 credentials, from the Secret the user names, under the keys it holds them.
+	AccessKeyIDEnv     = "AWS_ACCESS_KEY_ID"
+	SecretAccessKeyEnv = "AWS_SECRET_ACCESS_KEY"
+	SessionTokenEnv    = "AWS_SESSION_TOKEN"
+
+	// EtcdTLSDir holds the cluster's client certificate Secret (tls.crt, tls.key, ca.crt).
+	EtcdTLSDir = "/etc/etcd-operator/etcd-tls"
+	// StorageCADir holds the Secret of the CA an S3 server's certificate is checked against.
+	StorageCADir = "/etc/etcd-operator/storage-ca"
+	// StorageCAKey is the key of that CA in its Secret.
+	StorageCAKey = "ca.crt"
+	// ClaimDir is where a PersistentVolumeClaim destination or source is mounted.
+	ClaimDir = "/var/lib/etcd-operator/claim"
+	// TerminationMessagePath is the Kubernetes default, which the operator reads back.
+	TerminationMessagePath = "/dev/termination-log"
+
+	// ExitPermanent tells the Job not to retry: retrying cannot help (bad credentials, no
+	// bucket). Any other failure exits 1 and the Job retries it with backoff.
+	ExitPermanent = 2
+)
+
+// JobConfig is everything a backup or restore Job needs that is not a secret.
+type JobConfig struct {
+	Cluster string `json:"cluster"`
+	// Endpoints of the cluster's client Service: the agent asks it for the member list and
+	// then picks the member to stream from.
+	Endpoints []string `json:"endpoints"`
+	// TLS: the client certificate is mounted at EtcdTLSDir.
+	TLS bool `json:"tls,omitempty"`
+	// Auth without TLS: the root password is in EtcdPasswordEnv.
+	Auth bool `json:"auth,omitempty"`
+
+	Storage etcdv1alpha1.StorageLocation `json:"storage"`
+
+	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have.
+	Key    string `json:"key,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+
+	// Retention, applied after a verified upload.
+	MaxCount int           `json:"maxCount,omitempty"`
+	MaxAge   time.Duration `json:"maxAge,omitempty"`
+}
+
+// Report is the termination message of an agent container: the result, or why it failed.
+type Report struct {
+	Backup    *BackupResult  `json:"backup,omitempty"`
+	Restore   *RestoreResult `json:"restore,omitempty"`
+	Error     string         `json:"error,omitempty"`
+	Permanent bool           `json:"permanent,omitempty"`
+}
+
+// maxReportBytes is what the kubelet keeps of a termination message.
+const maxReportBytes = 4096
+
+// Encode renders the report to fit a termination message: long error messages are cut and
+// the list of pruned snapshots is summarised, never the result itself.
+func (r Report) Encode() []byte {
+	if len(r.Error) > 2048 {
+		r.Error = r.Error[:2048] + "…"
+	}
+	b, _ := json.Marshal(r)
+	if len(b) > maxReportBytes && r.Backup != nil {
+		trimmed := *r.Backup
+		trimmed.PrunedCount, trimmed.Pruned = len(trimmed.Pruned), nil
+		r.Backup = &trimmed
+		b, _ = json.Marshal(r)
+	}
+	return b
+}
+
+// DecodeReport parses a termination message.
+func DecodeReport(message string) (Report, error) {
+	var r Report
+	if err := json.Unmarshal([]byte(message), &r); err != nil {
+		return Report{}, fmt.Errorf("agent report %q: %w", message, err)
+	}
+	return r, nil
+}
+
+// RunBackupJob is `manager agent backup`: it reads the Job's configuration, takes the backup
+// and writes the report. The returned code is the process's exit code.
+func RunBackupJob(ctx context.Context) int {
+	report := Report{}
+	result, err := backupFromEnvironment(ctx)
+	if err != nil {
+		report.Error, report.Permanent = err.Error(), isPermanent(err)
+	} else {
+		report.Backup = &result
+	}
+	return finish(report)
+}
+
+// RunRestoreFetch is `manager agent restore-fetch`: download and check the snapshot into the
+// member's staging directory.
+func RunRestoreFetch(ctx context.Context) int {
+	report := Report{}
+	result, err := fetchFromEnvironment(ctx)
+	if err != nil {
+		report.Error, report.Permanent = err.Error(), isPermanent(err)
+	} else {
+		report.Restore = &result
+	}
+	return finish(report)
+}
+
+// RunRestoreInstall is `manager agent restore-install`: move the restored data into place.
+func RunRestoreInstall() int {
+	report := Report{}
+	if err := Install(StagedDataDir, MemberDataDir, RestoreStagingDir); err != nil {
+		report.Error, report.Permanent = err.Error(), isPermanent(err)
+	}
+	return finish(report)
+}
+
+func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
+	cfg, err := readJobConfig()
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	source, err := openStorage(ctx, cfg.Storage)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	defer source.Close()
+	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: RestoreStagingDir})
+}
+
+func finish(report Report) int {
+	msg := report.Encode()
+	fmt.Fprintln(os.Stderr, string(msg))
+	if err := os.WriteFile(TerminationMessagePath, msg, 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "write %s: %v\n", TerminationMessagePath, err)
+	}
+	switch {
+	case report.Error == "":
+		return 0
+	case report.Permanent:
+		return ExitPermanent
+	default:
+		return 1
+	}
+}
+
+func backupFromEnvironment(ctx context.Context) (BackupResult, error) {
+	cfg, err := readJobConfig()
+	if err != nil {
+		return BackupResult{}, err
+	}
+	etcdCfg, err := etcdConfig(cfg)
+	if err != nil {
+		return BackupResult{}, err
+	}
+	dest, err := openStorage(ctx, cfg.Storage)
+	if err != nil {
+		return BackupResult{}, err
+	}
+	defer dest.Close()
+	return Backup(ctx, BackupConfig{
+		Etcd: etcdCfg, Cluster: cfg.Cluster, Destination: dest,
+		MaxCount: cfg.MaxCount, MaxAge: cfg.MaxAge, Now: time.Now,
+	})
+}
+
+// permanentError is a failure retrying cannot help: a mistake in what the Job was given, a
+// snapshot that does not match its record.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+func isPermanent(err error) bool {
+	var pe permanentError
+	return errors.As(err, &pe) || storage.IsPermanent(err)
+}
+
+func readJobConfig() (JobConfig, error) {
+	var cfg JobConfig
+	raw := os.Getenv(ConfigEnv)
+	if raw == "" {
+		return cfg, permanentError{fmt.Errorf("%s is not set: the agent runs in Jobs the operator makes", ConfigEnv)}
+	}
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		return cfg, permanentError{fmt.Errorf("%s: %w", ConfigEnv, err)}
+	}
+	return cfg, nil
+}
+
+func etcdConfig(cfg JobConfig) (etcd.Config, error) {
+	out := etcd.Config{Endpoints: cfg.Endpoints}
+	if cfg.TLS {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(EtcdTLSDir, certs.KeyCert), filepath.Join(EtcdTLSDir, certs.KeyKey))
+		if err != nil {
+			return out, permanentError{fmt.Errorf("the cluster's client certificate: %w", err)}
+		}
+		roots, err := readCA(filepath.Join(EtcdTLSDir, certs.KeyCA))
+		if err != nil {
+			return out, err
+		}
+		out.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
+	if cfg.Auth && !cfg.TLS {
+		out.Username, out.Password = "root", os.Getenv(EtcdPasswordEnv)
+	}
+	return out, nil
+}
+
+func readCA(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, permanentError{err}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, permanentError{fmt.Errorf("%s holds no PEM certificate", file)}
+	}
+	return pool, nil
+}
+
+// openStorage opens the destination as mounted or configured in the Job.
+func openStorage(ctx context.Context, loc etcdv1alpha1.StorageLocation) (*storage.Destination, error) {
+	if loc.PVC != nil {
+		dir := filepath.Join(ClaimDir, filepath.FromSlash(loc.PVC.SubPath))
+		return storage.OpenDir(dir, ClaimURIBase(loc.PVC))
+	}
+	s3 := loc.S3
+	cfg := storage.S3{
+		Bucket: s3.Bucket, Prefix: s3.Prefix, Endpoint: s3.Endpoint, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle,
+		AccessKeyID: os.Getenv(AccessKeyIDEnv), SecretKey: os.Getenv(SecretAccessKeyEnv), SessionToken: os.Getenv(SessionTokenEnv),
+	}
+	if cfg.AccessKeyID == "" || cfg.SecretKey == "" {
+		return nil, permanentError{fmt.Errorf("Secret %s needs the keys %s and %s", s3.CredentialsSecretName, AccessKeyIDEnv, SecretAccessKeyEnv)}
+	}
+	if s3.CASecretName != "" {
+		pem, err := os.ReadFile(filepath.Join(StorageCADir, StorageCAKey))
+		if err != nil {
+			return nil, permanentError{fmt.Errorf("Secret %s needs the key %s: %w", s3.CASecretName, StorageCAKey, err)}
+		}
+		cfg.CAPEM = pem
+	}
+	return storage.OpenS3(ctx, cfg)
+}
+
+// ClaimURIBase names a claim's directory in URIs: pvc://claim/subpath/.
+func ClaimURIBase(pvc *etcdv1alpha1.PVCLocation) string {
+	sub := strings.Trim(path.Clean("/"+pvc.SubPath), "/")
+	if sub == "" {
+		return "pvc://" + pvc.ClaimName + "/"
+	}
+	return "pvc://" + pvc.ClaimName + "/" + sub + "/"
+}

@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/etcd-database/etcd-operator/internal/storage"
+)
+
+// A restore Job prepares one member's data on its claim, mounted where the member pod mounts
+// it, in three containers: fetch (this agent) downloads and checks the snapshot into the
+// staging directory; the target etcd image's own etcdutl restores it into a data directory
+// next to it; install (this agent) moves that into place. The member's data directory is only
+// ever created whole, by a rename, and never replaced.
+const (
+	// MemberDataMount is where the member's claim is mounted, as in its pod.
+	MemberDataMount = "/var/lib/etcd"
+	// MemberDataDir is the data directory etcd runs with.
+	MemberDataDir = MemberDataMount + "/data"
+	// RestoreStagingDir holds the snapshot and etcdutl's output until install.
+	RestoreStagingDir = MemberDataMount + "/restore"
+	// StagedSnapshot and StagedDataDir are inside RestoreStagingDir.
+	StagedSnapshot = RestoreStagingDir + "/snapshot.db"
+	StagedDataDir  = RestoreStagingDir + "/data"
+)
+
+// RestoreResult is what the fetch step found.
+type RestoreResult struct {
+	URI       string `json:"uri"`
+	SizeBytes int64  `json:"sizeBytes"`
+	SHA256    string `json:"sha256"`
+	// Revision is the newest revision in the snapshot: what the restored cluster starts from.
+	Revision int64 `json:"revision"`
+}
+
+// FetchConfig is one fetch.
+type FetchConfig struct {
+	Source *storage.Destination
+	// Key of the snapshot, after the source's prefix.
+	Key string
+	// SHA256 the snapshot must have; empty skips the check (etcdutl still checks the
+	// snapshot's own trailing hash).
+	SHA256 string
+	// Dir is the staging directory, emptied first.
+	Dir string
+}
+
+// Fetch downloads the snapshot into cfg.Dir/snapshot.db, checking its sha256 on the way, and
+// reads the revision it holds. Anything a failed attempt left in the staging directory is
+// removed first, so a retried Job starts clean.
+func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		return RestoreResult{}, fmt.Errorf("empty the staging directory: %w", err)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return RestoreResult{}, fmt.Errorf("make the staging directory: %w", err)
+	}
+	key := cfg.Source.Prefix() + cfg.Key
+	uri := cfg.Source.URI(key)
+	r, err := cfg.Source.Open(ctx, key)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	defer r.Close()
+	file := filepath.Join(cfg.Dir, filepath.Base(StagedSnapshot))
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	hash := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, hash), r)
+	if err == nil {
+		err = f.Sync()
+	}
+	if closeErr := f.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		_ = os.Remove(file)
+		return RestoreResult{}, fmt.Errorf("download %s after %d bytes: %w", uri, n, err)
+	}
+	sum := hex.EncodeToString(hash.Sum(nil))
+	if cfg.SHA256 != "" && sum != cfg.SHA256 {
+		_ = os.Remove(file)
+		return RestoreResult{}, permanentError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, cfg.SHA256)}
+	}
+	rev, err := SnapshotRevision(file)
+	if err != nil {
+		_ = os.Remove(file)
+		return RestoreResult{}, permanentError{fmt.Errorf("%s is not a readable etcd snapshot: %w", uri, err)}
+	}
+	return RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}, nil
+}
+
+// SnapshotRevision is the newest revision in an etcd snapshot file: the main revision of the
+// last key of its "key" bucket, where etcd's MVCC store keys every change by revision.
+func SnapshotRevision(file string) (int64, error) {
+	db, err := bolt.Open(file, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var rev int64
+	err = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("key"))
+		if b == nil {
+			return errors.New("no key bucket")
+		}
+		k, _ := b.Cursor().Last()
+		if len(k) < 8 {
+			return nil // an empty keyspace
+		}
+		rev = int64(binary.BigEndian.Uint64(k[:8]))
+		return nil
+	})
+	return rev, err
+}
+
+// Install moves the data directory etcdutl restored into the member's data directory and
+// removes the staging directory. An existing data directory is never replaced: a Job run
+// again over live data does nothing to it.
+func Install(staged, dataDir, stagingDir string) error {
+	if _, err := os.Stat(dataDir); err == nil {
+		return permanentError{fmt.Errorf("%s already holds data; a restore never replaces it", dataDir)}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Rename(staged, dataDir); err != nil {
+		return fmt.Errorf("move the restored data into place: %w", err)
+	}
+	return os.RemoveAll(stagingDir)
+}

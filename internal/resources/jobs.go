@@ -1,0 +1,284 @@
+package resources
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/agent"
+)
+
+// Labels of the agent Jobs.
+const (
+	// LabelBackup names the EtcdBackup a Job runs for.
+	LabelBackup = "etcd.database.dev/backup"
+	// LabelRestore names the EtcdRestore a Job runs for.
+	LabelRestore = "etcd.database.dev/restore"
+	// AnnotationScheduledFor is the run time a backup Job was started for (RFC 3339).
+	AnnotationScheduledFor = "etcd.database.dev/scheduled-for"
+
+	// BackupContainer is the agent container of a backup Job.
+	BackupContainer = "agent"
+	agentUID        = 65532
+)
+
+// Bounds of an agent Job. A transient failure (a member restarting, the store briefly
+// unreachable) is retried by the Job controller with its exponential backoff; a permanent one
+// exits agent.ExitPermanent and fails the Job at once.
+const (
+	agentRetries = 3
+	// agentDeadline stops a run that hangs (a store that accepts bytes and never answers), so
+	// that it cannot hold up the next scheduled run forever.
+	agentDeadline = 2 * time.Hour
+	// agentJobTTL removes finished Jobs the operator could not (it deletes them itself as
+	// soon as their outcome is recorded).
+	agentJobTTL = 24 * time.Hour
+)
+
+// BackupJobName is the Job of the run of backup scheduled for the given time: one name per
+// run, so that a stale cache can never start the same run twice.
+func BackupJobName(backup string, scheduledFor time.Time) string {
+	suffix := "-" + scheduledFor.UTC().Format("20060102t150405")
+	if len(backup)+len(suffix) <= 63 {
+		return backup + suffix
+	}
+	h := sha256.Sum256([]byte(backup))
+	return backup[:63-len(suffix)-9] + "-" + hex.EncodeToString(h[:])[:8] + suffix
+}
+
+// BackupJob is the Job that runs one backup of cluster with the operator's agent image.
+func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+	cfg := agent.JobConfig{
+		Cluster:   c.Name,
+		Endpoints: []string{ClientEndpoint(c)},
+		TLS:       c.Spec.TLS != nil,
+		Auth:      c.Spec.Auth != nil,
+		Storage:   b.Spec.Destination,
+	}
+	if r := b.Spec.Retention; r != nil {
+		if r.MaxCount != nil {
+			cfg.MaxCount = int(*r.MaxCount)
+		}
+		if r.MaxAge != nil {
+			cfg.MaxAge = r.MaxAge.Duration
+		}
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent configuration: %w", err)
+	}
+	env := append([]corev1.EnvVar{{Name: agent.ConfigEnv, Value: string(raw)}}, storageEnv(b.Spec.Destination)...)
+	if cfg.Auth && !cfg.TLS {
+		env = append(env, secretEnv(agent.EtcdPasswordEnv, c.Spec.Auth.RootSecretName, "password", false))
+	}
+	env = append(env, extraEnv...)
+
+	volumes, mounts := storageVolumes(b.Spec.Destination)
+	if cfg.TLS {
+		volumes = append(volumes, corev1.Volume{Name: "etcd-tls", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: TLSSecrets(c).Client},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: agent.EtcdTLSDir, ReadOnly: true})
+	}
+
+	labels := map[string]string{
+		LabelName: managerName + "-agent", LabelManagedBy: managerName,
+		LabelBackup: b.Name, LabelCluster: c.Name,
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        BackupJobName(b.Name, scheduledFor),
+			Namespace:   b.Namespace,
+			Labels:      labels,
+			Annotations: map[string]string{AnnotationScheduledFor: scheduledFor.UTC().Format(time.RFC3339)},
+		},
+		Spec: agentJobSpec(labels, corev1.Container{
+			Name:         BackupContainer,
+			Image:        image,
+			Args:         []string{"agent", "backup"},
+			Env:          env,
+			VolumeMounts: mounts,
+		}, volumes),
+	}, nil
+}
+
+// RestoreSource is the snapshot a restore Job fetches.
+type RestoreSource struct {
+	Storage etcdv1alpha1.StorageLocation
+	// Key after the storage's prefix.
+	Key    string
+	SHA256 string
+}
+
+// Containers of a restore Job, in order.
+const (
+	RestoreFetchContainer   = "fetch"
+	RestoreEtcdutlContainer = "etcdutl"
+	RestoreInstallContainer = "install"
+)
+
+// RestoreJobName is the Job preparing member's data for the restore.
+func RestoreJobName(restore string) string {
+	const suffix = "-restore"
+	if len(restore)+len(suffix) <= 63 {
+		return restore + suffix
+	}
+	h := sha256.Sum256([]byte(restore))
+	return restore[:63-len(suffix)-9] + "-" + hex.EncodeToString(h[:])[:8] + suffix
+}
+
+// RestoreJob prepares the data of member, the first member of cluster, on its claim: the
+// agent fetches and checks the snapshot, the etcdutl of the cluster's own etcd image restores
+// it as a one-member cluster, and the agent moves the result into the data directory. The
+// other members join the usual way, as learners.
+func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member string, src RestoreSource, agentImage, defaultRepository string, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+	raw, err := json.Marshal(agent.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256})
+	if err != nil {
+		return nil, fmt.Errorf("agent configuration: %w", err)
+	}
+	env := append([]corev1.EnvVar{{Name: agent.ConfigEnv, Value: string(raw)}}, storageEnv(src.Storage)...)
+	env = append(env, extraEnv...)
+	volumes, mounts := storageVolumes(src.Storage)
+	volumes = append(volumes, corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(member)},
+	}})
+	data := corev1.VolumeMount{Name: dataVolume, MountPath: dataMount}
+
+	labels := map[string]string{
+		LabelName: managerName + "-agent", LabelManagedBy: managerName,
+		LabelRestore: r.Name, LabelCluster: c.Name,
+	}
+	fetch := agentContainer(corev1.Container{
+		Name: RestoreFetchContainer, Image: agentImage, Args: []string{"agent", "restore-fetch"},
+		Env: env, VolumeMounts: append(mounts, data),
+	})
+	restore := agentContainer(corev1.Container{
+		Name:  RestoreEtcdutlContainer,
+		Image: Image(c, defaultRepository, c.Spec.Version),
+		// The etcd image of the version the cluster will run: its etcdutl writes the data
+		// directory in the format that version expects.
+		Command: []string{"/usr/local/bin/etcdutl"},
+		Args: []string{
+			"snapshot", "restore", agent.StagedSnapshot,
+			"--data-dir=" + agent.StagedDataDir,
+			"--name=" + member,
+			"--initial-cluster=" + InitialCluster(c, []string{member}),
+			"--initial-advertise-peer-urls=" + PeerURL(c, member),
+			"--initial-cluster-token=" + string(c.UID),
+		},
+		VolumeMounts: []corev1.VolumeMount{data},
+	})
+	// etcdutl writes no termination message: its last log lines say why it failed.
+	restore.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	install := agentContainer(corev1.Container{
+		Name: RestoreInstallContainer, Image: agentImage, Args: []string{"agent", "restore-install"},
+		VolumeMounts: []corev1.VolumeMount{data},
+	})
+	spec := agentJobSpec(labels, install, volumes)
+	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: RestoreJobName(r.Name), Namespace: r.Namespace, Labels: labels},
+		Spec:       spec,
+	}, nil
+}
+
+// agentJobSpec wraps the agent container in a Job that passes the restricted Pod Security
+// profile, needs no API access, and fails at once on a permanent error.
+func agentJobSpec(labels map[string]string, container corev1.Container, volumes []corev1.Volume) batchv1.JobSpec {
+	container = agentContainer(container)
+	return batchv1.JobSpec{
+		BackoffLimit:            ptr.To[int32](agentRetries),
+		ActiveDeadlineSeconds:   ptr.To(int64(agentDeadline.Seconds())),
+		TTLSecondsAfterFinished: ptr.To(int32(agentJobTTL.Seconds())),
+		PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+			Action: batchv1.PodFailurePolicyActionFailJob,
+			OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+				Operator: batchv1.PodFailurePolicyOnExitCodesOpIn,
+				Values:   []int32{agent.ExitPermanent},
+			},
+		}}},
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{
+				RestartPolicy:                corev1.RestartPolicyNever,
+				AutomountServiceAccountToken: ptr.To(false),
+				EnableServiceLinks:           ptr.To(false),
+				SecurityContext: &corev1.PodSecurityContext{
+					RunAsNonRoot:        ptr.To(true),
+					RunAsUser:           ptr.To[int64](agentUID),
+					RunAsGroup:          ptr.To[int64](agentUID),
+					FSGroup:             ptr.To[int64](agentUID),
+					FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+					SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				Containers: []corev1.Container{container},
+				Volumes:    volumes,
+			},
+		},
+	}
+}
+
+// agentContainer is a container of an agent Job: restricted, reporting through its
+// termination message, with memory bounded.
+func agentContainer(container corev1.Container) corev1.Container {
+	container.ImagePullPolicy = corev1.PullIfNotPresent
+	container.TerminationMessagePath = agent.TerminationMessagePath
+	container.TerminationMessagePolicy = corev1.TerminationMessageReadFile
+	container.Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		// The snapshot is streamed, never held: memory does not grow with the database.
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+	}
+	container.SecurityContext = &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	return container
+}
+
+// storageEnv passes the S3 credentials from the user's Secret, which never leaves their
+// namespace: the operator itself does not read it.
+func storageEnv(loc etcdv1alpha1.StorageLocation) []corev1.EnvVar {
+	if loc.S3 == nil {
+		return nil
+	}
+	secret := loc.S3.CredentialsSecretName
+	return []corev1.EnvVar{
+		secretEnv(agent.AccessKeyIDEnv, secret, agent.AccessKeyIDEnv, false),
+		secretEnv(agent.SecretAccessKeyEnv, secret, agent.SecretAccessKeyEnv, false),
+		secretEnv(agent.SessionTokenEnv, secret, agent.SessionTokenEnv, true),
+	}
+}
+
+func secretEnv(name, secret, key string, optional bool) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key, Optional: ptr.To(optional),
+	}}}
+}
+
+func storageVolumes(loc etcdv1alpha1.StorageLocation) ([]corev1.Volume, []corev1.VolumeMount) {
+	switch {
+	case loc.PVC != nil:
+		return []corev1.Volume{{Name: "claim", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: loc.PVC.ClaimName},
+			}}},
+			[]corev1.VolumeMount{{Name: "claim", MountPath: agent.ClaimDir}}
+	case loc.S3 != nil && loc.S3.CASecretName != "":
+		return []corev1.Volume{{Name: "storage-ca", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: loc.S3.CASecretName},
+			}}},
+			[]corev1.VolumeMount{{Name: "storage-ca", MountPath: agent.StorageCADir, ReadOnly: true}}
+	}
+	return nil, nil
+}

@@ -1,0 +1,391 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// etcdutl of the cluster's etcd version, built by the Makefile, inspects downloaded snapshots.
+var etcdutl = envOr("E2E_ETCDUTL", "../../bin/etcd/v"+etcdVersion+"/etcdutl")
+
+const (
+	backupBucket = "backups"
+	datasetKeys  = 500
+	// A run includes pulling nothing (the image is local), a pod start and the snapshot.
+	backupTimeout = 3 * time.Minute
+)
+
+// backupFixture is a namespace with an Available 3-member cluster holding a known dataset and a
+// real S3 server in the cluster with an empty bucket.
+type backupFixture struct {
+	ns      string
+	s3      *s3Server
+	cluster *etcdv1alpha1.EtcdCluster
+}
+
+func newBackupFixture(t *testing.T, prefix string) *backupFixture {
+	t.Helper()
+	f := &backupFixture{ns: testNamespace(t, prefix)}
+	f.s3 = startS3Server(t, f.ns)
+	f.s3.createBucket(t, backupBucket)
+	f.cluster = &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: f.ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size: 3, Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("512Mi"))},
+		},
+	}
+	if err := k8sClient.Create(context.Background(), f.cluster); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, f.cluster, 3)
+	putDataset(t, clientServiceEndpoint(t, f.cluster), "dataset/", datasetKeys, 64)
+	return f
+}
+
+// putDataset writes n keys prefix0000... with values of size bytes.
+func putDataset(t *testing.T, endpoint, prefix string, n, size int) {
+	t.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	value := strings.Repeat("v", size)
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cl.Put(ctx, fmt.Sprintf("%s%04d", prefix, i), value)
+		cancel()
+		if err != nil {
+			t.Fatalf("put %s%04d: %v", prefix, i, err)
+		}
+	}
+}
+
+func (f *backupFixture) s3Destination(prefix, credentialsSecret string) etcdv1alpha1.StorageLocation {
+	return etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
+		Bucket: backupBucket, Prefix: prefix, Endpoint: f.s3.Endpoint, ForcePathStyle: true,
+		CredentialsSecretName: credentialsSecret,
+	}}
+}
+
+func (f *backupFixture) createBackup(t *testing.T, name string, spec etcdv1alpha1.EtcdBackupSpec) *etcdv1alpha1.EtcdBackup {
+	t.Helper()
+	spec.ClusterName = f.cluster.Name
+	b := &etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: spec}
+	if err := k8sClient.Create(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logBackupState(t, b)
+		}
+	})
+	return b
+}
+
+// waitBackupPhase waits for one of the phases and returns the backup as it then was.
+func waitBackupPhase(t *testing.T, b *etcdv1alpha1.EtcdBackup, timeout time.Duration, phases ...etcdv1alpha1.BackupPhase) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range phases {
+			if b.Status.Phase == p {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("EtcdBackup %s: phase %q after %v, want one of %v; status %+v", b.Name, b.Status.Phase, timeout, phases, b.Status)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// The one-shot backup of a known dataset lands in the bucket as a valid snapshot whose
+// sha256, size and revision are what status says; then the PVC destination does the same.
+func TestEtcdBackup(t *testing.T) {
+	f := newBackupFixture(t, "e2e-backup-")
+
+	t.Run("to S3, verified", func(t *testing.T) {
+		b := f.createBackup(t, "once", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("prod/", f.s3.CredentialsSecret)})
+		waitBackupPhase(t, b, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+		if b.Status.Phase != etcdv1alpha1.BackupCompleted {
+			t.Fatalf("backup failed: %+v", b.Status)
+		}
+		art := b.Status.LastBackup
+		wantPrefix := "s3://" + backupBucket + "/prod/" + f.cluster.Name + "-"
+		if art == nil || !strings.HasPrefix(art.URI, wantPrefix) || !strings.HasSuffix(art.URI, fmt.Sprintf("-r%d.db", art.Revision)) {
+			t.Fatalf("lastBackup %+v: URI should be %s<time>-r<revision>.db", art, wantPrefix)
+		}
+		if art.EtcdVersion != etcdVersion || art.Member == "" || art.ClusterID == "" {
+			t.Errorf("lastBackup %+v: want etcd version %s, the member and cluster IDs", art, etcdVersion)
+		}
+		key := strings.TrimPrefix(art.URI, "s3://"+backupBucket+"/")
+		snapshot := f.s3.getObject(t, backupBucket, key)
+		checkSnapshot(t, snapshot, art, datasetKeys)
+
+		if len(b.Status.History) != 1 || b.Status.History[0].Phase != etcdv1alpha1.BackupCompleted {
+			t.Errorf("history %+v, want the one completed run", b.Status.History)
+		}
+		if cond := meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionSucceeded); cond == nil || cond.Status != metav1.ConditionTrue {
+			t.Errorf("Succeeded condition %+v, want True", cond)
+		}
+		waitJobsGone(t, b)
+		logPrinterColumns(t, f.ns)
+	})
+
+	t.Run("to a PVC, verified", func(t *testing.T) {
+		claim := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "backups", Namespace: f.ns},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		if err := k8sClient.Create(context.Background(), claim); err != nil {
+			t.Fatal(err)
+		}
+		b := f.createBackup(t, "to-claim", etcdv1alpha1.EtcdBackupSpec{Destination: etcdv1alpha1.StorageLocation{
+			PVC: &etcdv1alpha1.PVCLocation{ClaimName: claim.Name, SubPath: "etcd/nightly"},
+		}})
+		waitBackupPhase(t, b, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+		if b.Status.Phase != etcdv1alpha1.BackupCompleted {
+			t.Fatalf("backup failed: %+v", b.Status)
+		}
+		art := b.Status.LastBackup
+		base := "pvc://" + claim.Name + "/etcd/nightly/"
+		if !strings.HasPrefix(art.URI, base) {
+			t.Fatalf("URI %s, want it under %s", art.URI, base)
+		}
+		// The file as another pod mounting the claim sees it.
+		out := runPod(t, f.ns, "sha-", claim.Name, "sha256sum", "/claim/etcd/nightly/"+strings.TrimPrefix(art.URI, base))
+		if fields := strings.Fields(out); len(fields) == 0 || fields[0] != art.SHA256 {
+			t.Fatalf("sha256sum in the claim: %q, status says %s", out, art.SHA256)
+		}
+	})
+
+	t.Run("wrong credentials fail at once and leave nothing", func(t *testing.T) {
+		wrong := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "wrong-credentials", Namespace: f.ns},
+			StringData: map[string]string{"AWS_ACCESS_KEY_ID": s3AccessKey, "AWS_SECRET_ACCESS_KEY": "not-the-secret"},
+		}
+		if err := k8sClient.Create(context.Background(), wrong); err != nil {
+			t.Fatal(err)
+		}
+		b := f.createBackup(t, "wrong-credentials", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("wrong/", wrong.Name)})
+		waitBackupPhase(t, b, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+		if b.Status.Phase != etcdv1alpha1.BackupFailed {
+			t.Fatalf("phase %s with a wrong secret key, want Failed", b.Status.Phase)
+		}
+		cond := meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+		if cond == nil || cond.Reason != etcdv1alpha1.ReasonPermanentFailure || !strings.Contains(strings.ToLower(cond.Message), "signature") {
+			t.Errorf("Succeeded condition %+v: want PermanentFailure saying the signature (the secret key) was refused", cond)
+		}
+		if b.Status.LastBackup != nil {
+			t.Errorf("lastBackup %+v after a failed run", b.Status.LastBackup)
+		}
+		if keys := f.s3.listObjects(t, backupBucket, "wrong/"); len(keys) != 0 {
+			t.Errorf("objects left by the failed run: %v", keys)
+		}
+	})
+
+	t.Run("missing secret is reported, not run", func(t *testing.T) {
+		b := f.createBackup(t, "no-secret", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("none/", "does-not-exist")})
+		waitFor(t, "Ready=False SecretNotFound", func(ctx context.Context) (bool, error) {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+				return false, err
+			}
+			cond := meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionReady)
+			return cond != nil && cond.Reason == etcdv1alpha1.ReasonSecretNotFound && b.Status.Phase == etcdv1alpha1.BackupPending, nil
+		})
+		if jobs := backupJobs(t, b); len(jobs) != 0 {
+			t.Errorf("Jobs started without their Secret: %v", jobs)
+		}
+	})
+
+	t.Run("scheduled every minute keeps maxCount snapshots", func(t *testing.T) {
+		b := f.createBackup(t, "every-minute", etcdv1alpha1.EtcdBackupSpec{
+			Destination: f.s3Destination("scheduled/", f.s3.CredentialsSecret),
+			Schedule:    "* * * * *",
+			Retention:   &etcdv1alpha1.BackupRetention{MaxCount: ptrTo(int32(2))},
+		})
+		waitFor3 := 4*time.Minute + backupTimeout
+		deadline := time.Now().Add(waitFor3)
+		for {
+			if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
+				t.Fatal(err)
+			}
+			if completed(b.Status.History) >= 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %v: %d completed runs, want 3; status %+v", waitFor3, completed(b.Status.History), b.Status)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		keys := f.s3.listObjects(t, backupBucket, "scheduled/")
+		if len(keys) != 2 {
+			t.Fatalf("bucket holds %v after 3 runs, want exactly maxCount=2", keys)
+		}
+		if newest := "s3://" + backupBucket + "/" + keys[len(keys)-1]; b.Status.LastBackup == nil || b.Status.LastBackup.URI != newest {
+			t.Errorf("lastBackup %+v, want the newest object %s", b.Status.LastBackup, newest)
+		}
+		if b.Status.NextScheduleTime == nil || !b.Status.NextScheduleTime.After(b.Status.LastScheduleTime.Time) {
+			t.Errorf("nextScheduleTime %v should follow lastScheduleTime %v", b.Status.NextScheduleTime, b.Status.LastScheduleTime)
+		}
+
+		patch := client.MergeFrom(b.DeepCopy())
+		b.Spec.Suspend = true
+		if err := k8sClient.Patch(context.Background(), b, patch); err != nil {
+			t.Fatal(err)
+		}
+		waitBackupPhase(t, b, backupTimeout, etcdv1alpha1.BackupSuspended)
+		runs := len(b.Status.History)
+		time.Sleep(70 * time.Second)
+		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Status.History) != runs || b.Status.Phase != etcdv1alpha1.BackupSuspended {
+			t.Errorf("suspended backup went on: %d runs before, %d after, phase %s", runs, len(b.Status.History), b.Status.Phase)
+		}
+	})
+
+	// Last, as it stops the shared server.
+	t.Run("server stopped mid-upload leaves no Completed backup and no object", func(t *testing.T) {
+		// Enough data that the upload takes a while: 96 values of 1 MiB.
+		putDataset(t, clientServiceEndpoint(t, f.cluster), "bulk/", 96, 1<<20)
+		b := f.createBackup(t, "interrupted", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("interrupted/", f.s3.CredentialsSecret)})
+		waitFor(t, "the agent pod running", func(ctx context.Context) (bool, error) {
+			pods := &corev1.PodList{}
+			err := k8sClient.List(ctx, pods, client.InNamespace(f.ns), client.MatchingLabels{resources.LabelBackup: b.Name})
+			return err == nil && len(pods.Items) > 0 && pods.Items[0].Status.Phase == corev1.PodRunning, err
+		})
+		f.s3.stop(t)
+		// Each of the Job's four attempts fails within about 25 s (connect timeouts), with
+		// backoff of 10, 20 and 40 s in between.
+		waitBackupPhase(t, b, 6*time.Minute, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+		if b.Status.Phase != etcdv1alpha1.BackupFailed || b.Status.LastBackup != nil {
+			t.Errorf("phase %s, lastBackup %+v with the server gone, want Failed and none", b.Status.Phase, b.Status.LastBackup)
+		}
+		f.s3.start(t)
+		if keys := f.s3.listObjects(t, backupBucket, "interrupted/"); len(keys) != 0 {
+			t.Errorf("objects left by the interrupted run: %v", keys)
+		}
+	})
+}
+
+func completed(runs []etcdv1alpha1.BackupRun) int {
+	n := 0
+	for _, r := range runs {
+		if r.Phase == etcdv1alpha1.BackupCompleted {
+			n++
+		}
+	}
+	return n
+}
+
+// checkSnapshot checks a downloaded snapshot against its record, with etcd's own tool.
+func checkSnapshot(t *testing.T, snapshot []byte, art *etcdv1alpha1.BackupArtifact, minKeys int) {
+	t.Helper()
+	sum := sha256.Sum256(snapshot)
+	if got := hex.EncodeToString(sum[:]); got != art.SHA256 || int64(len(snapshot)) != art.SizeBytes {
+		t.Fatalf("downloaded %d bytes with sha256 %s; status says %d bytes, sha256 %s", len(snapshot), got, art.SizeBytes, art.SHA256)
+	}
+	file := filepath.Join(t.TempDir(), "snapshot.db")
+	if err := os.WriteFile(file, snapshot, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(etcdutl, "snapshot", "status", file, "-w", "json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("etcdutl snapshot status: %v\n%s", err, out)
+	}
+	var status struct {
+		Revision int64 `json:"revision"`
+		TotalKey int   `json:"totalKey"`
+	}
+	if err := json.Unmarshal(out, &status); err != nil {
+		t.Fatalf("etcdutl output %s: %v", out, err)
+	}
+	// Nothing writes while the test backs up, so the snapshot holds exactly the revision
+	// status recorded.
+	if status.Revision != art.Revision || status.TotalKey < minKeys {
+		t.Fatalf("etcdutl snapshot status: revision %d, %d keys; status says revision %d, want at least %d keys", status.Revision, status.TotalKey, art.Revision, minKeys)
+	}
+}
+
+func backupJobs(t *testing.T, b *etcdv1alpha1.EtcdBackup) []string {
+	t.Helper()
+	jobs := &batchv1.JobList{}
+	if err := k8sClient.List(context.Background(), jobs, client.InNamespace(b.Namespace), client.MatchingLabels{resources.LabelBackup: b.Name}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range jobs.Items {
+		if j.DeletionTimestamp.IsZero() {
+			names = append(names, j.Name)
+		}
+	}
+	return names
+}
+
+// waitJobsGone: a recorded run's Job is deleted, and its pod with it.
+func waitJobsGone(t *testing.T, b *etcdv1alpha1.EtcdBackup) {
+	t.Helper()
+	waitFor(t, "EtcdBackup "+b.Name+"'s Jobs deleted", func(ctx context.Context) (bool, error) {
+		jobs := &batchv1.JobList{}
+		err := k8sClient.List(ctx, jobs, client.InNamespace(b.Namespace), client.MatchingLabels{resources.LabelBackup: b.Name})
+		return err == nil && len(jobs.Items) == 0, err
+	})
+}
+
+func logBackupState(t *testing.T, b *etcdv1alpha1.EtcdBackup) {
+	ctx := context.Background()
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b); err == nil {
+		t.Logf("EtcdBackup %s status: %+v", b.Name, b.Status)
+	}
+	pods := &corev1.PodList{}
+	if err := k8sClient.List(ctx, pods, client.InNamespace(b.Namespace), client.MatchingLabels{resources.LabelBackup: b.Name}); err == nil {
+		for _, p := range pods.Items {
+			t.Logf("agent pod %s: %s %+v\n%s", p.Name, p.Status.Phase, p.Status.ContainerStatuses, podLog(p.Namespace, p.Name))
+		}
+	}
+}
+
+// logPrinterColumns shows what `kubectl get etcdbackups` prints, for the test log.
+func logPrinterColumns(t *testing.T, namespace string) {
+	t.Logf("kubectl get etcdbackups -o wide:\n%s", kubectlGet(t, namespace, "etcdbackups"))
+}
+
+func kubectlGet(t *testing.T, namespace, resource string) string {
+	out, err := exec.Command(envOr("E2E_KUBECTL", "../../bin/k8s/kubectl"), "get", resource, "-n", namespace, "-o", "wide").CombinedOutput()
+	if err != nil {
+		t.Logf("kubectl get %s: %v", resource, err)
+	}
+	return string(out)
+}

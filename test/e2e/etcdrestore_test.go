@@ -1,0 +1,244 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+// A restore takes a Job, a one-member start and two learners joining.
+const restoreTimeout = 5 * time.Minute
+
+// Back up a dataset, write more, and restore into new clusters: exactly the backed-up keys at
+// the backed-up revision; bad sources fail without touching anything.
+func TestEtcdRestore(t *testing.T) {
+	f := newBackupFixture(t, "e2e-restore-")
+	ctx := context.Background()
+
+	backup := f.createBackup(t, "before", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("restore/", f.s3.CredentialsSecret)})
+	waitBackupPhase(t, backup, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+	if backup.Status.Phase != etcdv1alpha1.BackupCompleted {
+		t.Fatalf("backup failed: %+v", backup.Status)
+	}
+	art := backup.Status.LastBackup
+	putDataset(t, clientServiceEndpoint(t, f.cluster), "later/", 50, 16)
+
+	t.Run("into a new cluster from an EtcdBackup", func(t *testing.T) {
+		rs := f.createRestore(t, "from-backup", etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name}},
+			Target: f.newTarget("restored", 3),
+		})
+		waitRestorePhase(t, rs, restoreTimeout)
+		if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
+			t.Fatalf("restore %s: %+v", rs.Status.Phase, rs.Status)
+		}
+		if rs.Status.RestoredRevision != art.Revision || rs.Status.SnapshotURI != art.URI || rs.Status.SnapshotSHA256 != art.SHA256 {
+			t.Errorf("status %+v; want revision %d of %s (sha256 %s)", rs.Status, art.Revision, art.URI, art.SHA256)
+		}
+		restored := &etcdv1alpha1.EtcdCluster{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "restored"}, restored); err != nil {
+			t.Fatal(err)
+		}
+		if restored.Status.ReadyMembers != 3 {
+			t.Errorf("restored cluster has %d ready members, want 3", restored.Status.ReadyMembers)
+		}
+		expectData(t, clientServiceEndpoint(t, restored), art.Revision, map[string]int{"dataset/": datasetKeys, "later/": 0})
+		logRestorePrinterColumns(t, f.ns)
+	})
+
+	t.Run("from a PVC backup", func(t *testing.T) {
+		claim := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "restore-source", Namespace: f.ns},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		if err := k8sClient.Create(ctx, claim); err != nil {
+			t.Fatal(err)
+		}
+		b := f.createBackup(t, "to-claim", etcdv1alpha1.EtcdBackupSpec{Destination: etcdv1alpha1.StorageLocation{
+			PVC: &etcdv1alpha1.PVCLocation{ClaimName: claim.Name, SubPath: "snapshots"},
+		}})
+		waitBackupPhase(t, b, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+		if b.Status.Phase != etcdv1alpha1.BackupCompleted {
+			t.Fatalf("backup failed: %+v", b.Status)
+		}
+		rs := f.createRestore(t, "from-claim", etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: b.Name}},
+			Target: f.newTarget("from-claim", 1),
+		})
+		waitRestorePhase(t, rs, restoreTimeout)
+		if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
+			t.Fatalf("restore %s: %+v", rs.Status.Phase, rs.Status)
+		}
+		restored := &etcdv1alpha1.EtcdCluster{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "from-claim"}, restored); err != nil {
+			t.Fatal(err)
+		}
+		expectData(t, clientServiceEndpoint(t, restored), b.Status.LastBackup.Revision, map[string]int{"dataset/": datasetKeys, "later/": 50})
+	})
+
+	key := strings.TrimPrefix(art.URI, "s3://"+backupBucket+"/restore/")
+	t.Run("checksum mismatch fails and leaves no cluster", func(t *testing.T) {
+		rs := f.createRestore(t, "corrupt", etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Location: &etcdv1alpha1.SnapshotLocation{
+				StorageLocation: f.s3Destination("restore/", f.s3.CredentialsSecret),
+				Key:             key,
+				SHA256:          strings.Repeat("0", 64),
+			}},
+			Target: f.newTarget("corrupt", 1),
+		})
+		expectRestoreFailed(t, rs, "not the recorded")
+		expectNoCluster(t, f.ns, "corrupt")
+	})
+
+	t.Run("truncated snapshot fails and leaves no cluster", func(t *testing.T) {
+		whole := f.s3.getObject(t, backupBucket, "restore/"+key)
+		f.s3.putObject(t, backupBucket, "truncated/"+key, whole[:len(whole)/2])
+		rs := f.createRestore(t, "truncated", etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Location: &etcdv1alpha1.SnapshotLocation{
+				StorageLocation: f.s3Destination("truncated/", f.s3.CredentialsSecret),
+				Key:             key,
+			}},
+			Target: f.newTarget("truncated", 1),
+		})
+		expectRestoreFailed(t, rs, "")
+		expectNoCluster(t, f.ns, "truncated")
+	})
+
+	t.Run("an existing cluster is never restored over in mode New", func(t *testing.T) {
+		rs := f.createRestore(t, "taken", etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name}},
+			Target: f.newTarget(f.cluster.Name, 3),
+		})
+		expectRestoreFailed(t, rs, "already exists")
+		expectData(t, clientServiceEndpoint(t, f.cluster), 0, map[string]int{"dataset/": datasetKeys, "later/": 50})
+	})
+
+	t.Run("unknown backup fails", func(t *testing.T) {
+		rs := f.createRestore(t, "unknown", etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: "no-such-backup"}},
+			Target: f.newTarget("unknown", 1),
+		})
+		expectRestoreFailed(t, rs, "does not exist")
+		expectNoCluster(t, f.ns, "unknown")
+	})
+
+	t.Run("a version older than the snapshot's fails", func(t *testing.T) {
+		target := f.newTarget("too-old", 1)
+		target.Cluster.Version = "3.5.0"
+		rs := f.createRestore(t, "too-old", etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name}},
+			Target: target,
+		})
+		expectRestoreFailed(t, rs, "older")
+		expectNoCluster(t, f.ns, "too-old")
+	})
+}
+
+func (f *backupFixture) newTarget(name string, size int32) etcdv1alpha1.RestoreTarget {
+	return etcdv1alpha1.RestoreTarget{
+		Mode: etcdv1alpha1.RestoreNew, ClusterName: name,
+		Cluster: &etcdv1alpha1.EtcdClusterSpec{
+			Size: size, Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("512Mi"))},
+		},
+	}
+}
+
+func (f *backupFixture) createRestore(t *testing.T, name string, spec etcdv1alpha1.EtcdRestoreSpec) *etcdv1alpha1.EtcdRestore {
+	t.Helper()
+	rs := &etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: spec}
+	if err := k8sClient.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = k8sClient.Get(context.Background(), client.ObjectKeyFromObject(rs), rs)
+			t.Logf("EtcdRestore %s status: %+v", rs.Name, rs.Status)
+		}
+	})
+	return rs
+}
+
+// waitRestorePhase waits until the restore has finished, one way or the other.
+func waitRestorePhase(t *testing.T, rs *etcdv1alpha1.EtcdRestore, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(rs), rs); err != nil {
+			t.Fatal(err)
+		}
+		if rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("EtcdRestore %s: phase %q after %v; status %+v", rs.Name, rs.Status.Phase, timeout, rs.Status)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func expectRestoreFailed(t *testing.T, rs *etcdv1alpha1.EtcdRestore, messagePart string) {
+	t.Helper()
+	waitRestorePhase(t, rs, restoreTimeout)
+	cond := meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+	if rs.Status.Phase != etcdv1alpha1.RestoreFailed || cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, messagePart) {
+		t.Fatalf("phase %s, Succeeded %+v; want Failed saying %q", rs.Status.Phase, cond, messagePart)
+	}
+	if rs.Status.CompletionTime == nil {
+		t.Errorf("a failed restore records when it ended")
+	}
+}
+
+func expectNoCluster(t *testing.T, namespace, name string) {
+	t.Helper()
+	waitFor(t, "no EtcdCluster "+name, func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &etcdv1alpha1.EtcdCluster{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+// expectData checks the number of keys under each prefix and, unless revision is 0, that the
+// keyspace is at that revision.
+func expectData(t *testing.T, endpoint string, revision int64, counts map[string]int) {
+	t.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for prefix, want := range counts {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := cl.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			t.Fatalf("count %s: %v", prefix, err)
+		}
+		if int(resp.Count) != want {
+			t.Errorf("%d keys under %s, want %d", resp.Count, prefix, want)
+		}
+		if revision != 0 && resp.Header.Revision != revision {
+			t.Errorf("keyspace at revision %d, want the snapshot's %d", resp.Header.Revision, revision)
+		}
+	}
+}
+
+func logRestorePrinterColumns(t *testing.T, namespace string) {
+	t.Logf("kubectl get etcdrestores -o wide:\n%s", kubectlGet(t, namespace, "etcdrestores"))
+}
