@@ -1,0 +1,126 @@
+package agent_test
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/etcdtest"
+	"github.com/etcd-database/etcd-operator/internal/s3test"
+)
+
+// A snapshot of a real cluster, fetched back from a real S3 server, restores with etcdutl
+// into a data directory that Install puts in place, and holds the revision Fetch reports.
+func TestFetchRestoreInstall(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	raw := servers[0].Client(t)
+	for i := range 50 {
+		if _, err := raw.Put(t.Context(), fmt.Sprintf("k%02d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := s3test.Start(t)
+	dest := destination(t, srv, srv.Bucket(t, "backups"))
+	backup, err := agent.Backup(t.Context(), agent.BackupConfig{
+		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Cluster: "main", Destination: dest,
+		Now: func() time.Time { return t0 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimPrefix(backup.URI, "s3://backups/etcd/")
+
+	member := t.TempDir()
+	staging := filepath.Join(member, "restore")
+	// What a failed earlier attempt may have left is cleared first.
+	if err := os.MkdirAll(filepath.Join(staging, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	res, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: key, SHA256: backup.SHA256, Dir: staging})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Revision != 51 || res.SHA256 != backup.SHA256 || res.SizeBytes != backup.SizeBytes || res.URI != backup.URI {
+		t.Fatalf("fetched %+v, backed up %+v", res, backup)
+	}
+
+	etcdutl := filepath.Join(filepath.Dir(etcdtest.Binary(t)), "etcdutl")
+	out, err := exec.Command(etcdutl, "snapshot", "restore", filepath.Join(staging, "snapshot.db"),
+		"--data-dir", filepath.Join(staging, "data"), "--name", "m", "--initial-cluster", "m=http://127.0.0.1:1",
+		"--initial-advertise-peer-urls", "http://127.0.0.1:1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("etcdutl: %v\n%s", err, out)
+	}
+	dataDir := filepath.Join(member, "data")
+	if err := agent.Install(filepath.Join(staging, "data"), dataDir, staging); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "member", "snap", "db")); err != nil {
+		t.Errorf("restored data not in place: %v", err)
+	}
+	if _, err := os.Stat(staging); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("staging directory left behind: %v", err)
+	}
+
+	// Run again over live data, Install refuses and leaves it alone.
+	if err := os.MkdirAll(filepath.Join(staging, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Install(filepath.Join(staging, "data"), dataDir, staging); err == nil || !strings.Contains(err.Error(), "never replaces") {
+		t.Errorf("Install over existing data: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "member", "snap", "db")); err != nil {
+		t.Errorf("live data touched: %v", err)
+	}
+}
+
+// A snapshot whose digest is not the recorded one, or that is not a snapshot at all, is
+// refused and not left on disk.
+func TestFetchRefusesCorruptSnapshots(t *testing.T) {
+	srv := s3test.Start(t)
+	dest := destination(t, srv, srv.Bucket(t, "backups"))
+	if err := dest.Upload(t.Context(), "etcd/junk.db", strings.NewReader("not a bolt database")); err != nil {
+		t.Fatal(err)
+	}
+	for name, sha := range map[string]string{"checksum": strings.Repeat("0", 64), "format": ""} {
+		t.Run(name, func(t *testing.T) {
+			staging := filepath.Join(t.TempDir(), "restore")
+			_, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: "junk.db", SHA256: sha, Dir: staging})
+			if err == nil {
+				t.Fatal("a corrupt snapshot was accepted")
+			}
+			if _, statErr := os.Stat(filepath.Join(staging, "snapshot.db")); !errors.Is(statErr, fs.ErrNotExist) {
+				t.Errorf("corrupt snapshot left in staging: %v", statErr)
+			}
+		})
+	}
+}
+
+// Whatever the result, the report fits in a termination message.
+func TestReportFitsATerminationMessage(t *testing.T) {
+	var pruned []string
+	for i := range 200 {
+		pruned = append(pruned, fmt.Sprintf("s3://bucket/a/long/prefix/cluster-20260101T0000%02dZ-r%d.db", i%60, i))
+	}
+	r := agent.Report{Backup: &agent.BackupResult{URI: "s3://b/k", Pruned: pruned}}
+	msg := r.Encode()
+	if len(msg) > 4096 {
+		t.Fatalf("report of %d bytes", len(msg))
+	}
+	back, err := agent.DecodeReport(string(msg))
+	if err != nil || back.Backup.URI != "s3://b/k" || back.Backup.PrunedCount != 200 {
+		t.Errorf("decoded %+v, %v", back.Backup, err)
+	}
+	long := agent.Report{Error: strings.Repeat("x", 10000)}
+	if len(long.Encode()) > 4096 {
+		t.Errorf("a long error is not cut")
+	}
+}
