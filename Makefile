@@ -1,7 +1,7 @@
 # etcd-operator: every workflow is a target here. `make help` lists them.
 
 # Version of the operator and of its OLM bundle.
-VERSION ?= 0.1.0
+VERSION ?= 0.2.0
 # Registry the local cluster pulls from; users override it with their own.
 REGISTRY ?= 127.0.0.1:5000
 IMG ?= $(REGISTRY)/etcd-operator:v$(VERSION)
@@ -61,10 +61,11 @@ test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW)
 		go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-all
-test-all: ## What CI runs: make test, then the e2e suite (OLM install included) on a freshly started local cluster, always torn down after.
+test-all: ## What CI runs: make test, then scorecard and the e2e suite (OLM install and upgrade included) on a freshly started local cluster, always torn down after.
 	$(MAKE) --no-print-directory test
 	$(MAKE) --no-print-directory cluster-down PURGE=1
-	status=0; { $(MAKE) --no-print-directory olm-catalog && E2E_OLM=1 $(MAKE) --no-print-directory test-e2e; } || status=$$?; \
+	status=0; { $(MAKE) --no-print-directory olm-catalog && $(MAKE) --no-print-directory olm-scorecard && \
+		E2E_OLM=1 $(MAKE) --no-print-directory test-e2e; } || status=$$?; \
 		$(MAKE) --no-print-directory cluster-down PURGE=1; exit $$status
 
 ##@ Build
@@ -91,7 +92,8 @@ uninstall: manifests $(KUSTOMIZE) $(KUBECTL) ## Remove the CRDs (and with them e
 deploy: manifests $(KUSTOMIZE) $(KUBECTL) ## Deploy the operator with kustomize, image $(IMG).
 	rm -rf $(LOCALBIN)/deploy && mkdir -p $(LOCALBIN)/deploy && cp -r config $(LOCALBIN)/deploy/
 	cd $(LOCALBIN)/deploy/config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build $(LOCALBIN)/deploy/config/default | $(KUBECTL) apply --server-side -f -
+	# Forced: where OLM installed the CRDs before, its field manager owns them; these are the same CRDs.
+	$(KUSTOMIZE) build $(LOCALBIN)/deploy/config/default | $(KUBECTL) apply --server-side --force-conflicts -f -
 
 .PHONY: undeploy
 undeploy: $(KUSTOMIZE) $(KUBECTL) ## Remove the operator deployed by `make deploy`.
@@ -117,7 +119,7 @@ $(ETCD_BIN)/etcd $(ETCD_NEXT_BIN)/etcd: $(LOCALBIN)/etcd/%/etcd:
 	cd hack/tools/etcd/$(basename $*) && CGO_ENABLED=0 go build -o $(LOCALBIN)/etcd/$*/ ./etcd go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
 
 # The S3-compatible server the storage tests (and the backup e2e) run against.
-$(VERSITYGW):
+$(VERSITYGW): hack/tools/versitygw/go.mod
 	cd hack/tools/versitygw && CGO_ENABLED=0 go build -o $@ github.com/versity/versitygw/cmd/versitygw
 
 .PHONY: envtest-assets

@@ -79,20 +79,29 @@ olm-up: cluster-base-up olm-images ## Start OLM on the local cluster (starting t
 	$(OLM_RUNTIME_KUBECTL) wait apiservice/v1.packages.operators.coreos.com --for=condition=Available --timeout=$(OLM_RUNTIME_TIMEOUT)
 	$(OLM_RUNTIME_KUBECTL) -n olm get pods -o wide
 
-# The operator image the bundle's CSV names (IMG), the bundle image and the catalog image, all in
+# The operator image the bundle's CSV names (IMG), the bundle image and the catalog image, and the
+# operator and bundle images of every earlier release the catalog serves (release-images), all in
 # the local registry; then a CatalogSource of the catalog image in olm, awaited until READY.
+# Pushed again under the same tags, the images would not be seen: OLM's registry pod pulls the
+# catalog image only when it starts, and bundles it unpacked once are kept (a Job, and a ConfigMap
+# of the same name). Both go, so that OLM serves what was just pushed.
 .PHONY: olm-catalog
-olm-catalog: olm-up cluster-operator-image ## Push the operator, bundle and catalog images of this tree and add the catalog to OLM as CatalogSource olm/etcd-operator-catalog.
-	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR)
-	$(MAKE) --no-print-directory bundle-build bundle-push catalog-build catalog-push
+olm-catalog: olm-up cluster-operator-image release-images ## Push the operator, bundle and catalog images of this tree and of the earlier releases, and add the catalog to OLM as CatalogSource olm/etcd-operator-catalog.
+	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR) $(OLM_RELEASE_TARS)
+	$(MAKE) --no-print-directory release-push bundle-build bundle-push catalog-build catalog-push
+	unpacked=$$($(OLM_RUNTIME_KUBECTL) -n olm get jobs -l operatorframework.io/bundle-unpack-ref -o jsonpath='{.items[*].metadata.name}'); \
+	[ -z "$$unpacked" ] || $(OLM_RUNTIME_KUBECTL) -n olm delete jobs,configmaps $$unpacked --ignore-not-found
+	$(OLM_RUNTIME_KUBECTL) -n olm delete pods -l olm.catalogSource=$(OLM_RUNTIME_CATALOG_SOURCE) --ignore-not-found
 	sed -e 's|image: .*|image: $(CATALOG_IMG)|' -e 's|name: etcd-operator-catalog|name: $(OLM_RUNTIME_CATALOG_SOURCE)|' \
 		$(OLM_RUNTIME_MANIFESTS)/catalog/catalogsource.yaml | $(OLM_RUNTIME_KUBECTL) apply --server-side --force-conflicts -f -
 	for i in $$(seq 150); do \
+		ready=$$($(OLM_RUNTIME_KUBECTL) -n olm get pods -l olm.catalogSource=$(OLM_RUNTIME_CATALOG_SOURCE) -o jsonpath='{.items[*].status.containerStatuses[*].ready}'); \
 		state=$$($(OLM_RUNTIME_KUBECTL) -n olm get catalogsource $(OLM_RUNTIME_CATALOG_SOURCE) -o jsonpath='{.status.connectionState.lastObservedState}'); \
-		[ "$$state" = READY ] && break; sleep 2; \
+		[ "$$ready" = true ] && [ "$$state" = READY ] && break; sleep 2; \
 	done; \
 	$(OLM_RUNTIME_KUBECTL) -n olm get catalogsource $(OLM_RUNTIME_CATALOG_SOURCE); \
-	[ "$$state" = READY ] || { echo "CatalogSource $(OLM_RUNTIME_CATALOG_SOURCE) is not READY: $$state" >&2; exit 1; }
+	[ "$$ready" = true ] && [ "$$state" = READY ] || \
+		{ echo "CatalogSource $(OLM_RUNTIME_CATALOG_SOURCE) is not READY: $$state (registry pod ready: $$ready)" >&2; exit 1; }
 
 # The APIService goes first: left behind without its packageserver, it makes API discovery fail
 # for every client. CSVs are deleted before the CRDs while olm-operator still runs, so that it
@@ -118,3 +127,39 @@ olm-down: ## Remove OLM from the local cluster: its APIService, namespaces, RBAC
 	$(OLM_RUNTIME_KUBECTL) delete --ignore-not-found --timeout=2m -f "$$api/crds/"; \
 	$(OLM_RUNTIME_KUBECTL) delete clusterroles,clusterrolebindings -l olm.managed=true --ignore-not-found; \
 	$(OLM_RUNTIME_KUBECTL) delete roles,rolebindings,serviceaccounts --all-namespaces -l olm.managed=true --ignore-not-found
+
+# operator-sdk scorecard runs each test of bundle/tests/scorecard/config.yaml in a pod: the test
+# image upstream publishes as quay.io/operator-framework/scorecard-test is built here from the same
+# operator-sdk version, and the config is given to scorecard with the image renamed, so that the
+# bundle keeps naming upstream's. The init container that unpacks the bundle (--untar-image: tar
+# with gzip) is the cluster's busybox; the storage sidecar (--storage-image: sh) is not started,
+# as no test asks for storage. The tests read only the bundle: no operator needs to run, and
+# scorecard exits non-zero when one fails.
+OLM_RUNTIME_SCORECARD_TEST ?= $(CLUSTER_BIN)/scorecard-test
+OLM_RUNTIME_SCORECARD_IMAGE ?= $(CLUSTER_REGISTRY)/scorecard-test:$(OPERATOR_SDK_VERSION)
+OLM_RUNTIME_SCORECARD_NAMESPACE ?= etcd-operator-scorecard
+# The tests' logs run to thousands of lines (whole CRDs): the report goes here, a summary to stdout.
+OLM_RUNTIME_SCORECARD_REPORT ?= $(CLUSTER_BIN)/scorecard-report.txt
+
+$(OLM_RUNTIME_SCORECARD_TEST): hack/tools/operator-sdk/go.mod
+	cd hack/tools/operator-sdk && CGO_ENABLED=0 go build -o $@ github.com/operator-framework/operator-sdk/images/scorecard-test
+
+$(call cluster_tar,$(OLM_RUNTIME_SCORECARD_IMAGE)): $(OLM_RUNTIME_SCORECARD_TEST) $(CLUSTER_IMAGEBUILDER)
+	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_SCORECARD_IMAGE) -o $@ \
+		-add $(OLM_RUNTIME_SCORECARD_TEST):/usr/local/bin/scorecard-test -env PATH=/usr/local/bin \
+		-entrypoint /usr/local/bin/scorecard-test -user 65532:65532
+
+.PHONY: olm-scorecard
+olm-scorecard: cluster-base-up $(OPERATOR_SDK) $(call cluster_tar,$(OLM_RUNTIME_SCORECARD_IMAGE)) ## Run operator-sdk scorecard's basic and OLM suites on bundle/ in the local cluster (namespace etcd-operator-scorecard).
+	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(call cluster_tar,$(OLM_RUNTIME_SCORECARD_IMAGE))
+	$(OLM_RUNTIME_KUBECTL) create namespace $(OLM_RUNTIME_SCORECARD_NAMESPACE) --dry-run=client -o yaml | \
+		$(OLM_RUNTIME_KUBECTL) apply -f -
+	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
+	sed 's|image: quay\.io/operator-framework/scorecard-test:.*|image: $(OLM_RUNTIME_SCORECARD_IMAGE)|' \
+		bundle/tests/scorecard/config.yaml > "$$work/config.yaml" && \
+	$(OPERATOR_SDK) scorecard ./bundle --kubeconfig $(CLUSTER_KUBECONFIG) --namespace $(OLM_RUNTIME_SCORECARD_NAMESPACE) \
+		--config "$$work/config.yaml" --untar-image $(CLUSTER_BUSYBOX_IMAGE) --storage-image $(CLUSTER_BUSYBOX_IMAGE) \
+		--wait-time 3m > $(OLM_RUNTIME_SCORECARD_REPORT) 2>&1 || \
+		{ cat $(OLM_RUNTIME_SCORECARD_REPORT); echo "scorecard failed (report above)" >&2; exit 1; }
+	grep -E '^\s+(Name|State):' $(OLM_RUNTIME_SCORECARD_REPORT) | paste - -
+	@echo "full report: $(OLM_RUNTIME_SCORECARD_REPORT)"

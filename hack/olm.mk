@@ -21,6 +21,8 @@ PACKAGE := etcd-operator
 CHANNELS ?= stable
 DEFAULT_CHANNEL ?= stable
 BUNDLE_IMG ?= $(REGISTRY)/etcd-operator-bundle:v$(VERSION)
+# The tree bundle-build takes bundle.Dockerfile and bundle/ from: this one, or a release's.
+BUNDLE_DIR ?= .
 # opm render names each bundle's image with this, so the catalog points at what bundle-push pushed.
 BUNDLE_IMG_TEMPLATE ?= $(REGISTRY)/etcd-operator-bundle:v{{.Version}}
 CATALOG_IMG ?= $(REGISTRY)/etcd-operator-catalog:v$(VERSION)
@@ -51,10 +53,10 @@ bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) ## Regenerate bundle/ and bundle.
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image BUNDLE_IMG from bundle/: with Docker if a daemon answers, else as a tarball in bin/images/.
 	if docker info >/dev/null 2>&1; then \
-		docker build -f bundle.Dockerfile -t $(BUNDLE_IMG) .; \
+		docker build -f $(BUNDLE_DIR)/bundle.Dockerfile -t $(BUNDLE_IMG) $(BUNDLE_DIR); \
 	else \
 		$(MAKE) --no-print-directory $(DOCKERFILE_IMAGE) && mkdir -p $(OLM_IMAGES) && \
-		$(DOCKERFILE_IMAGE) -f bundle.Dockerfile -tag $(BUNDLE_IMG) -o $(call olm_tar,$(BUNDLE_IMG)); \
+		$(DOCKERFILE_IMAGE) -f $(BUNDLE_DIR)/bundle.Dockerfile -context $(BUNDLE_DIR) -tag $(BUNDLE_IMG) -o $(call olm_tar,$(BUNDLE_IMG)); \
 	fi
 
 .PHONY: bundle-push
@@ -88,6 +90,51 @@ catalog: $(OPM) catalog.Dockerfile ## Render bundle/ into catalog/etcd-operator/
 catalog-add: ## Add a new version to the catalog in one step: make catalog-add VERSION=x.y.z (bundle, then catalog).
 	$(MAKE) --no-print-directory bundle
 	$(MAKE) --no-print-directory catalog
+
+# Every earlier release the catalog serves, as VERSION@COMMIT: the commit its bundle was generated
+# in and its operator built from. The catalog keeps a release's blob as it was rendered, naming
+# its bundle image, whose CSV names its operator image; release-images rebuilds both from that
+# commit's tree, so that a fresh clone can serve the whole upgrade graph (a full clone: a shallow
+# one lacks the commits). Cutting a release appends the commit it was cut from (docs/olm.md).
+OLM_RELEASES := \
+	0.1.0@d940ae97f626c03e355b2c90a3c94912c8b90741
+# The tarballs of the releases' operator images, named after the version only, as olm_tar names them.
+OLM_RELEASE_TARS = $(foreach r,$(OLM_RELEASES),$(call olm_tar,etcd-operator:v$(firstword $(subst @, ,$(r)))))
+
+# Each release's operator image is tagged as its CSV's containerImage and its bundle image as the
+# catalog's blob names it, so what is built is what OLM will pull. Built as `make build` builds,
+# so that only the release's own packages are compiled, not its dependencies again.
+.PHONY: release-images
+release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of every earlier release (OLM_RELEASES) from the commit it was released from.
+	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
+	for release in $(OLM_RELEASES); do \
+		version=$${release%@*} commit=$${release#*@} src="$$work/$${release%@*}"; \
+		git cat-file -e "$$commit^{commit}" 2>/dev/null || \
+			{ echo "commit $$commit of release $$version is not in this clone: fetch the full history (git fetch --unshallow)" >&2; exit 1; }; \
+		mkdir "$$src"; \
+		git archive "$$commit" | tar -x -C "$$src"; \
+		csv="$$src/bundle/manifests/$(PACKAGE).clusterserviceversion.yaml"; \
+		grep -qx "  version: $$version" "$$csv" || { echo "commit $$commit has no bundle of version $$version" >&2; exit 1; }; \
+		img=$$(sed -n 's/^    containerImage: //p' "$$csv"); \
+		bundle_img=$$(sed -n 's/^image: //p' $(CATALOG_DIR)/bundles/$(PACKAGE).v$$version.yaml); \
+		[ -n "$$img" ] && [ -n "$$bundle_img" ] || { echo "release $$version: no containerImage in its CSV or no image in its catalog blob" >&2; exit 1; }; \
+		(cd "$$src" && CGO_ENABLED=0 go build -o "$$src/bin/manager" .); \
+		mkdir -p $(OLM_IMAGES); \
+		$(OLM_IMAGEBUILDER) build -tag "$$img" -o $(OLM_IMAGES)/etcd-operator_v$$version.tar \
+			-add "$$src/bin/manager:/manager" -entrypoint /manager -user 65532:65532; \
+		$(MAKE) --no-print-directory bundle-build BUNDLE_DIR="$$src" BUNDLE_IMG="$$bundle_img"; \
+	done
+
+# The operator images are tarballs whatever the engine (imagebuilder made them); the bundle
+# images are pushed as bundle-push does.
+.PHONY: release-push
+release-push: $(OLM_IMAGEBUILDER) ## Push release-images' operator and bundle images.
+	for release in $(OLM_RELEASES); do \
+		version=$${release%@*}; \
+		$(OLM_IMAGEBUILDER) push -registry $(REGISTRY) $(OLM_IMAGES)/etcd-operator_v$$version.tar; \
+		$(MAKE) --no-print-directory bundle-push \
+			BUNDLE_IMG="$$(sed -n 's/^image: //p' $(CATALOG_DIR)/bundles/$(PACKAGE).v$$version.yaml)"; \
+	done
 
 # Generated once; test/olm checks that its opm image tag is the opm version pinned here. After
 # raising that version: rm catalog.Dockerfile && make catalog.Dockerfile.

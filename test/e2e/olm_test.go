@@ -3,26 +3,36 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/blang/semver/v4"
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The install as OperatorHub users do it, through OLM: skipped unless E2E_OLM=1, as it needs OLM
-// and the catalog on the cluster (make olm-catalog: OLM, the operator, bundle and catalog images
-// of this tree, and the CatalogSource). OLM's types are handled as unstructured objects, so the
-// tests need no OLM Go module.
+// The install and upgrade as OperatorHub users do them, through OLM: skipped unless E2E_OLM=1, as
+// they need OLM and the catalog on the cluster (make olm-catalog: OLM, the operator, bundle and
+// catalog images of this tree and of the earlier releases, and the CatalogSource). OLM's types are
+// handled as unstructured objects, so the tests need no OLM Go module.
 var (
 	olmCatalogSource    = envOr("E2E_OLM_CATALOG_SOURCE", "etcd-operator-catalog")
 	olmCatalogNamespace = envOr("E2E_OLM_CATALOG_NAMESPACE", "olm")
 	olmPackage          = envOr("E2E_OLM_PACKAGE", "etcd-operator")
 	olmChannel          = envOr("E2E_OLM_CHANNEL", "stable")
+	// The CSV installed first and upgraded from; empty means the channel's oldest version.
+	olmStartingCSV = os.Getenv("E2E_OLM_STARTING_CSV")
 )
 
 // Bundle unpacking (a Job pulling the bundle image) and the operator's rollout come on top of
@@ -36,13 +46,22 @@ var (
 	installPlanGVK   = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "InstallPlan"}
 	csvGVK           = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "ClusterServiceVersion"}
 	packageGVK       = schema.GroupVersionKind{Group: "packages.operators.coreos.com", Version: "v1", Kind: "PackageManifest"}
+	crdGVK           = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
 )
 
-func TestOLMInstallsFromCatalogWithManualApproval(t *testing.T) {
+// A Subscription with Manual approval, starting at the channel's oldest release: OLM installs
+// nothing before the plan is approved, then that release; it then proposes the channel's head,
+// and once that plan is approved replaces the old CSV by the new one, rolling the operator's
+// Deployment to the new image. The CRDs, upgraded with it, stay established and keep an
+// EtcdCluster made under the old release as it was.
+//
+// The operator is installed for its own namespace only (OwnNamespace), and the EtcdCluster lives
+// in another one: make test-e2e's operator watches every namespace, and two operators must not
+// reconcile the same cluster. The cluster is paused, so that one only reports it.
+func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 	if os.Getenv("E2E_OLM") != "1" {
-		t.Skip("set E2E_OLM=1 (after make olm-catalog) to install the operator through OLM")
+		t.Skip("set E2E_OLM=1 (after make olm-catalog) to install and upgrade the operator through OLM")
 	}
-	ctx := context.Background()
 
 	catalog := newObject(catalogSourceGVK, olmCatalogNamespace, olmCatalogSource)
 	waitForLong(t, "CatalogSource "+olmCatalogNamespace+"/"+olmCatalogSource+" READY", func(ctx context.Context) (bool, error) {
@@ -54,25 +73,10 @@ func TestOLMInstallsFromCatalogWithManualApproval(t *testing.T) {
 	})
 
 	namespace := testNamespace(t, "e2e-olm-")
-
-	// The package server lists the global catalog namespace's packages in every namespace.
-	pkg := newObject(packageGVK, namespace, olmPackage)
-	waitForLong(t, "PackageManifest "+olmPackage+" served from "+olmCatalogSource, func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pkg), pkg); err != nil {
-			return false, ignoreNotFound(err)
-		}
-		source, _, _ := unstructured.NestedString(pkg.Object, "status", "catalogSource")
-		return source == olmCatalogSource, nil
-	})
-	channels, _, _ := unstructured.NestedSlice(pkg.Object, "status", "channels")
-	headCSV := ""
-	for _, c := range channels {
-		if m, ok := c.(map[string]any); ok && m["name"] == olmChannel {
-			headCSV, _ = m["currentCSV"].(string)
-		}
-	}
-	if headCSV == "" {
-		t.Fatalf("package %s has no channel %q: %v", olmPackage, olmChannel, channels)
+	oldest, head := channelEnds(t, namespace)
+	startingCSV := cmp.Or(olmStartingCSV, oldest)
+	if startingCSV == head {
+		t.Fatalf("the starting CSV %s is the head of channel %s: there is nothing to upgrade from", head, olmChannel)
 	}
 
 	group := newObject(operatorGroupGVK, namespace, "etcd-operator")
@@ -88,68 +92,258 @@ func TestOLMInstallsFromCatalogWithManualApproval(t *testing.T) {
 		"source":              olmCatalogSource,
 		"sourceNamespace":     olmCatalogNamespace,
 		"installPlanApproval": "Manual",
+		"startingCSV":         startingCSV,
 	}
 	create(t, sub)
 
-	// Manual approval: the plan waits for us, and nothing is installed before.
-	var planName string
-	waitForLong(t, "Subscription "+olmPackage+" has an InstallPlan", func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(sub), sub); err != nil {
-			return false, err
-		}
-		planName, _, _ = unstructured.NestedString(sub.Object, "status", "installPlanRef", "name")
-		return planName != "", nil
-	})
-	plan := newObject(installPlanGVK, namespace, planName)
-	waitForLong(t, "InstallPlan "+planName+" RequiresApproval", func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(plan), plan); err != nil {
-			return false, err
-		}
-		phase, _, _ := unstructured.NestedString(plan.Object, "status", "phase")
-		if phase == "Failed" {
-			t.Fatalf("InstallPlan %s failed: %v", planName, plan.Object["status"])
-		}
-		return phase == "RequiresApproval", nil
-	})
-	names, _, _ := unstructured.NestedStringSlice(plan.Object, "spec", "clusterServiceVersionNames")
-	if len(names) != 1 || names[0] != headCSV {
-		t.Fatalf("InstallPlan %s installs %v, want the channel head [%s]", planName, names, headCSV)
-	}
+	// Install: the plan waits for approval, and nothing is installed before.
+	install := waitForInstallPlan(t, sub, "", startingCSV)
 	csvs := &unstructured.UnstructuredList{}
 	csvs.SetGroupVersionKind(csvGVK.GroupVersion().WithKind("ClusterServiceVersionList"))
-	if err := k8sClient.List(ctx, csvs, client.InNamespace(namespace)); err != nil {
+	if err := k8sClient.List(context.Background(), csvs, client.InNamespace(namespace)); err != nil {
 		t.Fatal(err)
 	}
 	if len(csvs.Items) != 0 {
 		t.Fatalf("%d CSVs exist before the InstallPlan was approved", len(csvs.Items))
 	}
+	approve(t, install)
+	oldCSV := waitForCSVSucceeded(t, namespace, startingCSV)
+	waitForInstallPlanComplete(t, install)
+	oldImage := waitForOperatorRunning(t, oldCSV)
+	t.Logf("%s Succeeded, running %s", startingCSV, oldImage)
 
+	cluster, clusterSpec := createPausedSampleCluster(t)
+
+	// Upgrade: OLM proposes the channel's head, and again waits for approval.
+	upgrade := waitForInstallPlan(t, sub, install.GetName(), head)
+	approve(t, upgrade)
+	newCSV := waitForCSVSucceeded(t, namespace, head)
+	waitForLong(t, "CSV "+startingCSV+" deleted after the upgrade", func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(oldCSV), newObject(csvGVK, namespace, startingCSV))
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	waitForInstallPlanComplete(t, upgrade)
+	if replaces, _, _ := unstructured.NestedString(newCSV.Object, "spec", "replaces"); replaces != startingCSV {
+		t.Errorf("CSV %s replaces %q, want %s", head, replaces, startingCSV)
+	}
+	newImage := waitForOperatorRunning(t, newCSV)
+	if newImage == oldImage {
+		t.Errorf("%s and %s run the same operator image %s", startingCSV, head, newImage)
+	}
+	t.Logf("upgraded to %s, running %s; %s is gone", head, newImage, startingCSV)
+	waitForLong(t, "Subscription "+olmPackage+" at the latest version "+head, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(sub), sub); err != nil {
+			return false, err
+		}
+		installed, _, _ := unstructured.NestedString(sub.Object, "status", "installedCSV")
+		state, _, _ := unstructured.NestedString(sub.Object, "status", "state")
+		return installed == head && state == "AtLatestKnown", nil
+	})
+
+	owned, _, _ := unstructured.NestedSlice(newCSV.Object, "spec", "customresourcedefinitions", "owned")
+	for _, o := range owned {
+		name, _ := o.(map[string]any)["name"].(string)
+		crd := newObject(crdGVK, "", name)
+		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(crd), crd); err != nil {
+			t.Fatalf("CRD %s after the upgrade: %v", name, err)
+		}
+		if !conditionTrue(crd, "Established") {
+			t.Errorf("CRD %s is not Established after the upgrade", name)
+		}
+	}
+
+	after := cluster.DeepCopy()
+	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(cluster), after); err != nil {
+		t.Fatalf("EtcdCluster %s after the upgrade: %v", cluster.GetName(), err)
+	}
+	if after.GetUID() != cluster.GetUID() {
+		t.Errorf("EtcdCluster %s was recreated during the upgrade", cluster.GetName())
+	}
+	afterSpec, _, _ := unstructured.NestedMap(after.Object, "spec")
+	if !containsAll(afterSpec, clusterSpec) {
+		t.Errorf("EtcdCluster %s lost spec fields in the upgrade:\nbefore: %v\n after: %v", cluster.GetName(), clusterSpec, afterSpec)
+	}
+}
+
+// channelEnds is the oldest version and the head of olmChannel, as the package server lists them
+// (it lists the global catalog namespace's packages in every namespace).
+func channelEnds(t *testing.T, namespace string) (oldest, head string) {
+	t.Helper()
+	pkg := newObject(packageGVK, namespace, olmPackage)
+	waitForLong(t, "PackageManifest "+olmPackage+" served from "+olmCatalogSource, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pkg), pkg); err != nil {
+			return false, ignoreNotFound(err)
+		}
+		source, _, _ := unstructured.NestedString(pkg.Object, "status", "catalogSource")
+		return source == olmCatalogSource, nil
+	})
+	channels, _, _ := unstructured.NestedSlice(pkg.Object, "status", "channels")
+	for _, c := range channels {
+		channel, _ := c.(map[string]any)
+		if channel["name"] != olmChannel {
+			continue
+		}
+		head, _ = channel["currentCSV"].(string)
+		entries, _, _ := unstructured.NestedSlice(channel, "entries")
+		var oldestVersion semver.Version
+		for _, e := range entries {
+			entry, _ := e.(map[string]any)
+			version, err := semver.Parse(entry["version"].(string))
+			if err != nil {
+				t.Fatalf("channel %s entry %v: %v", olmChannel, entry, err)
+			}
+			if oldest == "" || version.LT(oldestVersion) {
+				oldest, oldestVersion = entry["name"].(string), version
+			}
+		}
+	}
+	if head == "" || oldest == "" {
+		t.Fatalf("package %s has no channel %q with entries: %v", olmPackage, olmChannel, channels)
+	}
+	return oldest, head
+}
+
+// waitForInstallPlan waits for the Subscription to reference an InstallPlan other than previous,
+// awaiting approval, and checks that it installs exactly csv.
+func waitForInstallPlan(t *testing.T, sub *unstructured.Unstructured, previous, csv string) *unstructured.Unstructured {
+	t.Helper()
+	var name string
+	waitForLong(t, "Subscription "+sub.GetName()+" has an InstallPlan for "+csv, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(sub), sub); err != nil {
+			return false, err
+		}
+		name, _, _ = unstructured.NestedString(sub.Object, "status", "installPlanRef", "name")
+		return name != "" && name != previous, nil
+	})
+	plan := newObject(installPlanGVK, sub.GetNamespace(), name)
+	waitForLong(t, "InstallPlan "+name+" RequiresApproval", func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(plan), plan); err != nil {
+			return false, err
+		}
+		phase, _, _ := unstructured.NestedString(plan.Object, "status", "phase")
+		if phase == "Failed" {
+			t.Fatalf("InstallPlan %s failed: %v", name, plan.Object["status"])
+		}
+		return phase == "RequiresApproval", nil
+	})
+	if names, _, _ := unstructured.NestedStringSlice(plan.Object, "spec", "clusterServiceVersionNames"); !slices.Equal(names, []string{csv}) {
+		t.Fatalf("InstallPlan %s installs %v, want [%s]", name, names, csv)
+	}
+	return plan
+}
+
+func approve(t *testing.T, plan *unstructured.Unstructured) {
+	t.Helper()
 	patch := client.MergeFrom(plan.DeepCopy())
 	if err := unstructured.SetNestedField(plan.Object, true, "spec", "approved"); err != nil {
 		t.Fatal(err)
 	}
-	if err := k8sClient.Patch(ctx, plan, patch); err != nil {
-		t.Fatal(err)
+	if err := k8sClient.Patch(context.Background(), plan, patch); err != nil {
+		t.Fatalf("approve InstallPlan %s: %v", plan.GetName(), err)
 	}
+}
 
-	csv := newObject(csvGVK, namespace, headCSV)
-	waitForLong(t, "CSV "+headCSV+" Succeeded", func(ctx context.Context) (bool, error) {
+func waitForInstallPlanComplete(t *testing.T, plan *unstructured.Unstructured) {
+	t.Helper()
+	waitForLong(t, "InstallPlan "+plan.GetName()+" Complete", func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(plan), plan); err != nil {
+			return false, err
+		}
+		phase, _, _ := unstructured.NestedString(plan.Object, "status", "phase")
+		if phase == "Failed" {
+			t.Fatalf("InstallPlan %s failed: %v", plan.GetName(), plan.Object["status"])
+		}
+		return phase == "Complete", nil
+	})
+}
+
+func waitForCSVSucceeded(t *testing.T, namespace, name string) *unstructured.Unstructured {
+	t.Helper()
+	csv := newObject(csvGVK, namespace, name)
+	waitForLong(t, "CSV "+name+" Succeeded", func(ctx context.Context) (bool, error) {
 		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(csv), csv); err != nil {
 			return false, ignoreNotFound(err)
 		}
 		phase, _, _ := unstructured.NestedString(csv.Object, "status", "phase")
 		if phase == "Failed" {
-			reason, _, _ := unstructured.NestedString(csv.Object, "status", "message")
-			t.Fatalf("CSV %s failed: %s", headCSV, reason)
+			message, _, _ := unstructured.NestedString(csv.Object, "status", "message")
+			t.Fatalf("CSV %s failed: %s", name, message)
 		}
 		return phase == "Succeeded", nil
 	})
-	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(plan), plan); err != nil {
+	return csv
+}
+
+// waitForOperatorRunning waits until the CSV's Deployment runs the CSV's operator image on every
+// replica, and returns that image, which must be tagged with the CSV's version.
+func waitForOperatorRunning(t *testing.T, csv *unstructured.Unstructured) string {
+	t.Helper()
+	deployments, _, _ := unstructured.NestedSlice(csv.Object, "spec", "install", "spec", "deployments")
+	if len(deployments) != 1 {
+		t.Fatalf("CSV %s installs %d Deployments, want 1", csv.GetName(), len(deployments))
+	}
+	spec, _ := deployments[0].(map[string]any)
+	name, _ := spec["name"].(string)
+	containers, _, _ := unstructured.NestedSlice(spec, "spec", "template", "spec", "containers")
+	if len(containers) != 1 {
+		t.Fatalf("CSV %s: Deployment %s has %d containers, want 1", csv.GetName(), name, len(containers))
+	}
+	image, _ := containers[0].(map[string]any)["image"].(string)
+	version, _, _ := unstructured.NestedString(csv.Object, "spec", "version")
+	if !strings.HasSuffix(image, ":v"+version) {
+		t.Errorf("CSV %s (version %s) runs image %s", csv.GetName(), version, image)
+	}
+
+	deployment := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: csv.GetNamespace(), Name: name}
+	waitForLong(t, "Deployment "+key.String()+" rolled out with "+image, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, key, deployment); err != nil {
+			return false, ignoreNotFound(err)
+		}
+		c := deployment.Spec.Template.Spec.Containers
+		return len(c) == 1 && c[0].Image == image && rolledOut(deployment), nil
+	})
+	return image
+}
+
+// createPausedSampleCluster creates the sample EtcdCluster, paused, in a namespace of its own, and
+// returns it and its spec as the API server stored it.
+func createPausedSampleCluster(t *testing.T) (*unstructured.Unstructured, map[string]any) {
+	t.Helper()
+	objects := readObjects(t, filepath.Join(repoRoot, "config/samples/etcd_v1alpha1_etcdcluster.yaml"))
+	if len(objects) != 1 {
+		t.Fatalf("the EtcdCluster sample has %d objects, want 1", len(objects))
+	}
+	cluster := objects[0]
+	cluster.SetNamespace(testNamespace(t, "e2e-olm-cluster-"))
+	if err := unstructured.SetNestedField(cluster.Object, true, "spec", "paused"); err != nil {
 		t.Fatal(err)
 	}
-	if phase, _, _ := unstructured.NestedString(plan.Object, "status", "phase"); phase != "Complete" {
-		t.Errorf("InstallPlan %s is %s, want Complete", planName, phase)
+	create(t, cluster)
+	spec, _, _ := unstructured.NestedMap(cluster.Object, "spec")
+	return cluster, spec
+}
+
+// containsAll reports whether got has every field of want, with the same value; fields a newer
+// schema defaults may come on top.
+func containsAll(got, want any) bool {
+	wantMap, ok := want.(map[string]any)
+	if !ok {
+		return reflect.DeepEqual(got, want)
 	}
+	gotMap, ok := got.(map[string]any)
+	if !ok {
+		return false
+	}
+	for k, v := range wantMap {
+		if !containsAll(gotMap[k], v) {
+			return false
+		}
+	}
+	return true
 }
 
 func newObject(gvk schema.GroupVersionKind, namespace, name string) *unstructured.Unstructured {

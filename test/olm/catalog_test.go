@@ -1,16 +1,23 @@
 package olm
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/blang/semver/v4"
+	"github.com/operator-framework/api/pkg/manifests"
 	"github.com/operator-framework/operator-registry/alpha/declcfg"
 	"github.com/operator-framework/operator-registry/alpha/model"
 	"github.com/operator-framework/operator-registry/alpha/property"
@@ -97,13 +104,131 @@ func TestCatalogStableChannelEndsAtTheCurrentBundle(t *testing.T) {
 // The head bundle's blob must be what `opm render` makes of bundle/ today (apart from createdAt),
 // or the catalog would serve metadata and APIs the bundle image no longer has.
 func TestCatalogHeadIsRenderedFromTheCurrentBundle(t *testing.T) {
-	pkg := loadCatalog(t)
-	bundle := loadBundle(t)
-	head, err := pkg.Channels["stable"].Head()
+	head, err := loadCatalog(t).Channels["stable"].Head()
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkRenderedFrom(t, head, loadBundle(t), "bundle/", "run `make catalog`")
+}
 
+// Every earlier version in the catalog is a release whose commit OLM_RELEASES names (hack/olm.mk),
+// so that `make release-images` can rebuild its bundle and operator images on a fresh clone; and
+// its blob must be what `opm render` made of that commit's bundle/, or the image rebuilt from it
+// would not be what the catalog serves.
+func TestCatalogReleasesAreBuiltFromTheirCommits(t *testing.T) {
+	pkg := loadCatalog(t)
+	stable := pkg.Channels["stable"]
+	head, err := stable.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	releases := olmReleases(t)
+
+	for name, b := range stable.Bundles {
+		if _, ok := releases[b.Version.String()]; !ok && b != head {
+			t.Errorf("%s is in the catalog but not in OLM_RELEASES (hack/olm.mk): add VERSION@COMMIT of its release", name)
+		}
+	}
+	for version, commit := range releases {
+		b, ok := stable.Bundles[pkgName+".v"+version]
+		switch {
+		case !ok:
+			t.Errorf("OLM_RELEASES has %s, which channel stable does not", version)
+			continue
+		case b == head:
+			t.Errorf("OLM_RELEASES has %s, the channel's head, which is built from this tree", version)
+			continue
+		}
+		t.Run(version, func(t *testing.T) {
+			released := bundleAtCommit(t, commit)
+			if got := released.CSV.Spec.Version.String(); got != version {
+				t.Fatalf("commit %s has a bundle of version %s, want %s", commit, got, version)
+			}
+			if image := released.CSV.Annotations["containerImage"]; !strings.HasSuffix(image, "/etcd-operator:v"+version) {
+				t.Errorf("release %s runs operator image %q, want <registry>/etcd-operator:v%s", version, image, version)
+			}
+			checkRenderedFrom(t, b, released, "bundle/ of commit "+commit,
+				"OLM_RELEASES names the wrong commit, or "+blobPath(version)+" was changed after its release")
+		})
+	}
+}
+
+// olmReleases reads OLM_RELEASES, VERSION@COMMIT per release, from hack/olm.mk.
+func olmReleases(t *testing.T) map[string]string {
+	t.Helper()
+	makefile, err := os.ReadFile(repoPath("hack", "olm.mk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	definition := regexp.MustCompile(`(?m)^OLM_RELEASES :=((?:.*\\\n)*.*)$`).FindSubmatch(makefile)
+	if definition == nil {
+		t.Fatal("hack/olm.mk does not define OLM_RELEASES :=")
+	}
+	releases := map[string]string{}
+	for _, word := range strings.Fields(strings.ReplaceAll(string(definition[1]), "\\", " ")) {
+		m := regexp.MustCompile(`^(\d+\.\d+\.\d+)@([0-9a-f]{40})$`).FindStringSubmatch(word)
+		if m == nil {
+			t.Fatalf("OLM_RELEASES: %q is not VERSION@COMMIT (the full commit hash)", word)
+		}
+		releases[m[1]] = m[2]
+	}
+	return releases
+}
+
+// bundleAtCommit reads bundle/ as committed in commit, from `git archive`, as release-images does.
+func bundleAtCommit(t *testing.T, commit string) *manifests.Bundle {
+	t.Helper()
+	var stderr bytes.Buffer
+	cmd := exec.Command("git", "archive", commit, "bundle/manifests")
+	cmd.Dir = repoRoot
+	cmd.Stderr = &stderr
+	archive, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git archive %s: %v: %s(a shallow clone lacks it: git fetch --unshallow)", commit, err, stderr.String())
+	}
+	dir := t.TempDir()
+	files := tar.NewReader(bytes.NewReader(archive))
+	for {
+		header, err := files.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if header.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, err := io.ReadAll(files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, filepath.FromSlash(header.Name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bundle, err := manifests.GetBundleFromDir(filepath.Join(dir, "bundle", "manifests"))
+	if err != nil {
+		t.Fatalf("bundle/ of commit %s: %v", commit, err)
+	}
+	if bundle.CSV == nil {
+		t.Fatalf("bundle/ of commit %s has no ClusterServiceVersion", commit)
+	}
+	return bundle
+}
+
+func blobPath(version string) string {
+	return "catalog/" + pkgName + "/bundles/" + pkgName + ".v" + version + ".yaml"
+}
+
+// checkRenderedFrom fails unless blob is what `opm render` makes of bundle (apart from createdAt):
+// the APIs it provides, its CSV metadata and its related images.
+func checkRenderedFrom(t *testing.T, blob *model.Bundle, bundle *manifests.Bundle, source, remedy string) {
+	t.Helper()
 	wantGVKs := sets.New[string]()
 	for _, crd := range bundle.V1CRDs {
 		for _, v := range crd.Spec.Versions {
@@ -111,18 +236,18 @@ func TestCatalogHeadIsRenderedFromTheCurrentBundle(t *testing.T) {
 		}
 	}
 	gotGVKs := sets.New[string]()
-	for _, gvk := range head.PropertiesP.GVKs {
+	for _, gvk := range blob.PropertiesP.GVKs {
 		gotGVKs.Insert(fmt.Sprintf("%s/%s, Kind=%s", gvk.Group, gvk.Version, gvk.Kind))
 	}
 	if !gotGVKs.Equal(wantGVKs) {
-		t.Errorf("catalog head provides %v, bundle/ %v: run `make catalog`", sets.List(gotGVKs), sets.List(wantGVKs))
+		t.Errorf("catalog's %s provides %v, %s %v: %s", blob.Name, sets.List(gotGVKs), source, sets.List(wantGVKs), remedy)
 	}
 
-	if len(head.PropertiesP.CSVMetadatas) != 1 {
-		t.Fatalf("catalog head has %d olm.csv.metadata properties, want 1 (render with --migrate-level bundle-object-to-csv-metadata)",
-			len(head.PropertiesP.CSVMetadatas))
+	if len(blob.PropertiesP.CSVMetadatas) != 1 {
+		t.Fatalf("catalog's %s has %d olm.csv.metadata properties, want 1 (render with --migrate-level bundle-object-to-csv-metadata)",
+			blob.Name, len(blob.PropertiesP.CSVMetadatas))
 	}
-	got := head.PropertiesP.CSVMetadatas[0]
+	got := blob.PropertiesP.CSVMetadatas[0]
 	var want property.CSVMetadata
 	if err := json.Unmarshal(property.MustBuildCSVMetadata(*bundle.CSV).Value, &want); err != nil {
 		t.Fatal(err)
@@ -132,16 +257,16 @@ func TestCatalogHeadIsRenderedFromTheCurrentBundle(t *testing.T) {
 	gotJSON, _ := json.Marshal(got)
 	wantJSON, _ := json.Marshal(want)
 	if string(gotJSON) != string(wantJSON) {
-		t.Errorf("catalog head's CSV metadata differs from bundle/'s CSV: run `make catalog`")
+		t.Errorf("catalog's %s has CSV metadata that differs from %s's CSV: %s", blob.Name, source, remedy)
 	}
 
 	images := sets.New[string]()
-	for _, ri := range head.RelatedImages {
+	for _, ri := range blob.RelatedImages {
 		images.Insert(ri.Image)
 	}
 	for _, ri := range bundle.CSV.Spec.RelatedImages {
 		if !images.Has(ri.Image) {
-			t.Errorf("catalog head's relatedImages lack %s (%s): run `make catalog`", ri.Image, ri.Name)
+			t.Errorf("catalog's %s lacks related image %s (%s) of %s: %s", blob.Name, ri.Image, ri.Name, source, remedy)
 		}
 	}
 }
