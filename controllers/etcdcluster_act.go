@@ -47,6 +47,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.removeMember(ctx, c, obs, step)
 	case membership.DeleteOrphans:
 		err = r.deleteOrphans(ctx, c, obs, step.Members)
+	case membership.StopMembers:
+		err = r.stopMembers(ctx, obs, step.Members)
 	case membership.UpgradeMember:
 		err = r.upgradeMember(ctx, c, obs, step.Member)
 	case membership.Defragment:
@@ -93,7 +95,7 @@ func (r *EtcdClusterReconciler) bootstrap(ctx context.Context, c *etcdv1alpha1.E
 }
 
 func (r *EtcdClusterReconciler) createBootstrapMembers(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
-	plan := obs.bootstrapPlan()
+	plan := obs.bootstrapPlan(c)
 	initial := resources.InitialCluster(c, plan)
 	for _, name := range names {
 		_, hasPVC := obs.pvcs[name]
@@ -184,6 +186,19 @@ func (r *EtcdClusterReconciler) removeMember(ctx context.Context, c *etcdv1alpha
 
 // deleteOrphans deletes the pods of members no longer in etcd, and their claims as the
 // retention policy says; a retained claim is unlabelled so it no longer counts as a member.
+// stopMembers deletes members' pods and leaves their claims: their data stays until the
+// restored cluster serves.
+func (r *EtcdClusterReconciler) stopMembers(ctx context.Context, obs *observation, names []string) error {
+	for _, name := range names {
+		if pod, ok := obs.pods[name]; ok && pod.DeletionTimestamp.IsZero() {
+			if err := r.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("stop member %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
 func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
 	for _, name := range names {
 		if pod, ok := obs.pods[name]; ok && pod.DeletionTimestamp.IsZero() {

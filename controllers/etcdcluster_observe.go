@@ -199,13 +199,14 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Ob
 	return membership.Observed{
 		Reachable:       obs.reachable,
 		EverFormed:      obs.reachable || c.Status.ClusterID != "",
-		BootstrapPlan:   obs.bootstrapPlan(),
+		BootstrapPlan:   obs.bootstrapPlan(c),
 		Members:         members,
 		DesiredSize:     int(c.Spec.Size),
 		DesiredVersion:  c.Spec.Version,
 		DataSurvivesPod: !c.Spec.Storage.Ephemeral,
 		Paused:          c.Spec.Paused,
 		AwaitingRestore: c.Annotations[resources.AnnotationRestorePending],
+		RestoreSeed:     c.Annotations[resources.AnnotationRestoreSeed],
 		AuthPending:     c.Spec.Auth != nil && obs.reachable && !obs.authEnabled,
 		Defrag:          defragPolicy(c),
 		NoSpaceAlarm:    obs.hasAlarm("NOSPACE"),
@@ -239,8 +240,16 @@ func (obs *observation) quotaBytes() int64 {
 	return quota
 }
 
-// bootstrapPlan is the --initial-cluster recorded on the bootstrap members' pods or claims.
-func (obs *observation) bootstrapPlan() []string {
+// bootstrapPlan is the --initial-cluster recorded on the bootstrap members' pods or claims;
+// during an in-place restore, the restored member's, as the old members' claims still hold
+// the plan the cluster first formed with.
+func (obs *observation) bootstrapPlan(c *etcdv1alpha1.EtcdCluster) []string {
+	if seed := c.Annotations[resources.AnnotationRestoreSeed]; seed != "" {
+		if pvc, ok := obs.pvcs[seed]; ok {
+			return resources.MembersOfInitialCluster(pvc.Annotations[resources.AnnotationInitialCluster])
+		}
+		return nil
+	}
 	for _, annotations := range obs.annotationsOfMembers() {
 		if annotations[resources.AnnotationClusterState] == "new" {
 			return resources.MembersOfInitialCluster(annotations[resources.AnnotationInitialCluster])

@@ -24,10 +24,11 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
-// EtcdRestoreReconciler restores snapshots into new EtcdClusters: it creates the cluster held
-// back from forming, prepares its first member's data with a Job (the agent fetches and checks
-// the snapshot, the target etcd image's etcdutl restores it), then lets the cluster form from
-// that member and grow as usual.
+// EtcdRestoreReconciler restores snapshots into new EtcdClusters, or in place into existing
+// ones (etcdrestore_inplace.go). Into a new cluster, it creates the cluster held back from
+// forming, prepares its first member's data with a Job (the agent fetches and checks the
+// snapshot, the target etcd image's etcdutl restores it), then lets the cluster form from that
+// member and grow as usual.
 type EtcdRestoreReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
@@ -97,15 +98,14 @@ func failed(reason, format string, args ...any) error {
 }
 
 func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (ctrl.Result, error) {
-	if rs.Spec.Target.Mode != etcdv1alpha1.RestoreNew {
-		return ctrl.Result{}, failed(etcdv1alpha1.ReasonNotYetImplemented,
-			"target.mode %s is not implemented by this operator version; restore into a new cluster (mode New) instead", rs.Spec.Target.Mode)
-	}
 	src, err := r.resolveSource(ctx, rs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	rs.Status.SnapshotURI, rs.Status.SnapshotSHA256 = src.uri, src.SHA256
+	if rs.Spec.Target.Mode == etcdv1alpha1.RestoreInPlace {
+		return r.restoreInPlace(ctx, rs, src)
+	}
 
 	cluster := &etcdv1alpha1.EtcdCluster{}
 	err = r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Spec.Target.ClusterName}, cluster)
@@ -248,55 +248,77 @@ func tooOld(target, snapshot string) bool {
 func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	seed := resources.SeedMemberName(c.Name, string(rs.UID))
-	if err := r.ensureSeedClaim(ctx, c, seed); err != nil {
+	if err := r.ensureSeedClaim(ctx, c, seed, ""); err != nil {
 		return ctrl.Result{}, err
 	}
-	job := &batchv1.Job{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job)
-	if apierrors.IsNotFound(err) {
-		return ctrl.Result{}, r.startJob(ctx, rs, c, seed, src)
-	}
+	report, done, err := r.runSeedJob(ctx, rs, c, seed, src)
 	if err != nil {
-		return ctrl.Result{}, err
-	}
-	succeeded, finished := jobOutcome(job)
-	switch {
-	case !finished:
-		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
-		return ctrl.Result{}, nil
-	case !succeeded:
-		message := r.jobFailure(ctx, job)
-		if err := r.discardTarget(ctx, c, seed); err != nil {
-			return ctrl.Result{}, err
+		var failure *restoreFailure
+		if errors.As(err, &failure) {
+			if err := r.discardTarget(ctx, c, seed); err != nil {
+				return ctrl.Result{}, err
+			}
+			return ctrl.Result{}, failed(failure.reason, "%s; EtcdCluster %s, which never held data, was deleted", failure.message, c.Name)
 		}
-		return ctrl.Result{}, failed(etcdv1alpha1.ReasonFailed, "%s; EtcdCluster %s, which never held data, was deleted", message, c.Name)
-	}
-	report, found, err := agentReport(ctx, r.Client, job, resources.RestoreFetchContainer)
-	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !found || report.Restore == nil {
-		return ctrl.Result{RequeueAfter: time.Second}, nil // the pod's status has not reached the cache yet
+	if !done {
+		return ctrl.Result{RequeueAfter: report}, nil
 	}
-	rs.Status.RestoredRevision = report.Restore.Revision
-	rs.Status.SnapshotSHA256 = report.Restore.SHA256
 	patch := client.MergeFrom(c.DeepCopy())
 	delete(c.Annotations, resources.AnnotationRestorePending)
 	if err := r.Patch(ctx, c, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("let EtcdCluster %s form: %w", c.Name, err)
 	}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
-		"member %s holds the snapshot at revision %d; the cluster forms from it and grows to %d members", seed, report.Restore.Revision, c.Spec.Size)
-	r.event(rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "member %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
-		seed, c.Name, report.Restore.URI, report.Restore.Revision, report.Restore.SHA256)
+		"member %s holds the snapshot at revision %d; the cluster forms from it and grows to %d members", seed, rs.Status.RestoredRevision, c.Spec.Size)
 	return ctrl.Result{}, nil
+}
+
+// runSeedJob runs the Job that prepares seed's data and, once it has succeeded, records what
+// it restored. It returns done, or how soon to look again; a failed Job is a restoreFailure.
+func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string, src snapshotSource) (time.Duration, bool, error) {
+	job := &batchv1.Job{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job)
+	if apierrors.IsNotFound(err) {
+		return 0, false, r.startJob(ctx, rs, c, seed, src)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	succeeded, finished := jobOutcome(job)
+	switch {
+	case !finished:
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
+		return 0, false, nil // the Job's completion wakes this reconciler
+	case !succeeded:
+		return 0, false, failed(etcdv1alpha1.ReasonFailed, "%s", r.jobFailure(ctx, job))
+	}
+	report, found, err := agentReport(ctx, r.Client, job, resources.RestoreFetchContainer)
+	if err != nil {
+		return 0, false, err
+	}
+	if !found || report.Restore == nil {
+		return time.Second, false, nil // the pod's status has not reached the cache yet
+	}
+	if rs.Status.RestoredRevision == 0 {
+		r.event(rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "member %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
+			seed, c.Name, report.Restore.URI, report.Restore.Revision, report.Restore.SHA256)
+	}
+	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
+	return 0, true, nil
 }
 
 // ensureSeedClaim creates the first member's claim with a bootstrap plan of that member alone:
 // the EtcdCluster reconciler starts it on the restored data and adds the others as learners.
-func (r *EtcdRestoreReconciler) ensureSeedClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
+// Staged for an in-place restore, the claim is not yet labelled as the cluster's: until the
+// cut-over the cluster's reconciler does not see it, and would otherwise delete it as an
+// orphan.
+func (r *EtcdRestoreReconciler) ensureSeedClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed, stagedFor string) error {
 	pvc := resources.MemberPVC(c, resources.MemberSpec{Name: seed, InitialCluster: resources.InitialCluster(c, []string{seed}), State: "new"})
-	if c.Spec.Storage.RetentionPolicy.WhenDeleted == etcdv1alpha1.DeletePVC {
+	if stagedFor != "" {
+		pvc.Labels = map[string]string{resources.LabelRestore: stagedFor}
+	} else if c.Spec.Storage.RetentionPolicy.WhenDeleted == etcdv1alpha1.DeletePVC {
 		if err := ctrl.SetControllerReference(c, pvc, r.Scheme()); err != nil {
 			return err
 		}
@@ -407,9 +429,13 @@ func (r *EtcdRestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 func restoreOfCluster(_ context.Context, obj client.Object) []reconcile.Request {
-	name, ok := obj.GetAnnotations()[resources.AnnotationRestoredBy]
-	if !ok {
-		return nil
+	var requests []reconcile.Request
+	seen := map[string]bool{}
+	for _, key := range []string{resources.AnnotationRestoredBy, resources.AnnotationRestorePending} {
+		if name := obj.GetAnnotations()[key]; name != "" && !seen[name] {
+			seen[name] = true
+			requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}})
+		}
 	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
+	return requests
 }

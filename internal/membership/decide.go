@@ -62,6 +62,9 @@ type Observed struct {
 	// AwaitingRestore names the EtcdRestore preparing the first member's data: until it has,
 	// the cluster must not form, or it would form empty.
 	AwaitingRestore string
+	// RestoreSeed is, during an in-place restore, the member whose claim holds the restored
+	// data: the old members are stopped, and the cluster forms again from it alone.
+	RestoreSeed string
 	// AuthPending: the spec asks for authentication and etcd does not have it on yet.
 	AuthPending bool
 	// Defrag is the defragmentation policy.
@@ -115,6 +118,8 @@ const (
 	Defragment Action = "Defragment"
 	// DisarmNoSpace: clear the NOSPACE alarm once the space is back.
 	DisarmNoSpace Action = "DisarmNoSpace"
+	// StopMembers: delete the pods of Members, keeping their claims (an in-place restore).
+	StopMembers Action = "StopMembers"
 )
 
 // Step is the one thing to do next.
@@ -163,7 +168,11 @@ func Next(o Observed) Step {
 	if o.Paused {
 		return Step{Action: Wait, Operation: OpPaused, Reason: "spec.paused is true: no changes are made"}
 	}
-	if o.AwaitingRestore != "" && !o.EverFormed {
+	if o.RestoreSeed != "" {
+		if step, ok := restoreInPlace(o); ok {
+			return step
+		}
+	} else if o.AwaitingRestore != "" && !o.EverFormed {
 		return Step{Action: Wait, Operation: OpRestoring,
 			Reason: "EtcdRestore " + o.AwaitingRestore + " is preparing the first member's data from a snapshot"}
 	}
@@ -192,6 +201,32 @@ func Next(o Observed) Step {
 		return step
 	}
 	return Step{Action: Wait, Reason: "cluster matches its spec"}
+}
+
+// restoreInPlace replaces a cluster's data with the restored seed's: every old member is
+// stopped first — clients see the cluster unavailable, never a mix of old and restored data —
+// then the seed starts alone. Once it serves, the usual steps take over: the old members are
+// orphans (their claims go), and new members join as learners up to the desired size.
+func restoreInPlace(o Observed) (Step, bool) {
+	old := filter(o.Members, func(m Member) bool { return m.PodExists && m.Name != o.RestoreSeed })
+	if running := names(old, func(m Member) bool { return !m.PodTerminating }); len(running) > 0 {
+		return Step{Action: StopMembers, Members: running, Operation: OpRestoring,
+			Reason: "stopping the cluster to replace its data with the restored snapshot"}, true
+	}
+	if len(old) > 0 {
+		return Step{Action: Wait, Operation: OpRestoring, Reason: "waiting for the old members to stop"}, true
+	}
+	seed, ok := index(o.Members)[o.RestoreSeed]
+	switch {
+	case !ok || !seed.PVCExists:
+		return Step{Action: Wait, Operation: OpRestoring, Reason: "waiting for the restored member's claim"}, true
+	case !seed.PodExists:
+		return Step{Action: CreateBootstrapMembers, Members: []string{o.RestoreSeed}, Operation: OpRestoring,
+			Reason: "starting the restored member alone"}, true
+	case !o.Reachable:
+		return Step{Action: Wait, Operation: OpRestoring, Reason: "waiting for the restored member to serve"}, true
+	}
+	return Step{}, false
 }
 
 // nextWithoutQuorum: etcd does not answer. Before the cluster first forms this is bootstrap;

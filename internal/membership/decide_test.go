@@ -73,6 +73,27 @@ func TestNext(t *testing.T) {
 			o.AwaitingRestore, o.DesiredSize = "r", 5
 			return o
 		}(), Step{Action: AddLearner}},
+		// Restore in place: stop every old member, start the seed alone, then grow as usual.
+		{"in place: old members are stopped first", func() Observed {
+			o := formed(three()...)
+			o.RestoreSeed = "seed"
+			o.Members = append(o.Members, Member{Name: "seed", PVCExists: true})
+			return o
+		}(), Step{Action: StopMembers, Members: []string{"a", "b", "c"}}},
+		{"in place: waits for old pods to go", Observed{DesiredSize: 3, DataSurvivesPod: true, EverFormed: true, RestoreSeed: "seed",
+			Members: []Member{with(healthy("a", 1), func(m *Member) { m.PodTerminating = true }), {Name: "seed", PVCExists: true}}},
+			Step{Action: Wait}},
+		{"in place: old data kept while the seed starts alone", Observed{DesiredSize: 3, DataSurvivesPod: true, EverFormed: true, RestoreSeed: "seed",
+			Members: []Member{{Name: "a", PVCExists: true}, {Name: "b", PVCExists: true}, {Name: "seed", PVCExists: true}}},
+			Step{Action: CreateBootstrapMembers, Members: []string{"seed"}}},
+		{"in place: no old member is restarted while the seed starts", Observed{DesiredSize: 3, DataSurvivesPod: true, EverFormed: true, RestoreSeed: "seed",
+			Members: []Member{{Name: "a", ID: 1, Started: true, PVCExists: true}, {Name: "seed", PVCExists: true, PodExists: true}}},
+			Step{Action: Wait}},
+		{"in place: once the seed serves, the old claims go", func() Observed {
+			o := formed(leader(healthy("seed", 9)), Member{Name: "a", PVCExists: true})
+			o.RestoreSeed, o.DesiredSize = "seed", 3
+			return o
+		}(), Step{Action: DeleteOrphans, Members: []string{"a"}}},
 		{"claims without a plan are never bootstrapped over", Observed{DesiredSize: 3, DataSurvivesPod: true,
 			Members: []Member{{Name: "x", PVCExists: true}}}, Step{Action: Wait}},
 		{"spec size changes mid-bootstrap: the plan holds", Observed{DesiredSize: 5, DataSurvivesPod: true,

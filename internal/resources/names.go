@@ -31,6 +31,9 @@ const (
 	// AnnotationRestorePending, on an EtcdCluster, names the EtcdRestore still preparing its
 	// first member's data: the cluster does not form until the restore removes it.
 	AnnotationRestorePending = "etcd.database.dev/restore-pending"
+	// AnnotationRestoreSeed, on an EtcdCluster restored in place, is the member whose claim
+	// holds the restored data: the cluster stops its old members and forms again from it.
+	AnnotationRestoreSeed = "etcd.database.dev/restore-seed"
 	// AnnotationRestoredBy, on an EtcdCluster, names the EtcdRestore that created it.
 	AnnotationRestoredBy = "etcd.database.dev/restored-by"
 

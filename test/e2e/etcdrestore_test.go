@@ -94,6 +94,59 @@ func TestEtcdRestore(t *testing.T) {
 	})
 
 	key := strings.TrimPrefix(art.URI, "s3://"+backupBucket+"/restore/")
+	// Last of the successful ones: it replaces the fixture cluster's data.
+	t.Run("in place: same name and endpoint, the backed-up data only", func(t *testing.T) {
+		before := &etcdv1alpha1.EtcdCluster{}
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(f.cluster), before); err != nil {
+			t.Fatal(err)
+		}
+		endpoint := clientServiceEndpoint(t, f.cluster)
+		oldMembers := map[string]bool{}
+		for _, m := range before.Status.Members {
+			oldMembers[m.Name] = true
+		}
+		rs := f.createRestore(t, "in-place", etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name, URI: art.URI}},
+			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: f.cluster.Name},
+		})
+		waitRestorePhase(t, rs, restoreTimeout)
+		if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
+			t.Fatalf("restore %s: %+v", rs.Status.Phase, rs.Status)
+		}
+		if rs.Status.Replaced == nil || rs.Status.Replaced.ClusterID != before.Status.ClusterID || len(rs.Status.Replaced.Members) != 3 {
+			t.Errorf("replaced %+v, want cluster %s and its 3 members", rs.Status.Replaced, before.Status.ClusterID)
+		}
+		after := &etcdv1alpha1.EtcdCluster{}
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(f.cluster), after); err != nil {
+			t.Fatal(err)
+		}
+		if after.UID != before.UID || clientServiceEndpoint(t, after) != endpoint || after.Status.ClusterID == before.Status.ClusterID {
+			t.Errorf("after: uid %s endpoint %s cluster %s; before: uid %s endpoint %s cluster %s; want the same object and endpoint serving a new etcd cluster",
+				after.UID, clientServiceEndpoint(t, after), after.Status.ClusterID, before.UID, endpoint, before.Status.ClusterID)
+		}
+		for _, m := range after.Status.Members {
+			if oldMembers[m.Name] {
+				t.Errorf("old member %s still in the restored cluster", m.Name)
+			}
+		}
+		if len(after.Annotations) != 0 {
+			t.Errorf("the restore left annotations on the cluster: %v", after.Annotations)
+		}
+		expectData(t, endpoint, art.Revision, map[string]int{"dataset/": datasetKeys, "later/": 0})
+		waitFor(t, "the old members' claims deleted", func(ctx context.Context) (bool, error) {
+			claims := &corev1.PersistentVolumeClaimList{}
+			if err := k8sClient.List(ctx, claims, client.InNamespace(f.ns)); err != nil {
+				return false, err
+			}
+			for _, c := range claims.Items {
+				if oldMembers[strings.TrimPrefix(c.Name, "data-")] {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	})
+
 	t.Run("checksum mismatch fails and leaves no cluster", func(t *testing.T) {
 		rs := f.createRestore(t, "corrupt", etcdv1alpha1.EtcdRestoreSpec{
 			Source: etcdv1alpha1.RestoreSource{Location: &etcdv1alpha1.SnapshotLocation{
@@ -127,7 +180,7 @@ func TestEtcdRestore(t *testing.T) {
 			Target: f.newTarget(f.cluster.Name, 3),
 		})
 		expectRestoreFailed(t, rs, "already exists")
-		expectData(t, clientServiceEndpoint(t, f.cluster), 0, map[string]int{"dataset/": datasetKeys, "later/": 50})
+		expectData(t, clientServiceEndpoint(t, f.cluster), 0, map[string]int{"dataset/": datasetKeys})
 	})
 
 	t.Run("unknown backup fails", func(t *testing.T) {

@@ -1,0 +1,182 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// An in-place restore keeps the cluster's name, Services and Secrets and replaces its data:
+//
+//  1. stage: a new member's claim, not yet the cluster's, is filled from the snapshot by the
+//     restore Job and verified (sha256, etcdutl) while the old cluster serves on untouched;
+//  2. cut over: the claim becomes the cluster's and the cluster is told to restore from it —
+//     its reconciler stops every old member (clients see it unavailable, never inconsistent)
+//     and starts the new member alone;
+//  3. once the restored member serves, the old members' claims go and new members join as
+//     learners; the restore completes when the cluster is Available at its size.
+//
+// A failure before the cut-over leaves the cluster as it was. After it, the old members'
+// claims stay until the restored member serves; docs/concepts.md says how to go back.
+
+const (
+	reasonTargetNotFound = "TargetNotFound"
+	reasonBackupRunning  = "BackupRunning"
+	reasonTargetHeld     = "TargetHeld"
+)
+
+// backupRetry is how soon a restore waiting for a backup of its cluster looks again.
+const backupRetry = 10 * time.Second
+
+func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, src snapshotSource) (ctrl.Result, error) {
+	c := &etcdv1alpha1.EtcdCluster{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Spec.Target.ClusterName}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, failed(reasonTargetNotFound, "EtcdCluster %s does not exist; mode InPlace restores an existing cluster", rs.Spec.Target.ClusterName)
+		}
+		return ctrl.Result{}, err
+	}
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	if c.Annotations[resources.AnnotationRestoreSeed] == seed {
+		return r.awaitRestoredInPlace(ctx, rs, c, seed)
+	}
+	if holder := c.Annotations[resources.AnnotationRestorePending]; holder != "" && holder != rs.Name {
+		setRestoreCondition(rs, metav1.ConditionUnknown, reasonTargetHeld, "EtcdRestore %s is restoring EtcdCluster %s; this one waits", holder, c.Name)
+		return ctrl.Result{RequeueAfter: backupRetry}, nil
+	}
+	if rs.Status.Phase == etcdv1alpha1.RestorePending {
+		if result, err := r.checkInPlaceStart(ctx, rs, c, src); err != nil || !result.IsZero() {
+			return result, err
+		}
+	}
+
+	if err := r.ensureSeedClaim(ctx, c, seed, rs.Name); err != nil {
+		return ctrl.Result{}, err
+	}
+	wait, done, err := r.runSeedJob(ctx, rs, c, seed, src)
+	if err != nil {
+		var failure *restoreFailure
+		if errors.As(err, &failure) {
+			if err := r.Delete(ctx, stagedClaim(c, seed)); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, err
+			}
+			return ctrl.Result{}, failed(failure.reason, "%s; EtcdCluster %s was not touched", failure.message, c.Name)
+		}
+		return ctrl.Result{}, err
+	}
+	if !done {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	return ctrl.Result{}, r.cutOver(ctx, rs, c, seed)
+}
+
+// checkInPlaceStart refuses to start while a backup of the cluster runs, and records what the
+// restore is about to replace.
+func (r *EtcdRestoreReconciler) checkInPlaceStart(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
+	if tooOld(c.Spec.Version, src.etcdVersion) {
+		return ctrl.Result{}, failed(reasonVersionTooOld, "the snapshot was taken with etcd %s; EtcdCluster %s runs %s, which cannot read it", src.etcdVersion, c.Name, c.Spec.Version)
+	}
+	backups := &etcdv1alpha1.EtcdBackupList{}
+	if err := r.List(ctx, backups, client.InNamespace(rs.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	for _, b := range backups.Items {
+		if b.Spec.ClusterName == c.Name && b.Status.ActiveJob != "" {
+			setRestoreCondition(rs, metav1.ConditionUnknown, reasonBackupRunning,
+				"EtcdBackup %s is taking a snapshot of EtcdCluster %s; the restore starts when it has finished", b.Name, c.Name)
+			return ctrl.Result{RequeueAfter: backupRetry}, nil
+		}
+	}
+	replaced := &etcdv1alpha1.ReplacedData{ClusterID: c.Status.ClusterID}
+	for _, m := range c.Status.Members {
+		replaced.Members = append(replaced.Members, m.Name)
+	}
+	rs.Status.Replaced, rs.Status.Phase = replaced, etcdv1alpha1.RestoreRestoring
+	return ctrl.Result{}, nil
+}
+
+func stagedClaim(c *etcdv1alpha1.EtcdCluster, seed string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(seed)}}
+}
+
+// cutOver tells the cluster to restore from the staged claim. The cluster is annotated before
+// the claim is labelled as its own: the other way round, its reconciler, still running the old
+// members, would see a claim of a member etcd does not know and delete it as an orphan.
+func (r *EtcdRestoreReconciler) cutOver(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string) error {
+	clusterPatch := client.MergeFrom(c.DeepCopy())
+	c.Annotations = maps.Clone(c.Annotations)
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[resources.AnnotationRestorePending] = rs.Name
+	c.Annotations[resources.AnnotationRestoreSeed] = seed
+	if err := r.Patch(ctx, c, clusterPatch); err != nil {
+		return fmt.Errorf("start the cut-over of EtcdCluster %s: %w", c.Name, err)
+	}
+	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
+		"EtcdCluster %s is stopping its members to restart from member %s's restored data", c.Name, seed)
+	r.event(rs, corev1.EventTypeNormal, "CutOver", "Restore", "EtcdCluster %s stops its members %v and restarts from the snapshot", c.Name, rs.Status.Replaced.Members)
+	return r.giveClaim(ctx, c, seed)
+}
+
+// giveClaim labels the staged claim as the seed member's, once the cluster is annotated.
+func (r *EtcdRestoreReconciler) giveClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
+		return err
+	}
+	if pvc.Labels[resources.LabelCluster] == c.Name {
+		return nil
+	}
+	claimPatch := client.MergeFrom(pvc.DeepCopy())
+	pvc.Labels = resources.MemberLabels(c, seed)
+	if c.Spec.Storage.RetentionPolicy.WhenDeleted == etcdv1alpha1.DeletePVC {
+		if err := ctrl.SetControllerReference(c, pvc, r.Scheme()); err != nil {
+			return err
+		}
+	}
+	if err := r.Patch(ctx, pvc, claimPatch); err != nil {
+		return fmt.Errorf("give claim %s to EtcdCluster %s: %w", pvc.Name, c.Name, err)
+	}
+	return nil
+}
+
+// awaitRestoredInPlace completes the restore once the cluster serves the restored data at its
+// size, and releases the cluster.
+func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string) (ctrl.Result, error) {
+	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
+	if err := r.giveClaim(ctx, c, seed); err != nil {
+		return ctrl.Result{}, err
+	}
+	restored := c.Status.ClusterID != "" && (rs.Status.Replaced == nil || c.Status.ClusterID != rs.Status.Replaced.ClusterID)
+	if !restored || !meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) || c.Status.ReadyMembers < c.Spec.Size {
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
+			"EtcdCluster %s is restarting from member %s: %d of %d members ready", c.Name, seed, c.Status.ReadyMembers, c.Spec.Size)
+		return ctrl.Result{}, nil // the cluster's status changes wake this reconciler
+	}
+	patch := client.MergeFrom(c.DeepCopy())
+	delete(c.Annotations, resources.AnnotationRestorePending)
+	delete(c.Annotations, resources.AnnotationRestoreSeed)
+	if err := r.Patch(ctx, c, patch); err != nil {
+		return ctrl.Result{}, fmt.Errorf("release EtcdCluster %s: %w", c.Name, err)
+	}
+	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreCompleted, ptrTime(r.Now())
+	setRestoreCondition(rs, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
+		"EtcdCluster %s serves the snapshot's data from revision %d with %d members under its own name and Services", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers)
+	r.event(rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s restored in place", c.Name)
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}}
+	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+}
