@@ -208,6 +208,10 @@ func Next(o Observed) Step {
 // then the seed starts alone. Once it serves, the usual steps take over: the old members are
 // orphans (their claims go), and new members join as learners up to the desired size.
 func restoreInPlace(o Observed) (Step, bool) {
+	seed, ok := index(o.Members)[o.RestoreSeed]
+	if o.Reachable && seed.InEtcd() {
+		return Step{}, false // the restored cluster serves: every other member is new, or an orphan
+	}
 	old := filter(o.Members, func(m Member) bool { return m.PodExists && m.Name != o.RestoreSeed })
 	if running := names(old, func(m Member) bool { return !m.PodTerminating }); len(running) > 0 {
 		return Step{Action: StopMembers, Members: running, Operation: OpRestoring,
@@ -216,7 +220,6 @@ func restoreInPlace(o Observed) (Step, bool) {
 	if len(old) > 0 {
 		return Step{Action: Wait, Operation: OpRestoring, Reason: "waiting for the old members to stop"}, true
 	}
-	seed, ok := index(o.Members)[o.RestoreSeed]
 	switch {
 	case !ok || !seed.PVCExists:
 		return Step{Action: Wait, Operation: OpRestoring, Reason: "waiting for the restored member's claim"}, true

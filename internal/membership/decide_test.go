@@ -94,6 +94,11 @@ func TestNext(t *testing.T) {
 			o.RestoreSeed, o.DesiredSize = "seed", 3
 			return o
 		}(), Step{Action: DeleteOrphans, Members: []string{"a"}}},
+		{"in place: a learner joining the restored cluster is not stopped as an old member", func() Observed {
+			o := formed(leader(healthy("seed", 9)), Member{Name: "new", ID: 10, IsLearner: true, PodExists: true, PVCExists: true})
+			o.RestoreSeed, o.DesiredSize = "seed", 3
+			return o
+		}(), Step{Action: Wait, Member: "new"}},
 		{"claims without a plan are never bootstrapped over", Observed{DesiredSize: 3, DataSurvivesPod: true,
 			Members: []Member{{Name: "x", PVCExists: true}}}, Step{Action: Wait}},
 		{"spec size changes mid-bootstrap: the plan holds", Observed{DesiredSize: 5, DataSurvivesPod: true,

@@ -35,7 +35,7 @@ const (
 // unreachable) is retried by the Job controller with its exponential backoff; a permanent one
 // exits agent.ExitPermanent and fails the Job at once.
 const (
-	agentRetries = 3
+	agentRetries = 2
 	// agentDeadline stops a run that hangs (a store that accepts bytes and never answers), so
 	// that it cannot hold up the next scheduled run forever.
 	agentDeadline = 2 * time.Hour
