@@ -98,7 +98,25 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.patchStatus(ctx, cluster, before); err != nil {
 		return ctrl.Result{}, err
 	}
-	return result, actErr
+	if actErr != nil {
+		return result, actErr
+	}
+	return untilRenewal(result, cluster, time.Now()), nil
+}
+
+// untilRenewal brings the next reconcile forward to the earliest certificate renewal, so that
+// a short-lived certificate is renewed on time rather than at the next steady-state look.
+func untilRenewal(result ctrl.Result, c *etcdv1alpha1.EtcdCluster, now time.Time) ctrl.Result {
+	for _, cs := range c.Status.Certificates {
+		if cs.RenewalTime == nil {
+			continue
+		}
+		wait := max(cs.RenewalTime.Sub(now), time.Second)
+		if result.RequeueAfter == 0 || wait < result.RequeueAfter {
+			result.RequeueAfter = wait
+		}
+	}
+	return result
 }
 
 func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, cluster, before *etcdv1alpha1.EtcdCluster) error {

@@ -112,3 +112,93 @@ func putErr(ctx context.Context, endpoint, addr string, tlsConfig *tls.Config, u
 	_, err = c.Put(ctx, "/e2e/tls", "ok")
 	return err
 }
+
+// Operator-issued certificates are renewed before they expire, and the members take the new
+// ones from their refreshed Secret volumes without a restart: long after the first
+// certificates have expired, members still talk to each other and serve clients holding the
+// renewed client certificate.
+func TestCertificatesRenewWithoutRestart(t *testing.T) {
+	t.Parallel() // with the backup and restore tests, after the cluster lifecycle tests
+	ctx := context.Background()
+	ns := testNamespace(t, "e2e-renew-")
+	const validity, renewBefore = 3 * time.Minute, 2 * time.Minute
+	c := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "renewing", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size: 3, Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("128Mi"))},
+			TLS: &etcdv1alpha1.TLSSpec{
+				Validity:    &metav1.Duration{Duration: validity},
+				RenewBefore: &metav1.Duration{Duration: renewBefore},
+			},
+		},
+	}
+	if err := k8sClient.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, c, 3)
+	firstExpiry := map[string]time.Time{}
+	for _, cs := range c.Status.Certificates {
+		if cs.Name != "ca" && cs.NotAfter != nil {
+			firstExpiry[cs.Name] = cs.NotAfter.Time
+		}
+	}
+	if len(firstExpiry) != 3 {
+		t.Fatalf("status.certificates %+v: want peer, server and client with their expiry", c.Status.Certificates)
+	}
+	podsBefore := memberPods(t, c)
+
+	// Past the first certificates' expiry, with a margin for the kubelet to refresh the
+	// mounted Secrets (it syncs them about every minute).
+	latest := time.Time{}
+	for _, at := range firstExpiry {
+		latest = later(latest, at)
+	}
+	waitUntil := latest.Add(30 * time.Second)
+	t.Logf("waiting until %s, past the first certificates' expiry", waitUntil.Format(time.TimeOnly))
+	time.Sleep(time.Until(waitUntil))
+
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range c.Status.Certificates {
+		if first, ok := firstExpiry[cs.Name]; ok && (cs.NotAfter == nil || !cs.NotAfter.After(first)) {
+			t.Errorf("certificate %s not renewed: expires %v, first expired %v", cs.Name, cs.NotAfter, first)
+		}
+	}
+	if !isAvailable(c, 3) {
+		t.Fatalf("cluster not Available with 3 members after the first certificates expired: %+v", c.Status.Conditions)
+	}
+	for _, before := range podsBefore {
+		pod := &corev1.Pod{}
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(&before), pod); err != nil {
+			t.Fatal(err)
+		}
+		if pod.UID != before.UID || pod.Status.ContainerStatuses[0].RestartCount != before.Status.ContainerStatuses[0].RestartCount {
+			t.Errorf("member %s was restarted for the renewal", pod.Name)
+		}
+	}
+
+	clientSecret := &corev1.Secret{}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.TLSSecrets(c).Client}, clientSecret); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(clientSecret.Data["ca.crt"])
+	pair, err := tls.X509KeyPair(clientSecret.Data["tls.crt"], clientSecret.Data["tls.key"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewed := &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	endpoint := resources.ClientServiceName(c.Name) + "." + ns + ".svc:2379"
+	if err := putErr(ctx, endpoint, clientServiceEndpoint(t, c)[len("http://"):], renewed, "", ""); err != nil {
+		t.Fatalf("a client with the renewed certificate was refused after the first ones expired: %v", err)
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
