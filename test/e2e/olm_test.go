@@ -6,20 +6,28 @@ import (
 	"cmp"
 	"context"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/blang/semver/v4"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 )
 
 // The install and upgrade as OperatorHub users do them, through OLM: skipped unless E2E_OLM=1, as
@@ -52,12 +60,14 @@ var (
 // A Subscription with Manual approval, starting at the channel's oldest release: OLM installs
 // nothing before the plan is approved, then that release; it then proposes the channel's head,
 // and once that plan is approved replaces the old CSV by the new one, rolling the operator's
-// Deployment to the new image. The CRDs, upgraded with it, stay established and keep an
-// EtcdCluster made under the old release as it was.
+// Deployment to the new image. The CRDs, upgraded with it, stay established.
 //
-// The operator is installed for its own namespace only (OwnNamespace), and the EtcdCluster lives
-// in another one: make test-e2e's operator watches every namespace, and two operators must not
-// reconcile the same cluster. The cluster is paused, so that one only reports it.
+// Meanwhile the old release runs a 3-member EtcdCluster under a writer. Upgrading the operator
+// must not touch it: it keeps serving, on the same member pods, with no container restarted and
+// no acknowledged write lost, and the new release reconciles it (a scale-out to 4). The cluster
+// is in the operator's own namespace, the one its OperatorGroup targets (OwnNamespace); make
+// deploy's operator, which watches every namespace, is stopped for the test so that only one
+// operator acts on it.
 func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 	if os.Getenv("E2E_OLM") != "1" {
 		t.Skip("set E2E_OLM=1 (after make olm-catalog) to install and upgrade the operator through OLM")
@@ -112,7 +122,27 @@ func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 	oldImage := waitForOperatorRunning(t, oldCSV)
 	t.Logf("%s Succeeded, running %s", startingCSV, oldImage)
 
-	cluster, clusterSpec := createPausedSampleCluster(t)
+	stopDeployedOperator(t)
+	cluster := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "upgraded", Namespace: namespace},
+		// Only fields the oldest release knows: its CRD is the one in place until the upgrade.
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size:    3,
+			Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+		},
+	}
+	create(t, cluster)
+	// Whether the namespace is deleted (success) or kept for inspection (failure), make deploy's
+	// operator, back once the test ends, must not act on this cluster alongside OLM's.
+	t.Cleanup(func() { patchSpec(t, cluster, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Paused = true }) })
+	waitAvailable(t, cluster, 3)
+	writes := startWriter(t, clientServiceEndpoint(t, cluster), "/e2e/olm")
+	waitFor(t, "the writer's first acknowledged writes", func(context.Context) (bool, error) { return writes.ackedCount() > 10, nil })
+	specBefore := cluster.Spec.DeepCopy()
+	membersBefore := incarnations(memberPods(t, cluster))
+	ackedBefore := writes.ackedCount()
+	t.Logf("EtcdCluster %s/%s Available with 3 members under %s, %d writes acknowledged", namespace, cluster.Name, startingCSV, ackedBefore)
 
 	// Upgrade: OLM proposes the channel's head, and again waits for approval.
 	upgrade := waitForInstallPlan(t, sub, install.GetName(), head)
@@ -155,16 +185,84 @@ func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 		}
 	}
 
-	after := cluster.DeepCopy()
-	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(cluster), after); err != nil {
-		t.Fatalf("EtcdCluster %s after the upgrade: %v", cluster.GetName(), err)
+	// The cluster served through the upgrade, untouched, and the new release reconciles it.
+	waitAvailable(t, cluster, 3)
+	if acked := writes.ackedCount(); acked <= ackedBefore {
+		t.Errorf("no write acknowledged during the upgrade (%d before, %d after)", ackedBefore, acked)
 	}
-	if after.GetUID() != cluster.GetUID() {
-		t.Errorf("EtcdCluster %s was recreated during the upgrade", cluster.GetName())
+	if !containsAll(toMap(t, &cluster.Spec), toMap(t, specBefore)) {
+		t.Errorf("EtcdCluster %s lost spec fields in the upgrade:\nbefore: %+v\n after: %+v", cluster.Name, *specBefore, cluster.Spec)
 	}
-	afterSpec, _, _ := unstructured.NestedMap(after.Object, "spec")
-	if !containsAll(afterSpec, clusterSpec) {
-		t.Errorf("EtcdCluster %s lost spec fields in the upgrade:\nbefore: %v\n after: %v", cluster.GetName(), clusterSpec, afterSpec)
+	scaleTo(t, cluster, 4)
+	membersAfter := incarnations(memberPods(t, cluster))
+	for name, before := range membersBefore {
+		if after, ok := membersAfter[name]; !ok || after != before {
+			t.Errorf("member pod %s was replaced or restarted: before the upgrade %+v, now %+v (present: %t)", name, before, after, ok)
+		}
+	}
+	writes.verify(t)
+}
+
+// A pod's incarnation: recreating the pod changes its UID, restarting a container its count.
+type incarnation struct {
+	uid      types.UID
+	restarts int32
+}
+
+func incarnations(pods []corev1.Pod) map[string]incarnation {
+	m := make(map[string]incarnation, len(pods))
+	for _, pod := range pods {
+		inc := incarnation{uid: pod.UID}
+		for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+			inc.restarts += s.RestartCount
+		}
+		m[pod.Name] = inc
+	}
+	return m
+}
+
+// stopDeployedOperator scales make deploy's operator, which watches every namespace, to zero
+// until the test ends and waits for its pods to be gone, so that it does not reconcile the
+// EtcdCluster the OLM-installed operator runs: two operators acting on one cluster would fight
+// over its membership. Only a sequential test may call it: the parallel tests, which need that
+// operator, start once every sequential test has ended.
+func stopDeployedOperator(t *testing.T) {
+	t.Helper()
+	deployment := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}
+	if err := k8sClient.Get(context.Background(), key, deployment); apierrors.IsNotFound(err) {
+		t.Logf("no operator Deployment %s to stop", key)
+		return
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	replicas := ptr.Deref(deployment.Spec.Replicas, 1)
+	t.Cleanup(func() {
+		scaleDeployment(t, deployment, replicas)
+		waitForLong(t, "operator Deployment "+key.String()+" back with "+strconv.Itoa(int(replicas))+" replicas", func(ctx context.Context) (bool, error) {
+			err := k8sClient.Get(ctx, key, deployment)
+			return err == nil && rolledOut(deployment), err
+		})
+	})
+	scaleDeployment(t, deployment, 0)
+	selector, err := metav1.LabelSelectorAsSelector(deployment.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForLong(t, "operator pods of "+key.String()+" gone", func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		err := k8sClient.List(ctx, pods, client.InNamespace(key.Namespace), client.MatchingLabelsSelector{Selector: selector})
+		return err == nil && len(pods.Items) == 0, err
+	})
+	t.Logf("stopped the operator Deployment %s until the test ends", key)
+}
+
+func scaleDeployment(t *testing.T, deployment *appsv1.Deployment, replicas int32) {
+	t.Helper()
+	patch := client.MergeFrom(deployment.DeepCopy())
+	deployment.Spec.Replicas = &replicas
+	if err := k8sClient.Patch(context.Background(), deployment, patch); err != nil {
+		t.Fatalf("scale Deployment %s/%s to %d: %v", deployment.Namespace, deployment.Name, replicas, err)
 	}
 }
 
@@ -309,24 +407,6 @@ func waitForOperatorRunning(t *testing.T, csv *unstructured.Unstructured) string
 	return image
 }
 
-// createPausedSampleCluster creates the sample EtcdCluster, paused, in a namespace of its own, and
-// returns it and its spec as the API server stored it.
-func createPausedSampleCluster(t *testing.T) (*unstructured.Unstructured, map[string]any) {
-	t.Helper()
-	objects := readObjects(t, filepath.Join(repoRoot, "config/samples/etcd_v1alpha1_etcdcluster.yaml"))
-	if len(objects) != 1 {
-		t.Fatalf("the EtcdCluster sample has %d objects, want 1", len(objects))
-	}
-	cluster := objects[0]
-	cluster.SetNamespace(testNamespace(t, "e2e-olm-cluster-"))
-	if err := unstructured.SetNestedField(cluster.Object, true, "spec", "paused"); err != nil {
-		t.Fatal(err)
-	}
-	create(t, cluster)
-	spec, _, _ := unstructured.NestedMap(cluster.Object, "spec")
-	return cluster, spec
-}
-
 // containsAll reports whether got has every field of want, with the same value; fields a newer
 // schema defaults may come on top.
 func containsAll(got, want any) bool {
@@ -344,6 +424,16 @@ func containsAll(got, want any) bool {
 		}
 	}
 	return true
+}
+
+// toMap is a typed value as the JSON fields it is stored with, for containsAll.
+func toMap(t *testing.T, value any) map[string]any {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func newObject(gvk schema.GroupVersionKind, namespace, name string) *unstructured.Unstructured {
