@@ -387,12 +387,18 @@ func (r *EtcdRestoreReconciler) awaitAvailable(ctx context.Context, rs *etcdv1al
 			"EtcdCluster %s has %d of %d members ready", c.Name, c.Status.ReadyMembers, c.Spec.Size)
 		return ctrl.Result{}, nil // the cluster's status changes wake this reconciler
 	}
+	return ctrl.Result{}, r.complete(ctx, rs, c, "")
+}
+
+// complete records a restore as done, once its cluster serves the restored data at its size,
+// and deletes its Job.
+func (r *EtcdRestoreReconciler) complete(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, how string) error {
 	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreCompleted, ptrTime(r.Now())
 	setRestoreCondition(rs, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
-		"EtcdCluster %s serves the snapshot's data from revision %d with %d members", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers)
-	r.event(rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s is Available with the restored data", c.Name)
+		"EtcdCluster %s serves the snapshot's data from revision %d with %d members%s", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers, how)
+	r.event(rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s is Available with the restored data%s", c.Name, how)
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}}
-	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	return client.IgnoreNotFound(r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 }
 
 func (r *EtcdRestoreReconciler) fail(rs *etcdv1alpha1.EtcdRestore, f *restoreFailure) {

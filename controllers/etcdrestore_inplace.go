@@ -7,7 +7,6 @@ import (
 	"maps"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -173,10 +172,5 @@ func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *et
 	if err := r.Patch(ctx, c, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("release EtcdCluster %s: %w", c.Name, err)
 	}
-	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreCompleted, ptrTime(r.Now())
-	setRestoreCondition(rs, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
-		"EtcdCluster %s serves the snapshot's data from revision %d with %d members under its own name and Services", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers)
-	r.event(rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s restored in place", c.Name)
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}}
-	return ctrl.Result{}, client.IgnoreNotFound(r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+	return ctrl.Result{}, r.complete(ctx, rs, c, ", in place under its own name and Services")
 }

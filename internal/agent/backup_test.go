@@ -34,19 +34,18 @@ func destination(t *testing.T, srv *s3test.Server, bucket string) *storage.Desti
 	return d
 }
 
-// A backup of a real three-member cluster lands in a real S3 server as a valid etcd snapshot
-// at the revision and with the digest it reports.
-func TestBackupToS3IsAVerifiedSnapshot(t *testing.T) {
-	servers := etcdtest.StartCluster(t, 3)
+// backUpCluster backs up a real cluster of members holding keys keys to a real S3 server.
+func backUpCluster(t *testing.T, members, keys int) (*s3test.Server, *storage.Destination, agent.BackupResult) {
+	t.Helper()
+	servers := etcdtest.StartCluster(t, members)
 	raw := servers[0].Client(t)
-	for i := range 200 {
+	for i := range keys {
 		if _, err := raw.Put(t.Context(), fmt.Sprintf("k%03d", i), "v"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	srv := s3test.Start(t)
 	dest := destination(t, srv, srv.Bucket(t, "backups"))
-
 	res, err := agent.Backup(t.Context(), agent.BackupConfig{
 		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Cluster: "main", Destination: dest,
 		Now: func() time.Time { return t0 },
@@ -54,6 +53,13 @@ func TestBackupToS3IsAVerifiedSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, dest, res
+}
+
+// A backup of a real three-member cluster lands in a real S3 server as a valid etcd snapshot
+// at the revision and with the digest it reports.
+func TestBackupToS3IsAVerifiedSnapshot(t *testing.T) {
+	srv, _, res := backUpCluster(t, 3, 200)
 	if res.URI != "s3://backups/etcd/main-20260301T120000Z-r201.db" || res.Revision != 201 || res.EtcdVersion != "3.6.16" {
 		t.Fatalf("result %+v", res)
 	}

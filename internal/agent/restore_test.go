@@ -9,10 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/agent"
-	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/s3test"
 )
@@ -20,22 +18,7 @@ import (
 // A snapshot of a real cluster, fetched back from a real S3 server, restores with etcdutl
 // into a data directory that Install puts in place, and holds the revision Fetch reports.
 func TestFetchRestoreInstall(t *testing.T) {
-	servers := etcdtest.StartCluster(t, 1)
-	raw := servers[0].Client(t)
-	for i := range 50 {
-		if _, err := raw.Put(t.Context(), fmt.Sprintf("k%02d", i), "v"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	srv := s3test.Start(t)
-	dest := destination(t, srv, srv.Bucket(t, "backups"))
-	backup, err := agent.Backup(t.Context(), agent.BackupConfig{
-		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Cluster: "main", Destination: dest,
-		Now: func() time.Time { return t0 },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, dest, backup := backUpCluster(t, 1, 50)
 	key := strings.TrimPrefix(backup.URI, "s3://backups/etcd/")
 
 	member := t.TempDir()

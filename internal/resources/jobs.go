@@ -212,16 +212,9 @@ func agentJobSpec(labels map[string]string, container corev1.Container, volumes 
 				RestartPolicy:                corev1.RestartPolicyNever,
 				AutomountServiceAccountToken: ptr.To(false),
 				EnableServiceLinks:           ptr.To(false),
-				SecurityContext: &corev1.PodSecurityContext{
-					RunAsNonRoot:        ptr.To(true),
-					RunAsUser:           ptr.To[int64](agentUID),
-					RunAsGroup:          ptr.To[int64](agentUID),
-					FSGroup:             ptr.To[int64](agentUID),
-					FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
-					SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
-				Containers: []corev1.Container{container},
-				Volumes:    volumes,
+				SecurityContext:              restrictedPod(agentUID),
+				Containers:                   []corev1.Container{container},
+				Volumes:                      volumes,
 			},
 		},
 	}
@@ -238,12 +231,7 @@ func agentContainer(container corev1.Container) corev1.Container {
 		// The snapshot is streamed, never held: memory does not grow with the database.
 		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
 	}
-	container.SecurityContext = &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptr.To(false),
-		ReadOnlyRootFilesystem:   ptr.To(true),
-		RunAsNonRoot:             ptr.To(true),
-		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-	}
+	container.SecurityContext = restrictedContainer()
 	return container
 }
 

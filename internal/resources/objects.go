@@ -90,22 +90,15 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository stri
 			RestartPolicy:                corev1.RestartPolicyAlways,
 			// Enough for etcd to finish in-flight requests and hand off leadership.
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:        ptr.To(true),
-				RunAsUser:           ptr.To[int64](etcdUID),
-				RunAsGroup:          ptr.To[int64](etcdUID),
-				FSGroup:             ptr.To[int64](etcdUID),
-				FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
-				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Affinity:                  affinity(c),
-			Tolerations:               tmpl.Tolerations,
-			NodeSelector:              tmpl.NodeSelector,
-			TopologySpreadConstraints: topologySpread(c),
-			PriorityClassName:         tmpl.PriorityClassName,
-			ImagePullSecrets:          tmpl.ImagePullSecrets,
-			Containers:                []corev1.Container{etcdContainer(c, m, defaultRepository, extraEnv)},
-			Volumes:                   []corev1.Volume{dataVolumeSource(c, m.Name)},
+			SecurityContext:               restrictedPod(etcdUID),
+			Affinity:                      affinity(c),
+			Tolerations:                   tmpl.Tolerations,
+			NodeSelector:                  tmpl.NodeSelector,
+			TopologySpreadConstraints:     topologySpread(c),
+			PriorityClassName:             tmpl.PriorityClassName,
+			ImagePullSecrets:              tmpl.ImagePullSecrets,
+			Containers:                    []corev1.Container{etcdContainer(c, m, defaultRepository, extraEnv)},
+			Volumes:                       []corev1.Volume{dataVolumeSource(c, m.Name)},
 		},
 	}
 	// Certificates are read from files that the kubelet refreshes when their Secrets
@@ -145,16 +138,33 @@ func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository 
 		// so the client Service only sends clients to voting members.
 		// Readiness is probed every second: the kubelet only starts it once the startup probe
 		// has passed, and a member back from a restart should take traffic at once.
-		StartupProbe:   probe("/livez", 1, 300),
-		LivenessProbe:  probe("/livez", 10, 6),
-		ReadinessProbe: probe("/readyz", 1, 3),
-		VolumeMounts:   []corev1.VolumeMount{{Name: dataVolume, MountPath: dataMount}},
-		SecurityContext: &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			RunAsNonRoot:             ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		StartupProbe:    probe("/livez", 1, 300),
+		LivenessProbe:   probe("/livez", 10, 6),
+		ReadinessProbe:  probe("/readyz", 1, 3),
+		VolumeMounts:    []corev1.VolumeMount{{Name: dataVolume, MountPath: dataMount}},
+		SecurityContext: restrictedContainer(),
+	}
+}
+
+// restrictedContainer meets the restricted Pod Security profile, with a read-only root.
+func restrictedContainer() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+// restrictedPod meets the restricted Pod Security profile as uid, with volumes it can write.
+func restrictedPod(uid int64) *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:        ptr.To(true),
+		RunAsUser:           ptr.To(uid),
+		RunAsGroup:          ptr.To(uid),
+		FSGroup:             ptr.To(uid),
+		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
+		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
 

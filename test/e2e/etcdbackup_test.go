@@ -162,16 +162,7 @@ func TestEtcdBackup(t *testing.T) {
 	})
 
 	t.Run("to a PVC, verified", func(t *testing.T) {
-		claim := &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "backups", Namespace: f.ns},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			},
-		}
-		if err := k8sClient.Create(context.Background(), claim); err != nil {
-			t.Fatal(err)
-		}
+		claim := createClaim(t, f.ns, "backups")
 		b := f.createBackup(t, "to-claim", etcdv1alpha1.EtcdBackupSpec{Destination: etcdv1alpha1.StorageLocation{
 			PVC: &etcdv1alpha1.PVCLocation{ClaimName: claim.Name, SubPath: "etcd/nightly"},
 		}})

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -57,4 +58,20 @@ func runPod(t *testing.T, namespace, prefix, claim string, command ...string) st
 		t.Errorf("delete pod %s: %v", pod.Name, err)
 	}
 	return log
+}
+
+// createClaim makes a 1Gi claim on the cluster's default storage class.
+func createClaim(t *testing.T, namespace, name string) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if err := k8sClient.Create(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	return claim
 }
