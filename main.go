@@ -110,10 +110,15 @@ func run(opts options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
+	upgradeable, err := controllers.OLMUpgradeableCondition(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
 	if err := controllers.SetupWithManager(mgr, controllers.Options{
 		DefaultEtcdRepository: etcdRepository(os.Getenv(relatedImageEtcdEnv)),
 		AgentImage:            os.Getenv(relatedImageOperatorEnv),
 		PodEnv:                proxy.ReadProxyVarsFromEnv(),
+		UpgradeableCondition:  upgradeable,
 	}); err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/operator-framework/operator-lib/conditions"
+
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 )
 
@@ -20,6 +22,8 @@ type Options struct {
 	PodEnv []corev1.EnvVar
 	// AgentImage is the operator's own image, which its backup and restore Jobs run.
 	AgentImage string
+	// UpgradeableCondition is OLM's Upgradeable condition for this operator; nil outside OLM.
+	UpgradeableCondition conditions.Condition
 }
 
 // SetupWithManager registers every reconciler with the manager.
@@ -48,6 +52,9 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			DefaultRepository: opts.DefaultEtcdRepository,
 			PodEnv:            opts.PodEnv,
 		},
+	}
+	if opts.UpgradeableCondition != nil {
+		reconcilers = append(reconcilers, &UpgradeableReconciler{Client: mgr.GetClient(), Condition: opts.UpgradeableCondition})
 	}
 	for _, r := range reconcilers {
 		if err := r.SetupWithManager(mgr); err != nil {
