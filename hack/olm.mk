@@ -94,8 +94,8 @@ catalog-add: ## Add a new version to the catalog in one step: make catalog-add V
 # Every earlier release the catalog serves, as VERSION@COMMIT: the commit its bundle was generated
 # in and its operator built from. The catalog keeps a release's blob as it was rendered, naming
 # its bundle image, whose CSV names its operator image; release-images rebuilds both from that
-# commit's tree, so that a fresh clone can serve the whole upgrade graph (a full clone: a shallow
-# one lacks the commits). Cutting a release appends the commit it was cut from (docs/olm.md).
+# commit's tree, so that a fresh clone can serve the whole upgrade graph (a shallow clone fetches
+# the commit from origin first). Cutting a release appends the commit it was cut from (docs/olm.md).
 OLM_RELEASES := \
 	0.1.0@d940ae97f626c03e355b2c90a3c94912c8b90741
 # The tarballs of the releases' operator images, named after the version only, as olm_tar names them.
@@ -109,8 +109,10 @@ release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of e
 	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
 	for release in $(OLM_RELEASES); do \
 		version=$${release%@*} commit=$${release#*@} src="$$work/$${release%@*}"; \
+		git cat-file -e "$$commit^{commit}" 2>/dev/null || git fetch --quiet origin "$$commit" 2>/dev/null || \
+			git fetch --quiet --unshallow 2>/dev/null || true; \
 		git cat-file -e "$$commit^{commit}" 2>/dev/null || \
-			{ echo "commit $$commit of release $$version is not in this clone: fetch the full history (git fetch --unshallow)" >&2; exit 1; }; \
+			{ echo "commit $$commit of release $$version is not in this clone, nor could it be fetched: git fetch --unshallow" >&2; exit 1; }; \
 		mkdir "$$src"; \
 		git archive "$$commit" | tar -x -C "$$src"; \
 		csv="$$src/bundle/manifests/$(PACKAGE).clusterserviceversion.yaml"; \

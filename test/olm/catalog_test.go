@@ -175,9 +175,26 @@ func olmReleases(t *testing.T) map[string]string {
 	return releases
 }
 
+// ensureCommit fetches commit from origin if this clone lacks it (a shallow clone), as
+// release-images does; if that fails, git archive says so.
+func ensureCommit(commit string) {
+	git := func(args ...string) error {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repoRoot
+		return cmd.Run()
+	}
+	if git("cat-file", "-e", commit+"^{commit}") == nil {
+		return
+	}
+	if git("fetch", "--quiet", "origin", commit) != nil {
+		_ = git("fetch", "--quiet", "--unshallow")
+	}
+}
+
 // bundleAtCommit reads bundle/ as committed in commit, from `git archive`, as release-images does.
 func bundleAtCommit(t *testing.T, commit string) *manifests.Bundle {
 	t.Helper()
+	ensureCommit(commit)
 	var stderr bytes.Buffer
 	cmd := exec.Command("git", "archive", commit, "bundle/manifests")
 	cmd.Dir = repoRoot
