@@ -14,6 +14,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -45,6 +47,8 @@ type Destination struct {
 	prefix string
 	// uriBase renders keys as URIs: s3://bucket/ or pvc://claim/subpath/.
 	uriBase string
+	// dir is the directory of a directory destination, whose uploads are synced to disk.
+	dir string
 }
 
 // OpenS3 opens an S3-compatible bucket.
@@ -90,7 +94,7 @@ func OpenDir(dir, uriBase string) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open directory %s: %w", dir, err)
 	}
-	return &Destination{bucket: bucket, uriBase: uriBase}, nil
+	return &Destination{bucket: bucket, uriBase: uriBase, dir: dir}, nil
 }
 
 // Close releases the bucket.
@@ -126,6 +130,28 @@ func (d *Destination) Upload(ctx context.Context, key string, r io.Reader) error
 	}
 	if err := w.Close(); err != nil {
 		return describe(fmt.Errorf("complete upload of %s: %w", key, err))
+	}
+	return d.syncToDisk(key)
+}
+
+// syncToDisk makes a directory destination's new file durable: the library renames its
+// temporary file into place without syncing, and a snapshot reported complete must survive
+// the node losing power.
+func (d *Destination) syncToDisk(key string) error {
+	if d.dir == "" {
+		return nil
+	}
+	file := filepath.Join(d.dir, filepath.FromSlash(key))
+	for _, path := range []string{file, filepath.Dir(file)} {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
+		err = f.Sync()
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", path, err)
+		}
 	}
 	return nil
 }

@@ -4,24 +4,36 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
-// Benchmarks of the operator against the plainest alternative: a 3-replica StatefulSet of the
-// same etcd image, measured side by side on the same cluster (`make bench-e2e`). They report
-// seconds and the ratio as custom metrics; docs/performance.md records the figures.
+// Benchmarks of the operator against the plainest alternative — a 3-replica StatefulSet of the
+// same etcd image; for a restore, etcdutl and one bare member — measured side by side on the
+// same cluster (`make bench-e2e`). They report seconds and the ratio as custom metrics;
+// docs/performance.md records the figures.
 
 const benchImage = "127.0.0.1:5000/etcd:v" + etcdVersion
 
@@ -108,6 +120,258 @@ func BenchmarkIdleClusterWrites(b *testing.B) {
 	}
 	b.ReportMetric(float64(writes)/float64(b.N), "writes/idle-window")
 	b.ReportMetric(window.Seconds(), "window-s")
+}
+
+// BenchmarkRestoreToAvailable: an EtcdRestore (mode New) of a snapshot of at least 256 MiB into
+// a 3-member cluster, until Completed, against restoring the same snapshot by hand into one
+// bare member: a pod whose init containers download it (busybox wget of a presigned URL) and
+// run `etcdutl snapshot restore`, then etcd, until Ready. Both make their claims and pods
+// first, and both read the snapshot from the same S3 server in the namespace.
+func BenchmarkRestoreToAvailable(b *testing.B) {
+	ctx := context.Background()
+	ns := benchNamespace(b)
+	s3srv := startS3Server(b, ns)
+	s3srv.createBucket(b, backupBucket)
+	source := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "source", Namespace: ns}, Spec: *restoreBenchClusterSpec(1)}
+	if err := k8sClient.Create(ctx, source); err != nil {
+		b.Fatal(err)
+	}
+	waitAvailableB(b, source, 1)
+	fillCluster(b, source, restoreBenchMiB)
+	backup := &etcdv1alpha1.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "source", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: source.Name, Destination: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
+			Bucket: backupBucket, Prefix: "bench/", Endpoint: s3srv.Endpoint, ForcePathStyle: true, CredentialsSecretName: s3srv.CredentialsSecret,
+		}}},
+	}
+	if err := k8sClient.Create(ctx, backup); err != nil {
+		b.Fatal(err)
+	}
+	poll(b, "backup "+backup.Name+" finished", func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(backup), backup)
+		return backup.Status.Phase == etcdv1alpha1.BackupCompleted || backup.Status.Phase == etcdv1alpha1.BackupFailed, err
+	})
+	if backup.Status.Phase != etcdv1alpha1.BackupCompleted {
+		b.Fatalf("backup failed: %+v", backup.Status)
+	}
+	snapshot := backup.Status.LastBackup
+	// The source has done its part; it would only take CPU from what is measured.
+	deleteClusterAndWait(b, source)
+
+	var op, bare time.Duration
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		rs := &etcdv1alpha1.EtcdRestore{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("restore%d", i), Namespace: ns},
+			Spec: etcdv1alpha1.EtcdRestoreSpec{
+				Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name}},
+				Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: fmt.Sprintf("restored%d", i), Cluster: restoreBenchClusterSpec(3)},
+			},
+		}
+		if err := k8sClient.Create(ctx, rs); err != nil {
+			b.Fatal(err)
+		}
+		// The restore Job's pod is gone soon after the restore completes: kept as last seen.
+		jobPods := map[string]corev1.Pod{}
+		pollFor(b, "restore "+rs.Name+" finished", restoreBenchTimeout, func(ctx context.Context) (bool, error) {
+			pods := &corev1.PodList{}
+			if err := k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{resources.LabelRestore: rs.Name}); err != nil {
+				return false, err
+			}
+			for _, p := range pods.Items {
+				jobPods[p.Name] = p
+			}
+			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(rs), rs)
+			return rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed, err
+		})
+		elapsed := time.Since(start)
+		if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
+			b.Fatalf("restore failed: %+v", rs.Status)
+		}
+		op += elapsed
+		restored := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: rs.Spec.Target.ClusterName, Namespace: ns}}
+		logTimeline(b, "operator", start, slices.Collect(maps.Values(jobPods)))
+		logTimeline(b, "operator", start, listPods(b, ns, client.MatchingLabels{resources.LabelCluster: restored.Name}))
+		deleteClusterAndWait(b, restored)
+
+		presigned, err := s3.NewPresignClient(newS3Client(s3srv.Endpoint)).PresignGetObject(ctx, &s3.GetObjectInput{
+			Bucket: aws.String(backupBucket), Key: aws.String(strings.TrimPrefix(snapshot.URI, "s3://"+backupBucket+"/")),
+		}, s3.WithPresignExpires(restoreBenchTimeout))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		pod := bareRestore(b, ns, fmt.Sprintf("bare%d", i), presigned.URL)
+		pollFor(b, "pod "+pod.Name+" Ready", restoreBenchTimeout, func(ctx context.Context) (bool, error) {
+			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+			return podReady(pod), err
+		})
+		bare += time.Since(start)
+		logTimeline(b, "bare member", start, []corev1.Pod{*pod})
+		if err := k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+			b.Fatal(err)
+		}
+		poll(b, "pod "+pod.Name+" gone", func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), pod)), nil
+		})
+	}
+	report(b, "operator-s", op, "bare-member-s", bare)
+	b.ReportMetric(float64(snapshot.SizeBytes)/(1<<20), "snapshot-MiB")
+}
+
+const (
+	// restoreBenchMiB of 1 MiB values: etcd takes requests of up to 1.5 MiB by default.
+	restoreBenchMiB     = 256
+	restoreBenchTimeout = 15 * time.Minute
+)
+
+// restoreBenchClusterSpec leaves room for the data: a quota above it and claims above that.
+func restoreBenchClusterSpec(size int32) *etcdv1alpha1.EtcdClusterSpec {
+	return &etcdv1alpha1.EtcdClusterSpec{
+		Size: size, Version: etcdVersion,
+		Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("2Gi"))},
+		Tuning:  etcdv1alpha1.EtcdTuning{QuotaBackendBytes: ptrTo(resource.MustParse("1Gi"))},
+	}
+}
+
+// fillCluster writes sizeMiB keys of 1 MiB of random bytes through the client Service, several
+// at a time.
+func fillCluster(b *testing.B, c *etcdv1alpha1.EtcdCluster, sizeMiB int) {
+	svc := &corev1.Service{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: resources.ClientServiceName(c.Name)}, svc); err != nil {
+		b.Fatal(err)
+	}
+	cl, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, resources.ClientPort)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	value := make([]byte, 1<<20)
+	_, _ = rand.Read(value)
+	const workers = 8
+	var next atomic.Int64
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(sizeMiB); i = next.Add(1) - 1 {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := cl.Put(ctx, fmt.Sprintf("fill/%06d", i), string(value))
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("put fill/%06d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// bareRestore is the restore by hand, in one pod on a claim of its own like a member's. The
+// member is Ready as the operator's are: etcd's /readyz, probed every second.
+func bareRestore(b *testing.B, ns, name, snapshotURL string) *corev1.Pod {
+	ctx := context.Background()
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-data", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}}},
+	}
+	if err := k8sClient.Create(ctx, claim); err != nil {
+		b.Fatal(err)
+	}
+	const (
+		dir     = "/var/lib/etcd"
+		file    = dir + "/snapshot.db"
+		dataDir = "--data-dir=" + dir + "/data"
+		peerURL = "http://localhost:2380"
+		initial = "--initial-cluster=bare=" + peerURL
+	)
+	container := func(name, image string, command ...string) corev1.Container {
+		return corev1.Container{
+			Name: name, Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Command: command,
+			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: dir}},
+			SecurityContext: restrictedContainerSecurityContext(),
+		}
+	}
+	etcd := container("etcd", benchImage, "/usr/local/bin/etcd", "--name=bare", dataDir,
+		"--listen-peer-urls=http://0.0.0.0:2380", "--listen-client-urls=http://0.0.0.0:2379", "--listen-metrics-urls=http://0.0.0.0:2381",
+		"--advertise-client-urls=http://localhost:2379", "--initial-advertise-peer-urls="+peerURL, initial,
+		"--quota-backend-bytes=1073741824")
+	etcd.ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(2381)}},
+		PeriodSeconds: 1,
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptrTo(false),
+			SecurityContext:              restrictedPodSecurityContext(),
+			InitContainers: []corev1.Container{
+				// Not wget's -T: busybox 1.35's wget crashes with it.
+				container("fetch", busyboxImage, "wget", "-q", "-O", file, snapshotURL),
+				container("restore", benchImage, "/usr/local/bin/etcdutl", "snapshot", "restore", file, dataDir,
+					"--name=bare", initial, "--initial-advertise-peer-urls="+peerURL),
+			},
+			Containers: []corev1.Container{etcd},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name},
+			}}},
+		},
+	}
+	if err := k8sClient.Create(ctx, pod); err != nil {
+		b.Fatal(err)
+	}
+	return pod
+}
+
+// deleteClusterAndWait deletes a cluster and waits until its pods are gone.
+func deleteClusterAndWait(b *testing.B, c *etcdv1alpha1.EtcdCluster) {
+	ctx := context.Background()
+	if err := k8sClient.Delete(ctx, c); err != nil {
+		b.Fatal(err)
+	}
+	poll(b, "pods of "+c.Name+" gone", func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		err := k8sClient.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name})
+		return err == nil && len(pods.Items) == 0, err
+	})
+}
+
+func listPods(b *testing.B, ns string, selector client.MatchingLabels) []corev1.Pod {
+	pods := &corev1.PodList{}
+	if err := k8sClient.List(context.Background(), pods, client.InNamespace(ns), selector); err != nil {
+		b.Fatal(err)
+	}
+	return pods.Items
+}
+
+// logTimeline says when each pod was created, each of its containers ran and it became Ready,
+// counted from start (to the second, the API's resolution): where the time went.
+func logTimeline(b *testing.B, what string, start time.Time, pods []corev1.Pod) {
+	since := func(t metav1.Time) string { return t.Sub(start).Round(time.Second).String() }
+	for _, p := range pods {
+		steps := []string{"created " + since(p.CreationTimestamp)}
+		for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			if t := c.State.Terminated; t != nil {
+				steps = append(steps, fmt.Sprintf("%s %s-%s", c.Name, since(t.StartedAt), since(t.FinishedAt)))
+			} else if r := c.State.Running; r != nil {
+				steps = append(steps, fmt.Sprintf("%s from %s", c.Name, since(r.StartedAt)))
+			}
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				steps = append(steps, "Ready "+since(c.LastTransitionTime))
+			}
+		}
+		b.Logf("%s: pod %s: %s", what, p.Name, strings.Join(steps, ", "))
+	}
 }
 
 func report(b *testing.B, opName string, op time.Duration, baseName string, base time.Duration) {
@@ -229,7 +493,12 @@ func waitRecreatedReady(b *testing.B, old *corev1.Pod) {
 // poll checks every 100 ms — fine enough for figures of seconds — for at most 5 minutes.
 func poll(b *testing.B, what string, done func(context.Context) (bool, error)) {
 	b.Helper()
-	deadline := time.Now().Add(5 * time.Minute)
+	pollFor(b, what, 5*time.Minute, done)
+}
+
+func pollFor(b *testing.B, what string, timeout time.Duration, done func(context.Context) (bool, error)) {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		ok, err := done(context.Background())
 		if err != nil {
@@ -240,7 +509,7 @@ func poll(b *testing.B, what string, done func(context.Context) (bool, error)) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	b.Fatalf("%s: not within 5 minutes", what)
+	b.Fatalf("%s: not within %v", what, timeout)
 }
 
 func envDuration(name string, fallback time.Duration) time.Duration {

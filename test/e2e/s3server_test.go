@@ -63,7 +63,7 @@ type s3Server struct {
 }
 
 // startS3Server runs the server in namespace and returns once it answers from the host.
-func startS3Server(t *testing.T, namespace string) *s3Server {
+func startS3Server(t testing.TB, namespace string) *s3Server {
 	t.Helper()
 	ctx := context.Background()
 	s := &s3Server{
@@ -225,7 +225,7 @@ func (s *s3Server) scale(t *testing.T, replicas int32) {
 
 // waitServing waits for the Deployment to be rolled out and then for the host to reach the
 // server through the Service, which kube-proxy routes only once the pod is an endpoint.
-func (s *s3Server) waitServing(t *testing.T) {
+func (s *s3Server) waitServing(t testing.TB) {
 	t.Helper()
 	deployment := &appsv1.Deployment{}
 	waitFor(t, "S3 server Deployment available", func(ctx context.Context) (bool, error) {
@@ -245,7 +245,7 @@ func (s *s3Server) waitServing(t *testing.T) {
 	})
 }
 
-func (s *s3Server) createBucket(t *testing.T, name string) {
+func (s *s3Server) createBucket(t testing.TB, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), s3Timeout)
 	defer cancel()
@@ -305,7 +305,7 @@ func (s *s3Server) pods(ctx context.Context) ([]corev1.Pod, error) {
 }
 
 // logState says what became of the server's pods, for a test that failed.
-func (s *s3Server) logState(t *testing.T) {
+func (s *s3Server) logState(t testing.TB) {
 	ctx := context.Background()
 	pods, err := s.pods(ctx)
 	if err != nil {

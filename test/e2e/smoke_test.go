@@ -198,7 +198,7 @@ func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
 	}
 }
 
-func waitFor(t *testing.T, what string, done wait.ConditionWithContextFunc) {
+func waitFor(t testing.TB, what string, done wait.ConditionWithContextFunc) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), time.Second, readyTimeout, true, done); err != nil {
 		t.Fatalf("%s: %v", what, err)
