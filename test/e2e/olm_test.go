@@ -48,13 +48,14 @@ var (
 const olmTimeout = 5 * time.Minute
 
 var (
-	catalogSourceGVK = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "CatalogSource"}
-	operatorGroupGVK = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1", Kind: "OperatorGroup"}
-	subscriptionGVK  = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "Subscription"}
-	installPlanGVK   = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "InstallPlan"}
-	csvGVK           = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "ClusterServiceVersion"}
-	packageGVK       = schema.GroupVersionKind{Group: "packages.operators.coreos.com", Version: "v1", Kind: "PackageManifest"}
-	crdGVK           = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
+	catalogSourceGVK     = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "CatalogSource"}
+	operatorGroupGVK     = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1", Kind: "OperatorGroup"}
+	subscriptionGVK      = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "Subscription"}
+	installPlanGVK       = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "InstallPlan"}
+	operatorConditionGVK = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v2", Kind: "OperatorCondition"}
+	csvGVK               = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "ClusterServiceVersion"}
+	packageGVK           = schema.GroupVersionKind{Group: "packages.operators.coreos.com", Version: "v1", Kind: "PackageManifest"}
+	crdGVK               = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
 )
 
 // A Subscription with Manual approval, starting at the channel's oldest release: OLM installs
@@ -201,6 +202,56 @@ func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 		}
 	}
 	writes.verify(t)
+
+	expectUpgradeableWhileBackupRuns(t, cluster, head)
+}
+
+// expectUpgradeableWhileBackupRuns: the operator OLM runs tells OLM not to upgrade it while a
+// backup runs, through its OperatorCondition, and lifts that when the backup has ended. The
+// backup's store does not exist, so its Job retries for half a minute and then fails.
+func expectUpgradeableWhileBackupRuns(t *testing.T, cluster *etcdv1alpha1.EtcdCluster, csv string) {
+	ctx := context.Background()
+	condition := newObject(operatorConditionGVK, cluster.Namespace, csv)
+	waitUpgradeable := func(status, reason string) {
+		waitForLong(t, "OperatorCondition "+csv+" Upgradeable="+status+" ("+reason+")", func(ctx context.Context) (bool, error) {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(condition), condition); err != nil {
+				return false, ignoreNotFound(err)
+			}
+			conditions, _, _ := unstructured.NestedSlice(condition.Object, "spec", "conditions")
+			for _, c := range conditions {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Upgradeable" {
+					return m["status"] == status && m["reason"] == reason, nil
+				}
+			}
+			return false, nil
+		})
+	}
+	waitUpgradeable("True", "NoBackupOrRestoreRunning")
+
+	credentials := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "unreachable-s3", Namespace: cluster.Namespace},
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+	}
+	backup := &etcdv1alpha1.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "during-upgrade-window", Namespace: cluster.Namespace},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: cluster.Name, Destination: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
+			Bucket: "nowhere", Endpoint: "http://no-such-store." + cluster.Namespace + ".svc:9000", ForcePathStyle: true,
+			CredentialsSecretName: credentials.Name,
+		}}},
+	}
+	for _, obj := range []client.Object{credentials, backup} {
+		if err := k8sClient.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUpgradeable("False", "BackupOrRestoreRunning")
+	waitUpgradeable("True", "NoBackupOrRestoreRunning")
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(backup), backup); err != nil {
+		t.Fatal(err)
+	}
+	if backup.Status.Phase != etcdv1alpha1.BackupFailed {
+		t.Errorf("backup to a store that does not exist: phase %s, want Failed", backup.Status.Phase)
+	}
 }
 
 // A pod's incarnation: recreating the pod changes its UID, restarting a container its count.
