@@ -3,10 +3,13 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -96,15 +99,28 @@ func BenchmarkMemberPodKilled(b *testing.B) {
 	report(b, "operator-s", op, "statefulset-s", sts)
 }
 
-// BenchmarkIdleClusterWrites: a healthy cluster left alone; every change of its resourceVersion
-// is a write by the operator (nothing else touches it).
+// BenchmarkIdleClusterWrites: a healthy cluster and a scheduled backup not due, left alone.
+// Every change of the cluster's resourceVersion is a write (nothing else touches it), and the
+// API server's audit log shows every write the operator makes, to any kind of object.
 func BenchmarkIdleClusterWrites(b *testing.B) {
 	ns := benchNamespace(b)
 	c := benchCluster(b, ns, "idle")
 	waitAvailableB(b, c, 3)
+	// A backup schedule that does not come due in the window is idle too.
+	backup := &etcdv1alpha1.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "yearly", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: c.Name, Schedule: "@yearly",
+			Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "unused"}}},
+	}
+	if err := k8sClient.Create(context.Background(), backup); err != nil {
+		b.Fatal(err)
+	}
+	user := operatorServiceAccount(b)
 	window := envDuration("BENCH_IDLE_WINDOW", 5*time.Minute)
-	writes := 0
+	time.Sleep(10 * time.Second) // the backup's first status, and the cluster's settling
+	writes, operatorWrites := 0, map[string]int{}
 	for i := 0; i < b.N; i++ {
+		start := time.Now()
 		last := c.ResourceVersion
 		deadline := time.Now().Add(window)
 		for time.Now().Before(deadline) {
@@ -117,9 +133,58 @@ func BenchmarkIdleClusterWrites(b *testing.B) {
 				last = c.ResourceVersion
 			}
 		}
+		for resource, n := range auditedWrites(b, user, start, time.Now()) {
+			operatorWrites[resource] += n
+		}
 	}
+	total := 0
+	for _, n := range operatorWrites {
+		total += n
+	}
+	b.Logf("writes by %s in the idle windows, by resource: %v", user, operatorWrites)
 	b.ReportMetric(float64(writes)/float64(b.N), "writes/idle-window")
+	b.ReportMetric(float64(total)/float64(b.N), "operator-writes/idle-window")
 	b.ReportMetric(window.Seconds(), "window-s")
+}
+
+// operatorServiceAccount is the user the deployed operator writes as.
+func operatorServiceAccount(b *testing.B) string {
+	d := &appsv1.Deployment{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, d); err != nil {
+		b.Fatal(err)
+	}
+	return "system:serviceaccount:" + operatorNamespace + ":" + d.Spec.Template.Spec.ServiceAccountName
+}
+
+// auditedWrites counts, by resource, the writes user made between from and to, from the API
+// server's audit log (hack/cluster/up.sh audits every service account's writes).
+func auditedWrites(b *testing.B, user string, from, to time.Time) map[string]int {
+	file, err := os.Open(envOr("E2E_AUDIT_LOG", "/var/lib/etcd-operator-cluster/audit.log"))
+	if err != nil {
+		b.Fatalf("the API server's audit log: %v (a cluster started before auditing was added: make cluster-down cluster-up)", err)
+	}
+	defer file.Close()
+	counts := map[string]int{}
+	lines := bufio.NewScanner(file)
+	lines.Buffer(make([]byte, 1<<20), 1<<20)
+	for lines.Scan() {
+		var event struct {
+			User                     struct{ Username string }
+			Verb                     string
+			ObjectRef                struct{ Resource, Subresource string }
+			RequestReceivedTimestamp time.Time
+		}
+		if json.Unmarshal(lines.Bytes(), &event) != nil || event.User.Username != user ||
+			event.RequestReceivedTimestamp.Before(from) || event.RequestReceivedTimestamp.After(to) {
+			continue
+		}
+		resource := event.ObjectRef.Resource
+		if event.ObjectRef.Subresource != "" {
+			resource += "/" + event.ObjectRef.Subresource
+		}
+		counts[event.Verb+" "+resource]++
+	}
+	return counts
 }
 
 // BenchmarkRestoreToAvailable: an EtcdRestore (mode New) of a snapshot of at least 256 MiB into
