@@ -59,6 +59,7 @@ test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW)
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \
 		go test $(GO_TEST_FLAGS) ./...
+	cd hack/tools/imagebuilder && go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
 bench: $(ETCD_BIN)/etcd $(VERSITYGW) ## Benchmarks against real etcd and S3 servers on loopback (backup throughput and memory); figures for docs/performance.md.

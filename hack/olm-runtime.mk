@@ -61,6 +61,25 @@ $(call cluster_tar,$(OLM_RUNTIME_OPM_IMAGE)): $(OLM_RUNTIME_OPM) $(OLM_RUNTIME_G
 		-add $(OLM_RUNTIME_OPM):/bin/opm -add $(OLM_RUNTIME_GRPC_HEALTH_PROBE):/bin/grpc_health_probe \
 		-entrypoint /bin/opm -user 65532:65532
 
+# What operator-sdk run bundle runs its one-bundle catalog from, offline: --index-image (its pod
+# runs `sh -c "opm serve ..."`; the label tells operator-sdk the index is a file-based catalog, with
+# nothing in it yet) and the image its init container unpacks the catalog with (sh, cat, gzip).
+# run bundle-upgrade has no flag for the latter and always names registry.access.redhat.com's
+# ubi9/ubi:9.7, which containerd takes from the local registry (hack/cluster/up.sh).
+OLM_RUNTIME_INDEX_IMAGE ?= $(CLUSTER_REGISTRY)/opm-index:$(OLM_RUNTIME_OPM_VERSION)
+OLM_RUNTIME_UNPACK_IMAGE ?= $(CLUSTER_REGISTRY)/ubi9/ubi:9.7
+OLM_RUNTIME_RUN_BUNDLE_TARS := $(call cluster_tar,$(OLM_RUNTIME_INDEX_IMAGE)) $(call cluster_tar,$(OLM_RUNTIME_UNPACK_IMAGE))
+OLM_RUNTIME_BUSYBOX_LINKS = $$(/bin/busybox --list | grep -v -x busybox | sed 's|.*|-link /bin/&:busybox|')
+
+$(call cluster_tar,$(OLM_RUNTIME_INDEX_IMAGE)): $(OLM_RUNTIME_OPM) $(CLUSTER_IMAGEBUILDER) | cluster-packages
+	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_INDEX_IMAGE) -o $@ -add $(OLM_RUNTIME_OPM):/bin/opm \
+		-add /bin/busybox:/bin/busybox $(OLM_RUNTIME_BUSYBOX_LINKS) -add /dev/null:/configs/.indexignore:0644 \
+		-label operators.operatorframework.io.index.configs.v1=/configs -entrypoint /bin/opm -user 65532:65532
+
+$(call cluster_tar,$(OLM_RUNTIME_UNPACK_IMAGE)): $(CLUSTER_IMAGEBUILDER) | cluster-packages
+	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_UNPACK_IMAGE) -o $@ \
+		-add /bin/busybox:/bin/busybox $(OLM_RUNTIME_BUSYBOX_LINKS) -cmd sh -user 65532:65532
+
 .PHONY: olm-images
 olm-images: $(OLM_RUNTIME_TARS) ## Build OLM's binaries (bin/olm/) and its two images (olm, opm) into bin/images/.
 
@@ -86,8 +105,8 @@ olm-up: cluster-base-up olm-images ## Start OLM on the local cluster (starting t
 # catalog image only when it starts, and bundles it unpacked once are kept (a Job, and a ConfigMap
 # of the same name). Both go, so that OLM serves what was just pushed.
 .PHONY: olm-catalog
-olm-catalog: olm-up cluster-operator-image release-images ## Push the operator, bundle and catalog images of this tree and of the earlier releases, and add the catalog to OLM as CatalogSource olm/etcd-operator-catalog.
-	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR) $(OLM_RELEASE_TARS)
+olm-catalog: olm-up cluster-operator-image release-images $(OLM_RUNTIME_RUN_BUNDLE_TARS) ## Push the operator, bundle and catalog images of this tree and of the earlier releases, and add the catalog to OLM as CatalogSource olm/etcd-operator-catalog.
+	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR) $(OLM_RELEASE_TARS) $(OLM_RUNTIME_RUN_BUNDLE_TARS)
 	$(MAKE) --no-print-directory release-push bundle-build bundle-push catalog-build catalog-push
 	unpacked=$$($(OLM_RUNTIME_KUBECTL) -n olm get jobs -l operatorframework.io/bundle-unpack-ref -o jsonpath='{.items[*].metadata.name}'); \
 	[ -z "$$unpacked" ] || $(OLM_RUNTIME_KUBECTL) -n olm delete jobs,configmaps $$unpacked --ignore-not-found

@@ -162,7 +162,7 @@ main() {
 	remove_pods
 	stop containerd
 	kill_leftover_tasks
-	stop kube-apiserver registry
+	stop kube-apiserver registry registry-tls
 	stop etcd
 	local unmounted=true
 	unmount_all || unmounted=false

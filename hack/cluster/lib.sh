@@ -14,6 +14,9 @@ CLUSTER_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # Runtime state that cluster-down always removes: PID files, sockets, containerd's task state.
 : "${CLUSTER_RUN_DIR:=/run/etcd-operator-cluster}"
 : "${CLUSTER_REGISTRY:=127.0.0.1:5000}"
+# The same registry (same storage) over HTTPS, for tools that pull over HTTPS only (operator-sdk
+# run bundle). Its certificate is signed by the cluster's CA, $CLUSTER_PKI/ca.crt.
+: "${CLUSTER_REGISTRY_TLS:=127.0.0.1:5443}"
 : "${CLUSTER_NODE_NAME:=local-node}"
 
 # Private ranges, the usual kubeadm/kind defaults. The node gets the gateway address of its pod
@@ -31,6 +34,7 @@ CLUSTER_APISERVER_PORT=6443
 CLUSTER_ETCD_CLIENT_PORT=12379
 CLUSTER_ETCD_PEER_PORT=12380
 CLUSTER_REGISTRY_PORT=${CLUSTER_REGISTRY##*:}
+CLUSTER_REGISTRY_TLS_PORT=${CLUSTER_REGISTRY_TLS##*:}
 
 CLUSTER_KUBECONFIG=$CLUSTER_DIR/admin.kubeconfig
 CLUSTER_PKI=$CLUSTER_DIR/pki

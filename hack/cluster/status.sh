@@ -4,7 +4,7 @@
 # shellcheck source-path=SCRIPTDIR
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-for name in containerd registry etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+for name in containerd registry registry-tls etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
 	if pid=$(pid_of "$name"); then
 		printf '%-24s running (pid %s)\n' "$name" "$pid"
 	else

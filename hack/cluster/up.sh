@@ -26,6 +26,7 @@ MIN_FREE_GIB=5
 # Ports each component listens on, to tell "already ours" from "taken by someone else".
 declare -A PORTS=(
 	[registry]=$CLUSTER_REGISTRY_PORT
+	[registry-tls]=$CLUSTER_REGISTRY_TLS_PORT
 	[etcd]="$CLUSTER_ETCD_CLIENT_PORT $CLUSTER_ETCD_PEER_PORT"
 	[kube-apiserver]=$CLUSTER_APISERVER_PORT
 	[kube-controller-manager]=10257
@@ -130,6 +131,7 @@ make_pki() {
 	# server to extension servers with a separate CA.
 	cert front-proxy-ca "/CN=front-proxy-ca" "$ca_ext"
 	cert front-proxy-client "/CN=front-proxy-client" "$client" front-proxy-ca
+	cert registry "/CN=etcd-operator-cluster-registry" "$leaf"$'\nextendedKeyUsage=serverAuth\nsubjectAltName='"IP:${CLUSTER_REGISTRY_TLS%:*}" ca
 	if [[ ! -f $CLUSTER_PKI/sa.key ]]; then
 		openssl ecparam -name prime256v1 -genkey -noout -out "$CLUSTER_PKI/sa.key.tmp"
 		openssl ec -in "$CLUSTER_PKI/sa.key.tmp" -pubout -out "$CLUSTER_PKI/sa.pub" 2>>"$CLUSTER_LOGS/pki.log"
@@ -227,6 +229,24 @@ server = "http://$CLUSTER_REGISTRY"
   capabilities = ["pull", "resolve"]
 EOF
 
+	mkdir -p "$CONF/certs.d/$CLUSTER_REGISTRY_TLS" "$CONF/certs.d/registry.access.redhat.com"
+	put "$CONF/certs.d/$CLUSTER_REGISTRY_TLS/hosts.toml" <<EOF
+server = "https://$CLUSTER_REGISTRY_TLS"
+
+[host."https://$CLUSTER_REGISTRY_TLS"]
+  capabilities = ["pull", "resolve"]
+  ca = "$CLUSTER_PKI/ca.crt"
+EOF
+	# operator-sdk run bundle-upgrade starts its catalog pod with an init container from this
+	# image, whatever its flags say; the local registry holds a stand-in with the sh, cat and gzip
+	# that container runs (olm-images builds it).
+	put "$CONF/certs.d/registry.access.redhat.com/hosts.toml" <<EOF
+server = "https://registry.access.redhat.com"
+
+[host."http://$CLUSTER_REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOF
+
 	put "$CONF/cni/10-etcd-operator-cluster.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -262,6 +282,24 @@ storage:
     enabled: true
 http:
   addr: $CLUSTER_REGISTRY
+EOF
+	# A second process over the same storage: the distribution registry serves one listener.
+	put "$CONF/registry-tls.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $CLUSTER_DIR/registry
+  delete:
+    enabled: true
+http:
+  addr: $CLUSTER_REGISTRY_TLS
+  tls:
+    certificate: $CLUSTER_PKI/registry.crt
+    key: $CLUSTER_PKI/registry.key
 EOF
 
 	# Pods with dnsPolicy Default (CoreDNS itself) get no upstream: nothing here resolves names
@@ -363,6 +401,7 @@ api() {
 start_runtime_and_storage() {
 	start containerd containerd --config "$CONF/containerd.toml"
 	start registry docker-registry serve "$CONF/registry.yml"
+	start registry-tls docker-registry serve "$CONF/registry-tls.yml"
 	# A throwaway test cluster: skipping fsync makes every API write cheaper on a VM disk.
 	start etcd "$CLUSTER_ETCD_BIN" --name control-plane --data-dir "$CLUSTER_DIR/etcd" \
 		--listen-client-urls "http://127.0.0.1:$CLUSTER_ETCD_CLIENT_PORT" \
@@ -487,6 +526,7 @@ main() {
 	start_apiserver
 	wait_up 30 containerd ctr version
 	wait_up 30 registry curl -sf "http://$CLUSTER_REGISTRY/v2/"
+	wait_up 30 registry-tls curl -sf --cacert "$CLUSTER_PKI/ca.crt" "https://$CLUSTER_REGISTRY_TLS/v2/"
 	# shellcheck disable=SC2086 # a list of paths without spaces
 	"$HERE/load-images.sh" $CLUSTER_IMAGE_TARS
 	start_node_and_controllers

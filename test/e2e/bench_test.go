@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -60,7 +61,9 @@ func BenchmarkTimeToAvailable(b *testing.B) {
 }
 
 // BenchmarkMemberPodKilled: a member pod deleted until the cluster is fully healthy again,
-// against a StatefulSet pod deleted until the StatefulSet has 3 Ready pods again.
+// against a StatefulSet pod deleted until the StatefulSet has 3 Ready pods again. Where the time
+// goes is reported too, as the mean time from the deletion until the new pod exists, until its
+// container runs and until it is Ready.
 func BenchmarkMemberPodKilled(b *testing.B) {
 	ns := benchNamespace(b)
 	c := benchCluster(b, ns, "killed")
@@ -70,6 +73,7 @@ func BenchmarkMemberPodKilled(b *testing.B) {
 	ctx := context.Background()
 
 	var op, sts time.Duration
+	var opPhases, stsPhases recreation
 	for i := 0; i < b.N; i++ {
 		pods := &corev1.PodList{}
 		if err := k8sClient.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"etcd.database.dev/cluster": c.Name}); err != nil {
@@ -80,7 +84,7 @@ func BenchmarkMemberPodKilled(b *testing.B) {
 		if err := k8sClient.Delete(ctx, &victim, client.GracePeriodSeconds(0)); err != nil {
 			b.Fatal(err)
 		}
-		waitRecreatedReady(b, &victim)
+		opPhases.add(waitRecreatedReady(b, &victim, start))
 		waitAvailableB(b, c, 3)
 		op += time.Since(start)
 
@@ -92,11 +96,30 @@ func BenchmarkMemberPodKilled(b *testing.B) {
 		if err := k8sClient.Delete(ctx, stsPod, client.GracePeriodSeconds(0)); err != nil {
 			b.Fatal(err)
 		}
-		waitRecreatedReady(b, stsPod)
+		stsPhases.add(waitRecreatedReady(b, stsPod, start))
 		waitStatefulSetReady(b, s, 3)
 		sts += time.Since(start)
 	}
 	report(b, "operator-s", op, "statefulset-s", sts)
+	opPhases.report(b, "operator")
+	stsPhases.report(b, "statefulset")
+}
+
+// recreation sums, over iterations, the time from a pod's deletion until its replacement
+// exists, until its container runs, and until it is Ready.
+type recreation struct{ created, running, ready time.Duration }
+
+func (r *recreation) add(o recreation) {
+	r.created += o.created
+	r.running += o.running
+	r.ready += o.ready
+}
+
+func (r recreation) report(b *testing.B, prefix string) {
+	n := float64(b.N)
+	b.ReportMetric(r.created.Seconds()/n, prefix+"-created-s")
+	b.ReportMetric(r.running.Seconds()/n, prefix+"-running-s")
+	b.ReportMetric(r.ready.Seconds()/n, prefix+"-ready-s")
 }
 
 // BenchmarkIdleClusterWrites: a healthy cluster and a scheduled backup not due, left alone.
@@ -137,13 +160,20 @@ func BenchmarkIdleClusterWrites(b *testing.B) {
 			operatorWrites[resource] += n
 		}
 	}
-	total := 0
-	for _, n := range operatorWrites {
-		total += n
+	// Renewing its leader-election Lease is the one write a running manager makes whatever the
+	// clusters do; counted apart from the writes its reconcilers make.
+	total, lease := 0, 0
+	for resource, n := range operatorWrites {
+		if strings.HasSuffix(resource, " leases") {
+			lease += n
+		} else {
+			total += n
+		}
 	}
 	b.Logf("writes by %s in the idle windows, by resource: %v", user, operatorWrites)
 	b.ReportMetric(float64(writes)/float64(b.N), "writes/idle-window")
 	b.ReportMetric(float64(total)/float64(b.N), "operator-writes/idle-window")
+	b.ReportMetric(float64(lease)/float64(b.N), "leader-lease-writes/idle-window")
 	b.ReportMetric(window.Seconds(), "window-s")
 }
 
@@ -547,12 +577,30 @@ func waitStatefulSetReady(b *testing.B, s *appsv1.StatefulSet, n int32) {
 	})
 }
 
-func waitRecreatedReady(b *testing.B, old *corev1.Pod) {
+// waitRecreatedReady waits until old's replacement is Ready, noting since start when it was
+// first seen to exist, to run its container and to be Ready.
+func waitRecreatedReady(b *testing.B, old *corev1.Pod, start time.Time) recreation {
+	var r recreation
 	poll(b, "pod "+old.Name+" recreated and Ready", func(ctx context.Context) (bool, error) {
 		p := &corev1.Pod{}
-		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(old), p)
-		return err == nil && p.UID != old.UID && podReady(p), ignoreNotFound(err)
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(old), p); err != nil || p.UID == old.UID {
+			return false, ignoreNotFound(err)
+		}
+		now := time.Since(start)
+		if r.created == 0 {
+			r.created = now
+		}
+		if r.running == 0 && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Running != nil {
+			r.running = now
+		}
+		if podReady(p) {
+			r.ready = now
+			r.running = cmp.Or(r.running, now)
+			return true, nil
+		}
+		return false, nil
 	})
+	return r
 }
 
 // poll checks every 100 ms — fine enough for figures of seconds — for at most 5 minutes.

@@ -3,7 +3,7 @@
 // Dockerfile's build machinery is not needed.
 //
 //	imagebuilder build -tag REF -o FILE.tar [-add SRC:DST[:MODE]]... [-link DST:TARGET]...
-//	    [-entrypoint ARG]... [-cmd ARG]... [-user UID:GID] [-env K=V]... [-workdir DIR]
+//	    [-entrypoint ARG]... [-cmd ARG]... [-user UID:GID] [-env K=V]... [-label K=V]... [-workdir DIR]
 //	imagebuilder push -registry HOST:PORT FILE.tar...
 //
 // build writes a `docker load`-style tarball, which `ctr images import` reads; push sends such
@@ -83,12 +83,13 @@ func build(args []string) error {
 	out := fs.String("o", "", "output tarball")
 	user := fs.String("user", "", "user[:group] the container runs as")
 	workdir := fs.String("workdir", "/", "working directory")
-	var adds, links, entrypoint, cmd, env list
+	var adds, links, entrypoint, cmd, env, labels list
 	fs.Var(&adds, "add", "SRC:DST[:MODE] copies a file into the image (MODE octal, default 0755)")
 	fs.Var(&links, "link", "DST:TARGET adds a symbolic link")
 	fs.Var(&entrypoint, "entrypoint", "entrypoint argument (repeat for each)")
 	fs.Var(&cmd, "cmd", "cmd argument (repeat for each)")
 	fs.Var(&env, "env", "K=V environment variable (repeat for each)")
+	fs.Var(&labels, "label", "K=V image label (repeat for each)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -129,6 +130,16 @@ func build(args []string) error {
 	cfg.Config.User = *user
 	cfg.Config.WorkingDir = *workdir
 	cfg.Config.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, env...)
+	if len(labels) > 0 {
+		cfg.Config.Labels = map[string]string{}
+		for _, l := range labels {
+			k, v, ok := strings.Cut(l, "=")
+			if !ok || k == "" {
+				return fmt.Errorf("-label %q: want K=V", l)
+			}
+			cfg.Config.Labels[k] = v
+		}
+	}
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		return err

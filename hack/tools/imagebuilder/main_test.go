@@ -21,7 +21,8 @@ func TestBuildWritesARunnableImage(t *testing.T) {
 	}
 	out := filepath.Join(dir, "images", "tool.tar")
 	args := []string{"-tag", "127.0.0.1:5000/tool:v1", "-o", out, "-add", bin + ":/usr/local/bin/tool",
-		"-link", "/bin/t:/usr/local/bin/tool", "-entrypoint", "/usr/local/bin/tool", "-user", "65532:65532", "-env", "A=b"}
+		"-link", "/bin/t:/usr/local/bin/tool", "-entrypoint", "/usr/local/bin/tool", "-user", "65532:65532", "-env", "A=b",
+		"-label", "operators.operatorframework.io.index.configs.v1=/configs"}
 	if err := build(args); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestBuildWritesARunnableImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.OS != "linux" || cfg.Config.User != "65532:65532" || !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/local/bin/tool"}) ||
-		!slices.Contains(cfg.Config.Env, "A=b") {
+		!slices.Contains(cfg.Config.Env, "A=b") || cfg.Config.Labels["operators.operatorframework.io.index.configs.v1"] != "/configs" {
 		t.Fatalf("config %+v", cfg.Config)
 	}
 

@@ -1,0 +1,218 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+// operator-sdk run bundle, as developers try a bundle without a catalog: skipped unless E2E_OLM=1.
+// operator-sdk reads images over HTTPS only, so the bundles and its index image come from the
+// local registry's HTTPS listener, whose CA (the cluster's) operator-sdk trusts through
+// SSL_CERT_FILE.
+var (
+	operatorSDK = os.Getenv("E2E_OPERATOR_SDK")
+	// The CA that signed the HTTPS registry's certificate.
+	registryCA = os.Getenv("E2E_REGISTRY_CA")
+	// <HTTPS registry>/etcd-operator-bundle: the bundles of the catalog's releases, tagged v<version>.
+	olmBundleRepository = os.Getenv("E2E_OLM_BUNDLE_REPOSITORY")
+	// An empty file-based catalog with sh and opm, for the catalog pod run bundle starts.
+	olmIndexImage = os.Getenv("E2E_OLM_INDEX_IMAGE")
+)
+
+// Each operator-sdk command waits for its CSV (or its deletions) this long at most.
+const operatorSDKTimeout = 5 * time.Minute
+
+var (
+	installPlanListGVK   = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1alpha1", Kind: "InstallPlanList"}
+	operatorGroupListGVK = schema.GroupVersionKind{Group: "operators.coreos.com", Version: "v1", Kind: "OperatorGroupList"}
+)
+
+func TestOperatorSDKRunBundleUpgradeAndCleanup(t *testing.T) {
+	if os.Getenv("E2E_OLM") != "1" {
+		t.Skip("set E2E_OLM=1 (after make olm-catalog) to run bundles with operator-sdk run bundle")
+	}
+	if operatorSDK == "" || registryCA == "" || olmBundleRepository == "" || olmIndexImage == "" {
+		t.Fatal("E2E_OPERATOR_SDK, E2E_REGISTRY_CA, E2E_OLM_BUNDLE_REPOSITORY and E2E_OLM_INDEX_IMAGE must be set (make test-e2e sets them)")
+	}
+
+	// run bundle's catalog pod sets no runAsNonRoot, so it is admitted under baseline, not
+	// restricted; the operator's own pod would pass either.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		GenerateName: "e2e-run-bundle-",
+		Labels:       map[string]string{"pod-security.kubernetes.io/enforce": "baseline"},
+	}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	namespace := ns.Name
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = k8sClient.Delete(context.Background(), ns)
+		}
+	})
+	oldest, head := channelEnds(t, namespace)
+
+	// cleanup deletes the CRDs the bundle owns, which make deploy's operator also serves: it is
+	// stopped meanwhile, and gets them back from this tree before it restarts (cleanups run last
+	// registered first).
+	stopDeployedOperator(t)
+	t.Cleanup(func() { restoreTreeCRDs(t) })
+	cleanedUp := false
+	t.Cleanup(func() {
+		if !cleanedUp {
+			runOperatorSDK(t, "cleanup", olmPackage, "--namespace", namespace)
+		}
+	})
+
+	runOperatorSDK(t, "run", "bundle", bundleImage(oldest), "--namespace", namespace,
+		"--index-image", olmIndexImage, "--decompression-image", busyboxImage,
+		"--install-mode", "OwnNamespace", "--security-context-config", "restricted")
+	oldCSV := waitForCSVSucceeded(t, namespace, oldest)
+	oldImage := waitForOperatorRunning(t, oldCSV)
+	t.Logf("run bundle: %s Succeeded, running %s", oldest, oldImage)
+
+	runOperatorSDK(t, "run", "bundle-upgrade", bundleImage(head), "--namespace", namespace)
+	newCSV := waitForCSVSucceeded(t, namespace, head)
+	waitForLong(t, "CSV "+oldest+" deleted after bundle-upgrade", func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(oldCSV), newObject(csvGVK, namespace, oldest))
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+	if newImage := waitForOperatorRunning(t, newCSV); newImage == oldImage {
+		t.Errorf("%s and %s run the same operator image %s", oldest, head, newImage)
+	} else {
+		t.Logf("run bundle-upgrade: %s Succeeded, running %s; %s is gone", head, newImage, oldest)
+	}
+
+	runOperatorSDK(t, "cleanup", olmPackage, "--namespace", namespace)
+	cleanedUp = true
+	expectNothingLeftOfRunBundle(t, namespace)
+}
+
+// bundleImage is the bundle image of a CSV of the catalog, named etcd-operator.v<version>.
+func bundleImage(csv string) string {
+	return olmBundleRepository + ":" + strings.TrimPrefix(csv, olmPackage+".")
+}
+
+// runOperatorSDK runs operator-sdk in a scratch directory (it leaves caches in its working
+// directory), trusting the HTTPS registry, and fails the test with its output if it fails.
+func runOperatorSDK(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), operatorSDKTimeout+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, operatorSDK, append(args, "--timeout", operatorSDKTimeout.String())...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+registryCA)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("operator-sdk %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("operator-sdk %s:\n%s", strings.Join(args, " "), out)
+}
+
+// expectNothingLeftOfRunBundle waits until the namespace holds nothing of what run bundle and
+// OLM made (objects that go by garbage collection may take a moment) and the bundle's CRDs and
+// cluster-wide RBAC are gone.
+func expectNothingLeftOfRunBundle(t *testing.T, namespace string) {
+	t.Helper()
+	namespaced := []schema.GroupVersionKind{
+		csvGVK.GroupVersion().WithKind("ClusterServiceVersionList"),
+		subscriptionGVK.GroupVersion().WithKind("SubscriptionList"),
+		catalogSourceGVK.GroupVersion().WithKind("CatalogSourceList"),
+		installPlanListGVK,
+		operatorGroupListGVK,
+		{Group: "apps", Version: "v1", Kind: "DeploymentList"},
+		{Version: "v1", Kind: "PodList"},
+		{Version: "v1", Kind: "ServiceList"},
+		{Version: "v1", Kind: "ConfigMapList"},
+		{Version: "v1", Kind: "SecretList"},
+		{Version: "v1", Kind: "ServiceAccountList"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleList"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBindingList"},
+		{Group: "batch", Version: "v1", Kind: "JobList"},
+	}
+	// What every namespace has from the start.
+	expected := map[string]bool{"ConfigMap/kube-root-ca.crt": true, "ServiceAccount/default": true}
+	var left []string
+	t.Cleanup(func() {
+		if t.Failed() && len(left) > 0 {
+			t.Logf("left after operator-sdk cleanup: %v", left)
+		}
+	})
+	waitForLong(t, "nothing of run bundle left in "+namespace, func(ctx context.Context) (bool, error) {
+		left = nil
+		for _, gvk := range namespaced {
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(gvk)
+			if err := k8sClient.List(ctx, list, client.InNamespace(namespace)); err != nil {
+				return false, err
+			}
+			for _, item := range list.Items {
+				if id := item.GetKind() + "/" + item.GetName(); !expected[id] {
+					left = append(left, id)
+				}
+			}
+		}
+		crds := &unstructured.UnstructuredList{}
+		crds.SetGroupVersionKind(crdGVK.GroupVersion().WithKind("CustomResourceDefinitionList"))
+		if err := k8sClient.List(ctx, crds); err != nil {
+			return false, err
+		}
+		for _, crd := range crds.Items {
+			if strings.HasSuffix(crd.GetName(), "."+etcdv1alpha1.GroupVersion.Group) {
+				left = append(left, "CustomResourceDefinition/"+crd.GetName())
+			}
+		}
+		for _, kind := range []string{"ClusterRoleList", "ClusterRoleBindingList"} {
+			list := &unstructured.UnstructuredList{}
+			list.SetGroupVersionKind(schema.GroupVersionKind{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: kind})
+			if err := k8sClient.List(ctx, list, client.MatchingLabels{"olm.owner.namespace": namespace}); err != nil {
+				return false, err
+			}
+			for _, item := range list.Items {
+				left = append(left, strings.TrimSuffix(kind, "List")+"/"+item.GetName())
+			}
+		}
+		return len(left) == 0, nil
+	})
+}
+
+// restoreTreeCRDs applies this tree's CRDs, as make deploy does, and waits until they are
+// Established.
+func restoreTreeCRDs(t *testing.T) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot, "config/crd/bases/*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in config/crd/bases (err %v)", err)
+	}
+	for _, file := range files {
+		for _, crd := range readObjects(t, file) {
+			apply := client.ApplyConfigurationFromUnstructured(crd)
+			if err := k8sClient.Apply(context.Background(), apply, client.FieldOwner("e2e-run-bundle"), client.ForceOwnership); err != nil {
+				t.Fatalf("apply CRD %s: %v", crd.GetName(), err)
+			}
+			live := newObject(crdGVK, "", crd.GetName())
+			waitForLong(t, "CRD "+crd.GetName()+" Established again", func(ctx context.Context) (bool, error) {
+				if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(live), live); err != nil {
+					return false, ignoreNotFound(err)
+				}
+				return conditionTrue(live, "Established"), nil
+			})
+		}
+	}
+}
