@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -59,6 +60,11 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = obs.client.EnableAuth(ctx, obs.access.password)
 	default:
 		err = fmt.Errorf("unknown step %q", step.Action)
+	}
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// The namespace is being deleted, and the cluster with it: nothing can be created in it
+		// any more, and retrying would only hammer the API server until the cluster is gone.
+		return ctrl.Result{}, nil
 	}
 	if err != nil {
 		r.event(c, corev1.EventTypeWarning, "StepFailed", string(step.Action), "%s %s: %v", step.Action, step.Member, err)

@@ -74,12 +74,13 @@ func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha
 			IsLearner: em.IsLearner,
 			IsLeader:  em.ID == obs.leaderID,
 		}
+		// Not the raft index, which moves with every write: status would be rewritten on every
+		// look at a busy cluster (etcdctl endpoint status shows it).
 		if st, ok := obs.statuses[em.ID]; ok {
 			ms.Healthy = len(st.Errors) == 0
 			ms.Version = st.Version
 			ms.DBSizeBytes = st.DBSizeBytes
 			ms.DBSizeInUseBytes = st.DBSizeInUseBytes
-			ms.RaftIndex = st.RaftIndex
 			ms.Errors = slices.Clone(st.Errors)
 			for _, a := range st.Alarms {
 				ms.Errors = append(ms.Errors, "alarm: "+a)

@@ -435,9 +435,6 @@ type MemberStatus struct {
 	// DBSizeInUseBytes is the part of the database file holding live data.
 	// +optional
 	DBSizeInUseBytes int64 `json:"dbSizeInUseBytes,omitempty"`
-	// RaftIndex is the member's raft log index.
-	// +optional
-	RaftIndex uint64 `json:"raftIndex,omitempty"`
 	// Errors the member reported, its alarms ("alarm: NOSPACE"), or why it did not answer.
 	// +optional
 	Errors []string `json:"errors,omitempty"`

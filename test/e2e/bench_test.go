@@ -10,8 +10,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,8 +143,13 @@ func BenchmarkIdleClusterWrites(b *testing.B) {
 	user := operatorServiceAccount(b)
 	window := envDuration("BENCH_IDLE_WINDOW", 5*time.Minute)
 	time.Sleep(10 * time.Second) // the backup's first status, and the cluster's settling
-	writes, operatorWrites := 0, map[string]int{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(c), c); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("EtcdCluster status as the window opens: %s", statusJSON(b, c))
+	writes, operatorWrites, etcdCalls := 0, map[auditedWrite]int{}, map[string]float64{}
 	for i := 0; i < b.N; i++ {
+		callsBefore := etcdCallsServed(b, c)
 		start := time.Now()
 		last := c.ResourceVersion
 		deadline := time.Now().Add(window)
@@ -154,27 +161,90 @@ func BenchmarkIdleClusterWrites(b *testing.B) {
 			if c.ResourceVersion != last {
 				writes++
 				last = c.ResourceVersion
+				b.Logf("EtcdCluster written %s into the window: status now %s", time.Since(start).Round(time.Second), statusJSON(b, c))
 			}
 		}
-		for resource, n := range auditedWrites(b, user, start, time.Now()) {
-			operatorWrites[resource] += n
+		for write, n := range auditedWrites(b, user, start, time.Now()) {
+			operatorWrites[write] += n
+		}
+		for method, n := range etcdCallsServed(b, c) {
+			etcdCalls[method] += n - callsBefore[method]
 		}
 	}
-	// Renewing its leader-election Lease is the one write a running manager makes whatever the
-	// clusters do; counted apart from the writes its reconcilers make.
-	total, lease := 0, 0
-	for resource, n := range operatorWrites {
-		if strings.HasSuffix(resource, " leases") {
-			lease += n
-		} else {
+	// Writes for the idle cluster and its backup are those in its namespace. Renewing its
+	// leader-election Lease is the one write a running manager makes whatever the clusters do,
+	// and writes in other namespaces (a deleted namespace's last events, say) are not about the
+	// idle cluster: both are counted apart.
+	total, lease, elsewhere := 0, 0, 0
+	for write, n := range operatorWrites {
+		switch {
+		case write.namespace == ns:
 			total += n
+		case write.resource == "leases" && write.namespace == operatorNamespace:
+			lease += n
+		default:
+			elsewhere += n
 		}
 	}
-	b.Logf("writes by %s in the idle windows, by resource: %v", user, operatorWrites)
+	b.Logf("writes by %s in the idle windows: %v", user, operatorWrites)
 	b.ReportMetric(float64(writes)/float64(b.N), "writes/idle-window")
 	b.ReportMetric(float64(total)/float64(b.N), "operator-writes/idle-window")
 	b.ReportMetric(float64(lease)/float64(b.N), "leader-lease-writes/idle-window")
+	b.ReportMetric(float64(elsewhere)/float64(b.N), "other-namespace-writes/idle-window")
+	// Nothing but the operator calls these etcd members.
+	calls := 0.0
+	for _, n := range etcdCalls {
+		calls += n
+	}
+	maps.DeleteFunc(etcdCalls, func(_ string, n float64) bool { return n == 0 })
+	b.Logf("etcd calls served by the members in the idle windows, by method: %v", etcdCalls)
+	b.ReportMetric(calls/float64(b.N), "etcd-calls/idle-window")
 	b.ReportMetric(window.Seconds(), "window-s")
+}
+
+// etcdCallsServed sums, by gRPC method, the calls the cluster's members have handled, from
+// their metrics endpoints (pod IPs are routed to from this machine).
+func etcdCallsServed(b *testing.B, c *etcdv1alpha1.EtcdCluster) map[string]float64 {
+	pods := &corev1.PodList{}
+	if err := k8sClient.List(context.Background(), pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
+		b.Fatal(err)
+	}
+	calls := map[string]float64{}
+	for _, pod := range pods.Items {
+		resp, err := http.Get(fmt.Sprintf("http://%s:%d/metrics", pod.Status.PodIP, resources.MetricsPort))
+		if err != nil {
+			b.Fatalf("metrics of member %s: %v", pod.Name, err)
+		}
+		lines := bufio.NewScanner(resp.Body)
+		for lines.Scan() {
+			// grpc_server_handled_total{grpc_code="OK",grpc_method="Status",grpc_service="etcdserverpb.Maintenance",grpc_type="unary"} 12
+			line := lines.Text()
+			if !strings.HasPrefix(line, "grpc_server_handled_total{") {
+				continue
+			}
+			_, rest, _ := strings.Cut(line, `grpc_method="`)
+			method, _, _ := strings.Cut(rest, `"`)
+			fields := strings.Fields(line)
+			n, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if err != nil {
+				b.Fatalf("metrics of member %s: %q: %v", pod.Name, line, err)
+			}
+			calls[method] += n
+		}
+		resp.Body.Close()
+		if err := lines.Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return calls
+}
+
+func statusJSON(b *testing.B, c *etcdv1alpha1.EtcdCluster) string {
+	out, err := json.Marshal(c.Status)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(out)
 }
 
 // operatorServiceAccount is the user the deployed operator writes as.
@@ -186,22 +256,30 @@ func operatorServiceAccount(b *testing.B) string {
 	return "system:serviceaccount:" + operatorNamespace + ":" + d.Spec.Template.Spec.ServiceAccountName
 }
 
-// auditedWrites counts, by resource, the writes user made between from and to, from the API
-// server's audit log (hack/cluster/up.sh audits every service account's writes).
-func auditedWrites(b *testing.B, user string, from, to time.Time) map[string]int {
+// auditedWrite is one kind of write: a verb on a resource (with its subresource) in a namespace
+// ("" for cluster-scoped objects).
+type auditedWrite struct{ verb, resource, namespace string }
+
+func (w auditedWrite) String() string {
+	return w.verb + " " + w.resource + " in " + cmp.Or(w.namespace, "(cluster)")
+}
+
+// auditedWrites counts the writes user made between from and to, from the API server's audit
+// log (hack/cluster/up.sh audits every service account's writes).
+func auditedWrites(b *testing.B, user string, from, to time.Time) map[auditedWrite]int {
 	file, err := os.Open(envOr("E2E_AUDIT_LOG", "/var/lib/etcd-operator-cluster/audit.log"))
 	if err != nil {
 		b.Fatalf("the API server's audit log: %v (a cluster started before auditing was added: make cluster-down cluster-up)", err)
 	}
 	defer file.Close()
-	counts := map[string]int{}
+	counts := map[auditedWrite]int{}
 	lines := bufio.NewScanner(file)
 	lines.Buffer(make([]byte, 1<<20), 1<<20)
 	for lines.Scan() {
 		var event struct {
 			User                     struct{ Username string }
 			Verb                     string
-			ObjectRef                struct{ Resource, Subresource string }
+			ObjectRef                struct{ Resource, Subresource, Namespace string }
 			RequestReceivedTimestamp time.Time
 		}
 		if json.Unmarshal(lines.Bytes(), &event) != nil || event.User.Username != user ||
@@ -212,7 +290,7 @@ func auditedWrites(b *testing.B, user string, from, to time.Time) map[string]int
 		if event.ObjectRef.Subresource != "" {
 			resource += "/" + event.ObjectRef.Subresource
 		}
-		counts[event.Verb+" "+resource]++
+		counts[auditedWrite{verb: event.Verb, resource: resource, namespace: event.ObjectRef.Namespace}]++
 	}
 	return counts
 }
