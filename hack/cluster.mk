@@ -109,10 +109,13 @@ $(call cluster_tar,$(CLUSTER_LOCAL_PATH_IMAGE)): $(CLUSTER_LOCAL_PATH) $(CLUSTER
 	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_LOCAL_PATH_IMAGE) -o $@ -add $<:/local-path-provisioner \
 		-entrypoint /local-path-provisioner -user 65532:65532
 
+# imagebuilder arguments for Debian's busybox-static with every applet linked into /bin (expanded
+# by the shell when the recipe runs, after cluster-packages installed it).
+CLUSTER_BUSYBOX_FILES = -add /bin/busybox:/bin/busybox $$(/bin/busybox --list | grep -v -x busybox | sed 's|.*|-link /bin/&:busybox|')
+
 # Runs as root: the helper pods create and remove volume directories owned by root on the node.
 $(call cluster_tar,$(CLUSTER_BUSYBOX_IMAGE)): $(CLUSTER_IMAGEBUILDER) | cluster-packages
-	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_BUSYBOX_IMAGE) -o $@ -add /bin/busybox:/bin/busybox \
-		$$(/bin/busybox --list | grep -v -x busybox | sed 's|.*|-link /bin/&:busybox|') -cmd sh
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_BUSYBOX_IMAGE) -o $@ $(CLUSTER_BUSYBOX_FILES) -cmd sh
 
 # Laid out as the upstream etcd images are (binaries in /usr/local/bin, etcd as the command), so
 # that the operator's pod specs work with either.

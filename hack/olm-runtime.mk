@@ -69,16 +69,15 @@ $(call cluster_tar,$(OLM_RUNTIME_OPM_IMAGE)): $(OLM_RUNTIME_OPM) $(OLM_RUNTIME_G
 OLM_RUNTIME_INDEX_IMAGE ?= $(CLUSTER_REGISTRY)/opm-index:$(OLM_RUNTIME_OPM_VERSION)
 OLM_RUNTIME_UNPACK_IMAGE ?= $(CLUSTER_REGISTRY)/ubi9/ubi:9.7
 OLM_RUNTIME_RUN_BUNDLE_TARS := $(call cluster_tar,$(OLM_RUNTIME_INDEX_IMAGE)) $(call cluster_tar,$(OLM_RUNTIME_UNPACK_IMAGE))
-OLM_RUNTIME_BUSYBOX_LINKS = $$(/bin/busybox --list | grep -v -x busybox | sed 's|.*|-link /bin/&:busybox|')
 
 $(call cluster_tar,$(OLM_RUNTIME_INDEX_IMAGE)): $(OLM_RUNTIME_OPM) $(CLUSTER_IMAGEBUILDER) | cluster-packages
 	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_INDEX_IMAGE) -o $@ -add $(OLM_RUNTIME_OPM):/bin/opm \
-		-add /bin/busybox:/bin/busybox $(OLM_RUNTIME_BUSYBOX_LINKS) -add /dev/null:/configs/.indexignore:0644 \
+		$(CLUSTER_BUSYBOX_FILES) -add /dev/null:/configs/.indexignore:0644 \
 		-label operators.operatorframework.io.index.configs.v1=/configs -entrypoint /bin/opm -user 65532:65532
 
 $(call cluster_tar,$(OLM_RUNTIME_UNPACK_IMAGE)): $(CLUSTER_IMAGEBUILDER) | cluster-packages
 	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_UNPACK_IMAGE) -o $@ \
-		-add /bin/busybox:/bin/busybox $(OLM_RUNTIME_BUSYBOX_LINKS) -cmd sh -user 65532:65532
+		$(CLUSTER_BUSYBOX_FILES) -cmd sh -user 65532:65532
 
 .PHONY: olm-images
 olm-images: $(OLM_RUNTIME_TARS) ## Build OLM's binaries (bin/olm/) and its two images (olm, opm) into bin/images/.

@@ -139,6 +139,27 @@ make_pki() {
 	fi
 }
 
+# registry_config ADDR [CERT]: the local registry's configuration, listening on ADDR, over HTTPS
+# with CERT.crt and CERT.key when CERT is given. Every listener serves the same storage.
+registry_config() {
+	local addr=$1 cert=${2:-}
+	cat <<EOF
+version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $CLUSTER_DIR/registry
+  delete:
+    enabled: true
+http:
+  addr: $addr
+EOF
+	[[ -z $cert ]] || printf '  tls:\n    certificate: %s.crt\n    key: %s.key\n' "$cert" "$cert"
+}
+
 # put FILE: writes standard input to FILE unless FILE already has that content. kube-proxy
 # exits when its config file changes, so a rerun must leave unchanged files untouched.
 put() {
@@ -269,38 +290,9 @@ EOF
 }
 EOF
 
-	put "$CONF/registry.yml" <<EOF
-version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $CLUSTER_DIR/registry
-  delete:
-    enabled: true
-http:
-  addr: $CLUSTER_REGISTRY
-EOF
+	registry_config "$CLUSTER_REGISTRY" | put "$CONF/registry.yml"
 	# A second process over the same storage: the distribution registry serves one listener.
-	put "$CONF/registry-tls.yml" <<EOF
-version: 0.1
-log:
-  level: warn
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $CLUSTER_DIR/registry
-  delete:
-    enabled: true
-http:
-  addr: $CLUSTER_REGISTRY_TLS
-  tls:
-    certificate: $CLUSTER_PKI/registry.crt
-    key: $CLUSTER_PKI/registry.key
-EOF
+	registry_config "$CLUSTER_REGISTRY_TLS" "$CLUSTER_PKI/registry" | put "$CONF/registry-tls.yml"
 
 	# Pods with dnsPolicy Default (CoreDNS itself) get no upstream: nothing here resolves names
 	# outside the cluster.
