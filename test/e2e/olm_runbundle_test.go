@@ -50,6 +50,9 @@ func TestOperatorSDKRunBundleUpgradeAndCleanup(t *testing.T) {
 	if operatorSDK == "" || registryCA == "" || olmBundleRepository == "" || olmIndexImage == "" {
 		t.Fatal("E2E_OPERATOR_SDK, E2E_REGISTRY_CA, E2E_OLM_BUNDLE_REPOSITORY and E2E_OLM_INDEX_IMAGE must be set (make test-e2e sets them)")
 	}
+	if _, err := os.Stat(operatorSDK); err != nil {
+		t.Fatalf("operator-sdk: %v (make test-all builds it for the scorecard; alone: make %s)", err, operatorSDK)
+	}
 
 	// run bundle's catalog pod sets no runAsNonRoot, so it is admitted under baseline, not
 	// restricted; the operator's own pod would pass either.
