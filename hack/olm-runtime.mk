@@ -70,6 +70,24 @@ OLM_RUNTIME_INDEX_IMAGE ?= $(CLUSTER_REGISTRY)/opm-index:$(OLM_RUNTIME_OPM_VERSI
 OLM_RUNTIME_UNPACK_IMAGE ?= $(CLUSTER_REGISTRY)/ubi9/ubi:9.7
 OLM_RUNTIME_RUN_BUNDLE_TARS := $(call cluster_tar,$(OLM_RUNTIME_INDEX_IMAGE)) $(call cluster_tar,$(OLM_RUNTIME_UNPACK_IMAGE))
 
+# A test bundle one patch version past this tree's (v0.2.0 makes v0.2.1): this tree's bundle, the
+# same operator image, with only the CSV's name and version raised. The run-bundle e2e test starts
+# an upgrade to it while a backup runs, to see OLM hold the upgrade until the backup ends. It is
+# pushed to a repository of its own and never enters the catalog: it is not a release.
+OLM_RUNTIME_NEXT_VERSION := $(shell echo '$(VERSION)' | awk -F. '{ print $$1 "." $$2 "." $$3 + 1 }')
+OLM_RUNTIME_NEXT_BUNDLE_IMAGE ?= $(CLUSTER_REGISTRY)/etcd-operator-test-bundle:v$(OLM_RUNTIME_NEXT_VERSION)
+
+.PHONY: olm-next-bundle
+olm-next-bundle: ## Build and push the test bundle one patch version past this tree's (the same operator, never in the catalog).
+	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
+	cp -r bundle bundle.Dockerfile "$$work/" && \
+	csv="$$work/bundle/manifests/$(PACKAGE).clusterserviceversion.yaml" && \
+	sed -i -e 's/^  name: $(PACKAGE)\.v$(VERSION)$$/  name: $(PACKAGE).v$(OLM_RUNTIME_NEXT_VERSION)/' \
+		-e 's/^  version: $(VERSION)$$/  version: $(OLM_RUNTIME_NEXT_VERSION)/' "$$csv" && \
+	{ grep -qx '  name: $(PACKAGE).v$(OLM_RUNTIME_NEXT_VERSION)' "$$csv" && grep -qx '  version: $(OLM_RUNTIME_NEXT_VERSION)' "$$csv" || \
+		{ echo "bundle/ is not version $(VERSION): its CSV's name and version could not be raised" >&2; exit 1; }; } && \
+	$(MAKE) --no-print-directory bundle-build bundle-push BUNDLE_DIR="$$work" BUNDLE_IMG=$(OLM_RUNTIME_NEXT_BUNDLE_IMAGE)
+
 $(call cluster_tar,$(OLM_RUNTIME_INDEX_IMAGE)): $(OLM_RUNTIME_OPM) $(CLUSTER_IMAGEBUILDER) | cluster-packages
 	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_INDEX_IMAGE) -o $@ -add $(OLM_RUNTIME_OPM):/bin/opm \
 		$(CLUSTER_BUSYBOX_FILES) -add /dev/null:/configs/.indexignore:0644 \
@@ -106,7 +124,7 @@ olm-up: cluster-base-up olm-images ## Start OLM on the local cluster (starting t
 .PHONY: olm-catalog
 olm-catalog: olm-up cluster-operator-image release-images $(OLM_RUNTIME_RUN_BUNDLE_TARS) ## Push the operator, bundle and catalog images of this tree and of the earlier releases, and add the catalog to OLM as CatalogSource olm/etcd-operator-catalog.
 	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR) $(OLM_RELEASE_TARS) $(OLM_RUNTIME_RUN_BUNDLE_TARS)
-	$(MAKE) --no-print-directory release-push bundle-build bundle-push catalog-build catalog-push
+	$(MAKE) --no-print-directory release-push bundle-build bundle-push catalog-build catalog-push olm-next-bundle
 	unpacked=$$($(OLM_RUNTIME_KUBECTL) -n olm get jobs -l operatorframework.io/bundle-unpack-ref -o jsonpath='{.items[*].metadata.name}'); \
 	[ -z "$$unpacked" ] || $(OLM_RUNTIME_KUBECTL) -n olm delete jobs,configmaps $$unpacked --ignore-not-found
 	$(OLM_RUNTIME_KUBECTL) -n olm delete pods -l olm.catalogSource=$(OLM_RUNTIME_CATALOG_SOURCE) --ignore-not-found

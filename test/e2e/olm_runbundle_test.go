@@ -4,15 +4,20 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -33,6 +38,9 @@ var (
 	olmBundleRepository = os.Getenv("E2E_OLM_BUNDLE_REPOSITORY")
 	// An empty file-based catalog with sh and opm, for the catalog pod run bundle starts.
 	olmIndexImage = os.Getenv("E2E_OLM_INDEX_IMAGE")
+	// A test bundle one patch version past the channel's head, running the same operator
+	// (make olm-next-bundle): what an upgrade held by a running backup is an upgrade to.
+	olmNextBundleImage = os.Getenv("E2E_OLM_NEXT_BUNDLE_IMAGE")
 )
 
 // Each operator-sdk command waits for its CSV (or its deletions) this long at most.
@@ -47,8 +55,8 @@ func TestOperatorSDKRunBundleUpgradeAndCleanup(t *testing.T) {
 	if os.Getenv("E2E_OLM") != "1" {
 		t.Skip("set E2E_OLM=1 (after make olm-catalog) to run bundles with operator-sdk run bundle")
 	}
-	if operatorSDK == "" || registryCA == "" || olmBundleRepository == "" || olmIndexImage == "" {
-		t.Fatal("E2E_OPERATOR_SDK, E2E_REGISTRY_CA, E2E_OLM_BUNDLE_REPOSITORY and E2E_OLM_INDEX_IMAGE must be set (make test-e2e sets them)")
+	if operatorSDK == "" || registryCA == "" || olmBundleRepository == "" || olmIndexImage == "" || olmNextBundleImage == "" {
+		t.Fatal("E2E_OPERATOR_SDK, E2E_REGISTRY_CA, E2E_OLM_BUNDLE_REPOSITORY, E2E_OLM_INDEX_IMAGE and E2E_OLM_NEXT_BUNDLE_IMAGE must be set (make test-e2e sets them)")
 	}
 	if _, err := os.Stat(operatorSDK); err != nil {
 		t.Fatalf("operator-sdk: %v (make test-all builds it for the scorecard; alone: make %s)", err, operatorSDK)
@@ -102,6 +110,8 @@ func TestOperatorSDKRunBundleUpgradeAndCleanup(t *testing.T) {
 		t.Logf("run bundle-upgrade: %s Succeeded, running %s; %s is gone", head, newImage, oldest)
 	}
 
+	expectUpgradeHeldWhileBackupRuns(t, newCSV)
+
 	runOperatorSDK(t, "cleanup", olmPackage, "--namespace", namespace)
 	cleanedUp = true
 	expectNothingLeftOfRunBundle(t, namespace)
@@ -112,20 +122,171 @@ func bundleImage(csv string) string {
 	return olmBundleRepository + ":" + strings.TrimPrefix(csv, olmPackage+".")
 }
 
-// runOperatorSDK runs operator-sdk in a scratch directory (it leaves caches in its working
-// directory), trusting the HTTPS registry, and fails the test with its output if it fails.
+// expectUpgradeHeldWhileBackupRuns: while a backup runs, OLM does not start an upgrade of the
+// operator, and starts it once the backup has finished. The backup's claim names a StorageClass
+// that does not exist yet, so its Job is under way, its pod Pending, until the test makes that
+// class; then the backup completes. The upgrade is run bundle-upgrade to a bundle one patch
+// version past the running one.
+func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstructured) {
+	ctx := context.Background()
+	namespace, current := running.GetNamespace(), running.GetName()
+	next := olmPackage + ".v" + strings.TrimPrefix(olmNextBundleImage[strings.LastIndex(olmNextBundleImage, ":")+1:], "v")
+
+	cluster := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: namespace},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size: 1, Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+		},
+	}
+	create(t, cluster)
+	waitAvailable(t, cluster, 1)
+	class := "e2e-held-" + namespace
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "held-backups", Namespace: namespace},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: &class,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	create(t, claim)
+	backup := &etcdv1alpha1.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: namespace},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: cluster.Name, Destination: etcdv1alpha1.StorageLocation{
+			PVC: &etcdv1alpha1.PVCLocation{ClaimName: claim.Name},
+		}},
+	}
+	create(t, backup)
+	waitUpgradeable(t, namespace, current, "False", "BackupOrRestoreRunning")
+
+	// run bundle-upgrade waits for the new CSV to succeed, which it may only once the backup
+	// has ended: it runs meanwhile, and its outcome is read at the end.
+	upgraded := make(chan error, 1)
+	go func() {
+		out, err := operatorSDKOutput("run", "bundle-upgrade", olmNextBundleImage, "--namespace", namespace)
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, out)
+		}
+		upgraded <- err
+	}()
+	held := newObject(csvGVK, namespace, next)
+	waitForLong(t, "CSV "+next+" held Pending by OLM (OperatorConditionNotUpgradeable)", func(ctx context.Context) (bool, error) {
+		if len(upgraded) > 0 {
+			return false, fmt.Errorf("run bundle-upgrade ended while the backup runs: %v", <-upgraded)
+		}
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(held), held); err != nil {
+			return false, ignoreNotFound(err)
+		}
+		phase, _, _ := unstructured.NestedString(held.Object, "status", "phase")
+		reason, _, _ := unstructured.NestedString(held.Object, "status", "reason")
+		return phase == "Pending" && reason == "OperatorConditionNotUpgradeable", nil
+	})
+	if owner := operatorDeploymentOwner(t, running); owner != current {
+		t.Fatalf("while the backup runs, the operator Deployment belongs to %s, want %s", owner, current)
+	}
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(backup), backup); err != nil {
+		t.Fatal(err)
+	}
+	if backup.Status.Phase != etcdv1alpha1.BackupRunning {
+		t.Fatalf("backup %s is %s while its claim waits for its StorageClass, want Running", backup.Name, backup.Status.Phase)
+	}
+	t.Logf("%s held Pending while backup %s runs; %s still runs the operator", next, backup.Name, current)
+
+	createStorageClassLikeDefault(t, class)
+	waitBackupPhase(t, backup, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+	if backup.Status.Phase != etcdv1alpha1.BackupCompleted {
+		t.Fatalf("backup %s: %+v, want Completed", backup.Name, backup.Status)
+	}
+	select {
+	case err := <-upgraded:
+		if err != nil {
+			t.Fatalf("run bundle-upgrade to %s after the backup completed: %v", next, err)
+		}
+	case <-time.After(operatorSDKTimeout + 2*time.Minute):
+		t.Fatalf("run bundle-upgrade to %s has not ended %s after the backup completed", next, operatorSDKTimeout+2*time.Minute)
+	}
+	nextCSV := waitForCSVSucceeded(t, namespace, next)
+	waitForLong(t, "CSV "+current+" deleted after the held upgrade", func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(running), newObject(csvGVK, namespace, current))
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+	if owner := operatorDeploymentOwner(t, nextCSV); owner != next {
+		t.Errorf("after the upgrade, the operator Deployment belongs to %s, want %s", owner, next)
+	}
+	t.Logf("backup %s completed, then OLM upgraded to %s", backup.Name, next)
+
+	// Gone before operator-sdk cleanup removes the operator that would otherwise act on them.
+	for _, obj := range []client.Object{backup, cluster} {
+		if err := k8sClient.Delete(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// operatorDeploymentOwner is the CSV that owns the Deployment the CSV installs, by OLM's label.
+func operatorDeploymentOwner(t *testing.T, csv *unstructured.Unstructured) string {
+	t.Helper()
+	deployments, _, _ := unstructured.NestedSlice(csv.Object, "spec", "install", "spec", "deployments")
+	if len(deployments) != 1 {
+		t.Fatalf("CSV %s installs %d Deployments, want 1", csv.GetName(), len(deployments))
+	}
+	name, _ := deployments[0].(map[string]any)["name"].(string)
+	deployment := &appsv1.Deployment{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: csv.GetNamespace(), Name: name}, deployment); err != nil {
+		t.Fatal(err)
+	}
+	return deployment.Labels["olm.owner"]
+}
+
+// createStorageClassLikeDefault makes a StorageClass named name with the cluster's default
+// class's provisioner and settings, deleted when the test ends.
+func createStorageClassLikeDefault(t *testing.T, name string) {
+	t.Helper()
+	classes := &storagev1.StorageClassList{}
+	if err := k8sClient.List(context.Background(), classes); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(classes.Items, func(c storagev1.StorageClass) bool {
+		return c.Annotations["storageclass.kubernetes.io/is-default-class"] == "true"
+	})
+	if i < 0 {
+		t.Fatal("the cluster has no default StorageClass")
+	}
+	base := classes.Items[i]
+	class := &storagev1.StorageClass{
+		ObjectMeta:  metav1.ObjectMeta{Name: name},
+		Provisioner: base.Provisioner, Parameters: base.Parameters, ReclaimPolicy: base.ReclaimPolicy,
+		VolumeBindingMode: base.VolumeBindingMode, AllowVolumeExpansion: base.AllowVolumeExpansion,
+	}
+	create(t, class)
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), class) })
+}
+
+// runOperatorSDK runs operator-sdk and fails the test with its output if it fails.
 func runOperatorSDK(t *testing.T, args ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), operatorSDKTimeout+time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, operatorSDK, append(args, "--timeout", operatorSDKTimeout.String())...)
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+registryCA)
-	out, err := cmd.CombinedOutput()
+	out, err := operatorSDKOutput(args...)
 	if err != nil {
 		t.Fatalf("operator-sdk %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	t.Logf("operator-sdk %s:\n%s", strings.Join(args, " "), out)
+}
+
+// operatorSDKOutput runs operator-sdk in a scratch directory (it leaves caches in its working
+// directory), trusting the HTTPS registry, and returns its output.
+func operatorSDKOutput(args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), operatorSDKTimeout+time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "operator-sdk-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	cmd := exec.CommandContext(ctx, operatorSDK, append(args, "--timeout", operatorSDKTimeout.String())...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SSL_CERT_FILE="+registryCA)
+	return cmd.CombinedOutput()
 }
 
 // expectNothingLeftOfRunBundle waits until the namespace holds nothing of what run bundle and

@@ -211,22 +211,7 @@ func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 // backup's store does not exist, so its Job retries for half a minute and then fails.
 func expectUpgradeableWhileBackupRuns(t *testing.T, cluster *etcdv1alpha1.EtcdCluster, csv string) {
 	ctx := context.Background()
-	condition := newObject(operatorConditionGVK, cluster.Namespace, csv)
-	waitUpgradeable := func(status, reason string) {
-		waitForLong(t, "OperatorCondition "+csv+" Upgradeable="+status+" ("+reason+")", func(ctx context.Context) (bool, error) {
-			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(condition), condition); err != nil {
-				return false, ignoreNotFound(err)
-			}
-			conditions, _, _ := unstructured.NestedSlice(condition.Object, "spec", "conditions")
-			for _, c := range conditions {
-				if m, ok := c.(map[string]any); ok && m["type"] == "Upgradeable" {
-					return m["status"] == status && m["reason"] == reason, nil
-				}
-			}
-			return false, nil
-		})
-	}
-	waitUpgradeable("True", "NoBackupOrRestoreRunning")
+	waitUpgradeable(t, cluster.Namespace, csv, "True", "NoBackupOrRestoreRunning")
 
 	credentials := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "unreachable-s3", Namespace: cluster.Namespace},
@@ -244,14 +229,33 @@ func expectUpgradeableWhileBackupRuns(t *testing.T, cluster *etcdv1alpha1.EtcdCl
 			t.Fatal(err)
 		}
 	}
-	waitUpgradeable("False", "BackupOrRestoreRunning")
-	waitUpgradeable("True", "NoBackupOrRestoreRunning")
+	waitUpgradeable(t, cluster.Namespace, csv, "False", "BackupOrRestoreRunning")
+	waitUpgradeable(t, cluster.Namespace, csv, "True", "NoBackupOrRestoreRunning")
 	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(backup), backup); err != nil {
 		t.Fatal(err)
 	}
 	if backup.Status.Phase != etcdv1alpha1.BackupFailed {
 		t.Errorf("backup to a store that does not exist: phase %s, want Failed", backup.Status.Phase)
 	}
+}
+
+// waitUpgradeable waits until the operator of the CSV has set the Upgradeable condition of its
+// OperatorCondition to status, for reason.
+func waitUpgradeable(t *testing.T, namespace, csv, status, reason string) {
+	t.Helper()
+	condition := newObject(operatorConditionGVK, namespace, csv)
+	waitForLong(t, "OperatorCondition "+csv+" Upgradeable="+status+" ("+reason+")", func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(condition), condition); err != nil {
+			return false, ignoreNotFound(err)
+		}
+		conditions, _, _ := unstructured.NestedSlice(condition.Object, "spec", "conditions")
+		for _, c := range conditions {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Upgradeable" {
+				return m["status"] == status && m["reason"] == reason, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // A pod's incarnation: recreating the pod changes its UID, restarting a container its count.
