@@ -162,18 +162,20 @@ func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstru
 
 	// run bundle-upgrade waits for the new CSV to succeed, which it may only once the backup
 	// has ended: it runs meanwhile, and its outcome is read at the end.
-	upgraded := make(chan error, 1)
+	type outcome struct {
+		out []byte
+		err error
+	}
+	upgraded := make(chan outcome, 1)
 	go func() {
 		out, err := operatorSDKOutput("run", "bundle-upgrade", olmNextBundleImage, "--namespace", namespace)
-		if err != nil {
-			err = fmt.Errorf("%w\n%s", err, out)
-		}
-		upgraded <- err
+		upgraded <- outcome{out, err}
 	}()
 	held := newObject(csvGVK, namespace, next)
 	waitForLong(t, "CSV "+next+" held Pending by OLM (OperatorConditionNotUpgradeable)", func(ctx context.Context) (bool, error) {
 		if len(upgraded) > 0 {
-			return false, fmt.Errorf("run bundle-upgrade ended while the backup runs: %v", <-upgraded)
+			ended := <-upgraded
+			return false, fmt.Errorf("run bundle-upgrade ended while the backup runs (error: %v):\n%s", ended.err, ended.out)
 		}
 		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(held), held); err != nil {
 			return false, ignoreNotFound(err)
@@ -198,11 +200,15 @@ func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstru
 	if backup.Status.Phase != etcdv1alpha1.BackupCompleted {
 		t.Fatalf("backup %s: %+v, want Completed", backup.Name, backup.Status)
 	}
+	completed := time.Now().UTC()
 	select {
-	case err := <-upgraded:
-		if err != nil {
-			t.Fatalf("run bundle-upgrade to %s after the backup completed: %v", next, err)
+	case ended := <-upgraded:
+		if ended.err != nil {
+			t.Fatalf("run bundle-upgrade to %s after the backup completed: %v\n%s", next, ended.err, ended.out)
 		}
+		// Its log times each phase of the new CSV: how long OLM held it, and when it went on.
+		t.Logf("operator-sdk run bundle-upgrade %s (the backup was seen Completed at %s):\n%s",
+			olmNextBundleImage, completed.Format(time.RFC3339), ended.out)
 	case <-time.After(operatorSDKTimeout + 2*time.Minute):
 		t.Fatalf("run bundle-upgrade to %s has not ended %s after the backup completed", next, operatorSDKTimeout+2*time.Minute)
 	}
