@@ -220,7 +220,19 @@ func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstru
 	if owner := operatorDeploymentOwner(t, nextCSV); owner != next {
 		t.Errorf("after the upgrade, the operator Deployment belongs to %s, want %s", owner, next)
 	}
-	t.Logf("backup %s completed, then OLM upgraded to %s", backup.Name, next)
+	// OLM's record of the new CSV's phases says when it went past Pending: not before the backup
+	// had ended (both times are in whole seconds, from the one node's clock).
+	if backup.Status.LastBackup == nil {
+		t.Fatalf("backup %s is Completed without a lastBackup", backup.Name)
+	}
+	ended := backup.Status.LastBackup.CompletionTime.Time
+	if released := leftPending(nextCSV); released.IsZero() {
+		t.Errorf("CSV %s records no phase after Pending: %v", next, nextCSV.Object["status"])
+	} else if released.Before(ended) {
+		t.Errorf("CSV %s went past Pending at %s, before backup %s ended at %s", next, released, backup.Name, ended)
+	} else {
+		t.Logf("backup %s ended at %s; CSV %s went past Pending at %s", backup.Name, ended.Format(time.RFC3339), next, released.Format(time.RFC3339))
+	}
 
 	// Gone before operator-sdk cleanup removes the operator that would otherwise act on them.
 	for _, obj := range []client.Object{backup, cluster} {
@@ -228,6 +240,25 @@ func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstru
 			t.Fatal(err)
 		}
 	}
+}
+
+// leftPending is when the CSV's recorded phases first went on from Pending towards installing
+// (InstallReady, Installing or Succeeded), or zero if they never did.
+func leftPending(csv *unstructured.Unstructured) time.Time {
+	conditions, _, _ := unstructured.NestedSlice(csv.Object, "status", "conditions")
+	for _, c := range conditions {
+		m, _ := c.(map[string]any)
+		switch m["phase"] {
+		case "InstallReady", "Installing", "Succeeded":
+			at, _ := m["lastTransitionTime"].(string)
+			t, err := time.Parse(time.RFC3339, at)
+			if err != nil {
+				return time.Time{}
+			}
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // operatorDeploymentOwner is the CSV that owns the Deployment the CSV installs, by OLM's label.
