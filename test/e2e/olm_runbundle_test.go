@@ -130,7 +130,8 @@ func bundleImage(csv string) string {
 func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstructured) {
 	ctx := context.Background()
 	namespace, current := running.GetNamespace(), running.GetName()
-	next := olmPackage + ".v" + strings.TrimPrefix(olmNextBundleImage[strings.LastIndex(olmNextBundleImage, ":")+1:], "v")
+	// Bundle images are tagged v<version>, as their CSVs are named <package>.v<version>.
+	next := olmPackage + "." + olmNextBundleImage[strings.LastIndex(olmNextBundleImage, ":")+1:]
 
 	cluster := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: namespace},
@@ -142,15 +143,7 @@ func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstru
 	create(t, cluster)
 	waitAvailable(t, cluster, 1)
 	class := "e2e-held-" + namespace
-	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "held-backups", Namespace: namespace},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &class,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-		},
-	}
-	create(t, claim)
+	claim := createClaim(t, namespace, "held-backups", class)
 	backup := &etcdv1alpha1.EtcdBackup{
 		ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: namespace},
 		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: cluster.Name, Destination: etcdv1alpha1.StorageLocation{
@@ -161,14 +154,17 @@ func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstru
 	waitUpgradeable(t, namespace, current, "False", "BackupOrRestoreRunning")
 
 	// run bundle-upgrade waits for the new CSV to succeed, which it may only once the backup
-	// has ended: it runs meanwhile, and its outcome is read at the end.
+	// has ended: it runs meanwhile, and its outcome is read at the end. Should the test end
+	// first, it is stopped before operator-sdk cleanup runs (cleanups run last registered first).
 	type outcome struct {
 		out []byte
 		err error
 	}
 	upgraded := make(chan outcome, 1)
+	upgradeCtx, stopUpgrade := context.WithCancel(ctx)
+	t.Cleanup(stopUpgrade)
 	go func() {
-		out, err := operatorSDKOutput("run", "bundle-upgrade", olmNextBundleImage, "--namespace", namespace)
+		out, err := operatorSDKOutput(upgradeCtx, "run", "bundle-upgrade", olmNextBundleImage, "--namespace", namespace)
 		upgraded <- outcome{out, err}
 	}()
 	held := newObject(csvGVK, namespace, next)
@@ -200,15 +196,13 @@ func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstru
 	if backup.Status.Phase != etcdv1alpha1.BackupCompleted {
 		t.Fatalf("backup %s: %+v, want Completed", backup.Name, backup.Status)
 	}
-	completed := time.Now().UTC()
 	select {
 	case ended := <-upgraded:
 		if ended.err != nil {
 			t.Fatalf("run bundle-upgrade to %s after the backup completed: %v\n%s", next, ended.err, ended.out)
 		}
 		// Its log times each phase of the new CSV: how long OLM held it, and when it went on.
-		t.Logf("operator-sdk run bundle-upgrade %s (the backup was seen Completed at %s):\n%s",
-			olmNextBundleImage, completed.Format(time.RFC3339), ended.out)
+		t.Logf("operator-sdk run bundle-upgrade %s:\n%s", olmNextBundleImage, ended.out)
 	case <-time.After(operatorSDKTimeout + 2*time.Minute):
 		t.Fatalf("run bundle-upgrade to %s has not ended %s after the backup completed", next, operatorSDKTimeout+2*time.Minute)
 	}
@@ -264,11 +258,7 @@ func leftPending(csv *unstructured.Unstructured) time.Time {
 // operatorDeploymentOwner is the CSV that owns the Deployment the CSV installs, by OLM's label.
 func operatorDeploymentOwner(t *testing.T, csv *unstructured.Unstructured) string {
 	t.Helper()
-	deployments, _, _ := unstructured.NestedSlice(csv.Object, "spec", "install", "spec", "deployments")
-	if len(deployments) != 1 {
-		t.Fatalf("CSV %s installs %d Deployments, want 1", csv.GetName(), len(deployments))
-	}
-	name, _ := deployments[0].(map[string]any)["name"].(string)
+	name, _ := csvDeployment(t, csv)
 	deployment := &appsv1.Deployment{}
 	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: csv.GetNamespace(), Name: name}, deployment); err != nil {
 		t.Fatal(err)
@@ -303,7 +293,7 @@ func createStorageClassLikeDefault(t *testing.T, name string) {
 // runOperatorSDK runs operator-sdk and fails the test with its output if it fails.
 func runOperatorSDK(t *testing.T, args ...string) {
 	t.Helper()
-	out, err := operatorSDKOutput(args...)
+	out, err := operatorSDKOutput(context.Background(), args...)
 	if err != nil {
 		t.Fatalf("operator-sdk %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -311,9 +301,9 @@ func runOperatorSDK(t *testing.T, args ...string) {
 }
 
 // operatorSDKOutput runs operator-sdk in a scratch directory (it leaves caches in its working
-// directory), trusting the HTTPS registry, and returns its output.
-func operatorSDKOutput(args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), operatorSDKTimeout+time.Minute)
+// directory), trusting the HTTPS registry, and returns its output; cancelling ctx kills it.
+func operatorSDKOutput(ctx context.Context, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, operatorSDKTimeout+time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "operator-sdk-")
 	if err != nil {

@@ -434,12 +434,7 @@ func waitForCSVSucceeded(t *testing.T, namespace, name string) *unstructured.Uns
 // replica, and returns that image, which must be tagged with the CSV's version.
 func waitForOperatorRunning(t *testing.T, csv *unstructured.Unstructured) string {
 	t.Helper()
-	deployments, _, _ := unstructured.NestedSlice(csv.Object, "spec", "install", "spec", "deployments")
-	if len(deployments) != 1 {
-		t.Fatalf("CSV %s installs %d Deployments, want 1", csv.GetName(), len(deployments))
-	}
-	spec, _ := deployments[0].(map[string]any)
-	name, _ := spec["name"].(string)
+	name, spec := csvDeployment(t, csv)
 	containers, _, _ := unstructured.NestedSlice(spec, "spec", "template", "spec", "containers")
 	if len(containers) != 1 {
 		t.Fatalf("CSV %s: Deployment %s has %d containers, want 1", csv.GetName(), name, len(containers))
@@ -460,6 +455,18 @@ func waitForOperatorRunning(t *testing.T, csv *unstructured.Unstructured) string
 		return len(c) == 1 && c[0].Image == image && rolledOut(deployment), nil
 	})
 	return image
+}
+
+// csvDeployment is the name and the install spec of the one Deployment the CSV installs.
+func csvDeployment(t *testing.T, csv *unstructured.Unstructured) (string, map[string]any) {
+	t.Helper()
+	deployments, _, _ := unstructured.NestedSlice(csv.Object, "spec", "install", "spec", "deployments")
+	if len(deployments) != 1 {
+		t.Fatalf("CSV %s installs %d Deployments, want 1", csv.GetName(), len(deployments))
+	}
+	spec, _ := deployments[0].(map[string]any)
+	name, _ := spec["name"].(string)
+	return name, spec
 }
 
 // containsAll reports whether got has every field of want, with the same value; fields a newer

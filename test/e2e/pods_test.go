@@ -60,8 +60,9 @@ func runPod(t *testing.T, namespace, prefix, claim string, command ...string) st
 	return log
 }
 
-// createClaim makes a 1Gi claim on the cluster's default storage class.
-func createClaim(t *testing.T, namespace, name string) *corev1.PersistentVolumeClaim {
+// createClaim makes a 1Gi claim on the cluster's default storage class, or on the class named
+// by storageClass.
+func createClaim(t *testing.T, namespace, name string, storageClass ...string) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
@@ -69,6 +70,9 @@ func createClaim(t *testing.T, namespace, name string) *corev1.PersistentVolumeC
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
+	}
+	if len(storageClass) > 0 {
+		claim.Spec.StorageClassName = &storageClass[0]
 	}
 	if err := k8sClient.Create(context.Background(), claim); err != nil {
 		t.Fatal(err)
