@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -61,6 +62,9 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 	default:
 		err = fmt.Errorf("unknown step %q", step.Action)
 	}
+	if errors.Is(err, errStaleCache) {
+		return ctrl.Result{RequeueAfter: requeueAfterStep}, nil
+	}
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		// The namespace is being deleted, and the cluster with it: nothing can be created in it
 		// any more, and retrying would only hammer the API server until the cluster is gone.
@@ -85,16 +89,47 @@ func membersSuffix(step membership.Step) string {
 }
 
 // bootstrap creates size members that form the cluster together, all listed in one
-// --initial-cluster, with the plan recorded on each pod and claim.
+// --initial-cluster, with the plan recorded on each pod and claim. A bootstrap cannot be taken
+// back, so the decision, made from the cache, is confirmed first against the API server; and
+// the members' names come from the cluster's UID, so that a repeat makes the same members.
 func (r *EtcdClusterReconciler) bootstrap(ctx context.Context, c *etcdv1alpha1.EtcdCluster, size int) error {
-	names := make([]string, size)
-	for i := range names {
-		names[i] = resources.NewMemberName(c.Name)
+	if err := r.confirmNeverFormed(ctx, c); err != nil {
+		return err
 	}
+	names := resources.BootstrapMemberNames(c, size)
 	initial := resources.InitialCluster(c, names)
 	for _, name := range names {
 		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new"}, true); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// errStaleCache stops a step decided from a cache that the API server contradicts; the next
+// reconcile decides again from fresher objects.
+var errStaleCache = errors.New("the cache is behind the API server; deciding again")
+
+// confirmNeverFormed reads the cluster and its member pods and claims from the API server: a
+// cluster that has formed, or has members the cache does not show yet, is not bootstrapped.
+func (r *EtcdClusterReconciler) confirmNeverFormed(ctx context.Context, c *etcdv1alpha1.EtcdCluster) error {
+	if r.APIReader == nil {
+		return nil
+	}
+	live := &etcdv1alpha1.EtcdCluster{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(c), live); err != nil {
+		return fmt.Errorf("confirm the cluster never formed: %w", err)
+	}
+	if live.Status.ClusterID != "" {
+		return fmt.Errorf("status.clusterID is %s: %w", live.Status.ClusterID, errStaleCache)
+	}
+	selector := client.MatchingLabels(resources.Selector(c))
+	for _, list := range []client.ObjectList{&corev1.PodList{}, &corev1.PersistentVolumeClaimList{}} {
+		if err := r.APIReader.List(ctx, list, client.InNamespace(c.Namespace), selector, client.Limit(1)); err != nil {
+			return fmt.Errorf("confirm the cluster has no members yet: %w", err)
+		}
+		if meta.LenList(list) > 0 {
+			return fmt.Errorf("member objects exist that the cache does not show: %w", errStaleCache)
 		}
 	}
 	return nil
@@ -190,8 +225,6 @@ func (r *EtcdClusterReconciler) removeMember(ctx context.Context, c *etcdv1alpha
 	return r.deleteOrphans(ctx, c, obs, []string{step.Member})
 }
 
-// deleteOrphans deletes the pods of members no longer in etcd, and their claims as the
-// retention policy says; a retained claim is unlabelled so it no longer counts as a member.
 // stopMembers deletes members' pods and leaves their claims: their data stays until the
 // restored cluster serves.
 func (r *EtcdClusterReconciler) stopMembers(ctx context.Context, obs *observation, names []string) error {
@@ -205,10 +238,14 @@ func (r *EtcdClusterReconciler) stopMembers(ctx context.Context, obs *observatio
 	return nil
 }
 
+// deleteOrphans deletes the pods of members no longer in etcd, and their claims as the
+// retention policy says; a retained claim is unlabelled so it no longer counts as a member.
+// Each delete is conditional on the UID observed: it removes the object the decision was made
+// about, never a newer one of the same name that the cache does not show yet.
 func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
 	for _, name := range names {
 		if pod, ok := obs.pods[name]; ok && pod.DeletionTimestamp.IsZero() {
-			if err := r.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
 				return fmt.Errorf("delete pod %s: %w", name, err)
 			}
 		}
@@ -225,11 +262,20 @@ func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alph
 			}
 			continue
 		}
-		if err := r.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
+		if err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}); ignoreGone(err) != nil {
 			return fmt.Errorf("delete claim %s: %w", pvc.Name, err)
 		}
 	}
 	return nil
+}
+
+// ignoreGone ignores a delete whose object is gone, or is no longer the one observed (its
+// precondition failed): either way the next observation decides again.
+func ignoreGone(err error) error {
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 // upgradeMember changes the image of the member's pod in place: the kubelet restarts the

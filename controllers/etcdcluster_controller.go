@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,8 +35,13 @@ const (
 // changed one safe step at a time.
 type EtcdClusterReconciler struct {
 	client.Client
-	Recorder events.EventRecorder
-	Etcd     *etcd.Cache
+	// APIReader reads from the API server, not the cache: steps that cannot be taken back
+	// (a bootstrap, deleting a claim) are confirmed against it.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Clock is time.Now, replaced in tests.
+	Clock func() time.Time
+	Etcd  *etcd.Cache
 	// DefaultRepository is the etcd image repository when spec.repository is empty.
 	DefaultRepository string
 	// PodEnv is added to every etcd container (OLM's proxy settings).
@@ -53,7 +59,9 @@ type EtcdClusterReconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile observes one EtcdCluster, takes the one next safe step, and reports what it saw.
-func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// Status is written once, in the deferred patch, on every path: a reconcile that fails half-way
+// still says why in its conditions.
+func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	cluster := &etcdv1alpha1.EtcdCluster{}
 	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if client.IgnoreNotFound(err) == nil {
@@ -68,10 +76,13 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, nil
 	}
 	before := cluster.DeepCopy()
+	defer func() {
+		retErr = errors.Join(retErr, r.patchStatus(ctx, cluster, before))
+	}()
 
 	if reason, unsupported := unsupportedFeature(cluster); unsupported {
 		setUnsupportedConditions(cluster, reason)
-		return ctrl.Result{}, r.patchStatus(ctx, cluster, before)
+		return ctrl.Result{}, nil
 	}
 
 	access, err := r.etcdAccess(ctx, cluster)
@@ -80,28 +91,30 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.event(cluster, corev1.EventTypeWarning, accessErrorReason(err), "Configure", "%v", err)
 		if accessErrorReason(err) == etcdv1alpha1.ReasonInvalidSpec {
 			// The user must fix it; look again now and then rather than back off into hours.
-			return ctrl.Result{RequeueAfter: requeueSteady}, r.patchStatus(ctx, cluster, before)
+			return ctrl.Result{RequeueAfter: requeueSteady}, nil
 		}
-		return ctrl.Result{}, errors.Join(err, r.patchStatus(ctx, cluster, before))
+		return ctrl.Result{}, err
 	}
 	obs, err := r.observe(ctx, cluster, access)
+	if err == nil {
+		err = r.ensureServices(ctx, cluster)
+	}
+	if err == nil {
+		err = r.ensureDisruptionBudget(ctx, cluster, obs)
+	}
 	if err != nil {
+		setReconcileError(cluster, err)
 		return ctrl.Result{}, err
 	}
-	if err := r.ensureServices(ctx, cluster); err != nil {
-		return ctrl.Result{}, err
-	}
-	step := membership.Next(obs.decisionInput(cluster))
+	step := membership.Next(obs.decisionInput(cluster, r.now()))
 	result, actErr := r.act(ctx, cluster, obs, step)
 
 	report(cluster, obs, step, actErr)
-	if err := r.patchStatus(ctx, cluster, before); err != nil {
-		return ctrl.Result{}, err
-	}
+	r.announceDegraded(cluster, before)
 	if actErr != nil {
 		return result, actErr
 	}
-	return untilRenewal(result, cluster, time.Now()), nil
+	return untilRenewal(result, cluster, r.now()), nil
 }
 
 // untilRenewal brings the next reconcile forward to the earliest certificate renewal, so that
@@ -117,6 +130,13 @@ func untilRenewal(result ctrl.Result, c *etcdv1alpha1.EtcdCluster, now time.Time
 		}
 	}
 	return result
+}
+
+func (r *EtcdClusterReconciler) now() time.Time {
+	if r.Clock != nil {
+		return r.Clock()
+	}
+	return time.Now()
 }
 
 func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, cluster, before *etcdv1alpha1.EtcdCluster) error {
@@ -135,28 +155,43 @@ func unsupportedFeature(c *etcdv1alpha1.EtcdCluster) (string, bool) {
 	return "", false
 }
 
-// ensureServices creates the Services and the PodDisruptionBudget, and keeps the budget in
-// step with the size.
+// ensureServices creates the peer and client Services.
 func (r *EtcdClusterReconciler) ensureServices(ctx context.Context, c *etcdv1alpha1.EtcdCluster) error {
 	for _, desired := range []client.Object{resources.PeerService(c), resources.ClientService(c)} {
 		if err := r.createIfMissing(ctx, c, desired); err != nil {
 			return err
 		}
 	}
-	desired := resources.PodDisruptionBudget(c)
+	return nil
+}
+
+// ensureDisruptionBudget keeps the PodDisruptionBudget in step with the voters etcd has. While
+// etcd does not answer, the budget is left as it is: it protects the quorum last seen, and a
+// number guessed from the spec could only be lower than what a scale-down in progress needs.
+func (r *EtcdClusterReconciler) ensureDisruptionBudget(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
 	current := &policyv1.PodDisruptionBudget{}
-	err := r.Get(ctx, client.ObjectKeyFromObject(desired), current)
+	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, current)
 	switch {
 	case client.IgnoreNotFound(err) != nil:
 		return fmt.Errorf("get PodDisruptionBudget: %w", err)
 	case err != nil:
-		return r.createOwned(ctx, c, desired)
-	case current.Spec.MinAvailable.String() != desired.Spec.MinAvailable.String():
-		patch := client.MergeFrom(current.DeepCopy())
-		current.Spec.MinAvailable = desired.Spec.MinAvailable
-		if err := r.Patch(ctx, current, patch); err != nil {
-			return fmt.Errorf("update PodDisruptionBudget: %w", err)
+		voters := int(c.Spec.Size)
+		if obs.reachable {
+			voters = obs.voters()
 		}
+		return r.createOwned(ctx, c, resources.PodDisruptionBudget(c, voters))
+	case !obs.reachable:
+		return nil
+	}
+	desired := resources.PodDisruptionBudget(c, obs.voters())
+	if current.Spec.MinAvailable.String() == desired.Spec.MinAvailable.String() &&
+		equality.Semantic.DeepEqual(current.Spec.Selector, desired.Spec.Selector) {
+		return nil
+	}
+	patch := client.MergeFrom(current.DeepCopy())
+	current.Spec.MinAvailable, current.Spec.Selector = desired.Spec.MinAvailable, desired.Spec.Selector
+	if err := r.Patch(ctx, current, patch); err != nil {
+		return fmt.Errorf("update PodDisruptionBudget: %w", err)
 	}
 	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +32,8 @@ type observation struct {
 	statuses  map[uint64]etcd.MemberStatus
 	leaderID  uint64
 	client    etcd.Client
+	// unhealthy says, for each member etcd lists that is not healthy, why; see memberHealth.
+	unhealthy map[uint64]string
 
 	access      *access
 	authEnabled bool
@@ -37,10 +41,11 @@ type observation struct {
 
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster, a *access) (*observation, error) {
 	obs := &observation{
-		access:   a,
-		pods:     map[string]*corev1.Pod{},
-		pvcs:     map[string]*corev1.PersistentVolumeClaim{},
-		statuses: map[uint64]etcd.MemberStatus{},
+		access:    a,
+		pods:      map[string]*corev1.Pod{},
+		pvcs:      map[string]*corev1.PersistentVolumeClaim{},
+		statuses:  map[uint64]etcd.MemberStatus{},
+		unhealthy: map[uint64]string{},
 	}
 	selector := client.MatchingLabels(resources.Selector(c))
 	pods := &corev1.PodList{}
@@ -95,6 +100,109 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 			obs.leaderID = st.LeaderID
 		}
 	}
+	obs.unhealthy = memberHealth(c, obs)
+}
+
+// memberHealth is the one place that judges members' health, for the decision and for status
+// alike. Healthy is what the next step needs of the members that remain: etcd answers with no
+// error, the member has applied the log to within membership.MaxLagEntries of the leader's
+// (a member replaying after a restart answers long before it has caught up), and a voter's pod
+// is Ready (the client Service sends clients only to ready pods). It returns why each member
+// that is not healthy is not.
+func memberHealth(c *etcdv1alpha1.EtcdCluster, obs *observation) map[uint64]string {
+	leaderIndex := obs.statuses[obs.leaderID].RaftIndex
+	out := map[uint64]string{}
+	for _, m := range obs.members {
+		st, answered := obs.statuses[m.ID]
+		pod := obs.pods[memberName(c, m)]
+		switch {
+		case !answered && m.Name == "":
+			out[m.ID] = "not started yet"
+		case !answered:
+			out[m.ID] = "did not answer its status request"
+			if problem := podProblem(pod, nil); problem != "" {
+				out[m.ID] += ": " + problem
+			}
+		case len(st.Errors) > 0:
+			out[m.ID] = strings.Join(st.Errors, ", ")
+		case leaderIndex > st.RaftAppliedIndex+membership.MaxLagEntries:
+			// No indexes in the text: they move with every write, and status would move with them.
+			out[m.ID] = "catching up with the leader's log"
+		case !m.IsLearner && !podReady(pod):
+			out[m.ID] = "pod not ready"
+		}
+	}
+	return out
+}
+
+// voters is how many voting members etcd lists.
+func (obs *observation) voters() int {
+	n := 0
+	for _, m := range obs.members {
+		if !m.IsLearner {
+			n++
+		}
+	}
+	return n
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod == nil || !pod.DeletionTimestamp.IsZero() {
+		return false
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitingReasonsThatStick are container waiting reasons that do not resolve by themselves:
+// the member will not run until someone changes something.
+var waitingReasonsThatStick = []string{
+	"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+	"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff",
+}
+
+// podProblem says why a member's pod cannot run, from what the scheduler and the kubelet
+// recorded on it, or "" when nothing is known to be wrong. claim is the member's claim, when
+// it has one.
+func podProblem(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
+	if pod == nil {
+		return ""
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			problem := "Unschedulable: " + cond.Message
+			if claim != nil && claim.Status.Phase == corev1.ClaimPending {
+				problem += " (claim " + claim.Name + " is Pending)"
+			}
+			return problem
+		}
+	}
+	for _, st := range pod.Status.ContainerStatuses {
+		w := st.State.Waiting
+		if w == nil || !slices.Contains(waitingReasonsThatStick, w.Reason) {
+			continue
+		}
+		if w.Reason == "CrashLoopBackOff" {
+			// Not the kubelet's message or the restart count: both change at every restart.
+			problem := "CrashLoopBackOff"
+			if t := st.LastTerminationState.Terminated; t != nil {
+				problem += fmt.Sprintf(": last exit code %d (%s); see kubectl logs --previous %s", t.ExitCode, t.Reason, pod.Name)
+			}
+			return problem
+		}
+		if w.Message != "" {
+			return w.Reason + ": " + w.Message
+		}
+		return w.Reason
+	}
+	if pod.Status.Phase == corev1.PodFailed {
+		return "pod failed: " + pod.Status.Reason + " " + pod.Status.Message
+	}
+	return ""
 }
 
 // memberStatuses asks every member whose pod runs for its status, all at once: a member that
@@ -152,7 +260,7 @@ func memberName(c *etcdv1alpha1.EtcdCluster, m etcd.Member) string {
 }
 
 // decisionInput joins the observation, member by member, into what membership.Next needs.
-func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Observed {
+func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time) membership.Observed {
 	byName := map[string]*membership.Member{}
 	get := func(name string) *membership.Member {
 		if m, ok := byName[name]; ok {
@@ -170,7 +278,8 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Ob
 		m := get(name)
 		m.ID, m.Started, m.IsLearner = em.ID, em.Name != "", em.IsLearner
 		if st, ok := obs.statuses[em.ID]; ok {
-			m.Healthy = len(st.Errors) == 0
+			_, unhealthy := obs.unhealthy[em.ID]
+			m.Healthy = !unhealthy
 			m.Version = st.Version
 			m.RaftIndex = st.RaftIndex
 			m.DBSizeBytes, m.DBSizeInUseBytes = st.DBSizeBytes, st.DBSizeInUseBytes
@@ -183,6 +292,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Ob
 		m.PodTerminating = !pod.DeletionTimestamp.IsZero()
 		m.PodCreated = pod.CreationTimestamp.Time
 		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
+		m.PodProblem = podProblem(pod, obs.pvcs[name])
 	}
 	for name := range obs.pvcs {
 		get(name).PVCExists = true
@@ -197,6 +307,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster) membership.Ob
 	})
 
 	return membership.Observed{
+		Now:             now,
 		Reachable:       obs.reachable,
 		EverFormed:      obs.reachable || c.Status.ClusterID != "",
 		BootstrapPlan:   obs.bootstrapPlan(c),

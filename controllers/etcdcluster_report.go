@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -56,7 +57,7 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 	if v := lowestVersion(s.Members); v != "" {
 		s.CurrentVersion = v
 	}
-	setConditions(c, obs.reachable, voters, step, actErr)
+	setConditions(c, obs, voters, step, actErr)
 }
 
 func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha1.MemberStatus {
@@ -66,6 +67,7 @@ func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha
 		if name == "" {
 			continue
 		}
+		why, unhealthy := obs.unhealthy[em.ID]
 		ms := etcdv1alpha1.MemberStatus{
 			Name:      name,
 			ID:        em.IDString(),
@@ -73,22 +75,20 @@ func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha
 			ClientURL: first(em.ClientURLs),
 			IsLearner: em.IsLearner,
 			IsLeader:  em.ID == obs.leaderID,
+			Healthy:   !unhealthy,
+		}
+		if unhealthy {
+			ms.Errors = []string{why}
 		}
 		// Not the raft index, which moves with every write: status would be rewritten on every
 		// look at a busy cluster (etcdctl endpoint status shows it).
 		if st, ok := obs.statuses[em.ID]; ok {
-			ms.Healthy = len(st.Errors) == 0
 			ms.Version = st.Version
 			ms.DBSizeBytes = st.DBSizeBytes
 			ms.DBSizeInUseBytes = st.DBSizeInUseBytes
-			ms.Errors = slices.Clone(st.Errors)
 			for _, a := range st.Alarms {
 				ms.Errors = append(ms.Errors, "alarm: "+a)
 			}
-		} else if em.Name == "" {
-			ms.Errors = []string{"not started yet"}
-		} else {
-			ms.Errors = []string{"did not answer its status request"}
 		}
 		out = append(out, ms)
 	}
@@ -96,51 +96,108 @@ func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha
 	return out
 }
 
-func setConditions(c *etcdv1alpha1.EtcdCluster, reachable bool, voters int, step membership.Step, actErr error) {
+// setConditions sets the three conditions, each decided in its own function.
+func setConditions(c *etcdv1alpha1.EtcdCluster, obs *observation, voters int, step membership.Step, actErr error) {
+	quorate := obs.reachable && int(c.Status.ReadyMembers) >= membership.Quorum(voters)
+	notRunning := membersNotRunning(obs)
+	setAvailable(c, quorate, voters, readyMemberPods(obs))
+	setProgressing(c, step, actErr)
+	setDegraded(c, quorate, notRunning)
+}
+
+func setCondition(c *etcdv1alpha1.EtcdCluster, condType string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: c.Generation,
+	})
+}
+
+// setAvailable: clients are served only when a quorum of voters is healthy in etcd and as many
+// member pods are Ready, since the client Service sends clients to Ready pods alone.
+func setAvailable(c *etcdv1alpha1.EtcdCluster, quorate bool, voters, readyPods int) {
 	s := &c.Status
-	set := func(condType string, status metav1.ConditionStatus, reason, message string) {
-		meta.SetStatusCondition(&s.Conditions, metav1.Condition{
-			Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: c.Generation,
-		})
-	}
-	quorate := reachable && int(s.ReadyMembers) >= membership.Quorum(voters)
 	switch {
-	case quorate:
-		set(etcdv1alpha1.ConditionAvailable, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumHealthy,
+	case quorate && readyPods >= membership.Quorum(voters):
+		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumHealthy,
 			fmt.Sprintf("%d of %d voting members healthy; clients are served at %s", s.ReadyMembers, voters, s.ClientEndpoint))
+	case quorate:
+		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonMembersNotReady,
+			fmt.Sprintf("etcd has a healthy quorum, but only %d member pods are Ready: the client Service cannot reach a quorum yet", readyPods))
 	case s.ClusterID == "":
-		set(etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonBootstrapping, "the cluster has not formed yet")
+		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonBootstrapping, "the cluster has not formed yet")
 	default:
-		set(etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonQuorumLost,
+		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonQuorumLost,
 			fmt.Sprintf("fewer than a quorum of %d voting members answer; the operator takes no destructive action%s", voters, recoveryNote(c)))
 	}
+}
 
+// setProgressing says which change is under way, or that none is.
+func setProgressing(c *etcdv1alpha1.EtcdCluster, step membership.Step, actErr error) {
 	switch {
 	case actErr != nil:
-		set(etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, reasonOf(step), fmt.Sprintf("%s failed, will retry: %v", step.Action, actErr))
+		setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, reasonOf(step), fmt.Sprintf("%s failed, will retry: %v", step.Action, actErr))
 	case step.Operation == membership.OpPaused:
-		set(etcdv1alpha1.ConditionProgressing, metav1.ConditionFalse, etcdv1alpha1.ReasonPaused, step.Reason)
+		setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionFalse, etcdv1alpha1.ReasonPaused, step.Reason)
 	case step.Action == membership.Wait && slices.Contains([]string{membership.OpNone, membership.OpUnhealthy, membership.OpQuorumLost, membership.OpNoSpace}, step.Operation):
-		set(etcdv1alpha1.ConditionProgressing, metav1.ConditionFalse, etcdv1alpha1.ReasonReconciled, "no change under way")
+		setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionFalse, etcdv1alpha1.ReasonReconciled, "no change under way")
 	default:
-		set(etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, reasonOf(step), step.Reason+membersSuffix(step))
+		setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, reasonOf(step), step.Reason+membersSuffix(step))
 	}
+}
 
+// setDegraded names what needs attention, the worst first. It is False only when every member
+// the spec asks for runs and etcd reports each healthy.
+func setDegraded(c *etcdv1alpha1.EtcdCluster, quorate bool, notRunning []string) {
+	s := &c.Status
 	unhealthy := unhealthyMembers(s.Members)
 	alarms := alarmsOf(s.Members)
 	switch {
 	case s.ClusterID != "" && !quorate:
-		set(etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumLost,
-			"quorum is lost: see docs/concepts.md for recovery")
+		message := "quorum is lost: see docs/concepts.md for recovery"
+		if len(notRunning) > 0 {
+			message += "; members not running: " + strings.Join(notRunning, "; ")
+		}
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumLost, message)
+	case len(notRunning) > 0:
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonMembersNotRunning,
+			"members not running: "+strings.Join(notRunning, "; "))
 	case len(alarms) > 0:
-		set(etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonAlarm,
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonAlarm,
 			"etcd alarms raised: "+strings.Join(alarms, ", ")+"; see docs/concepts.md")
 	case len(unhealthy) > 0:
-		set(etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonMembersUnhealthy,
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonMembersUnhealthy,
 			"unhealthy members: "+strings.Join(unhealthy, "; "))
+	case s.ClusterID == "":
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionFalse, etcdv1alpha1.ReasonBootstrapping,
+			"the cluster has not formed yet; no member reports a problem")
+	case c.Spec.Size == 2:
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonNoFaultTolerance,
+			"a two-member cluster needs both members for quorum: it tolerates no failure, unlike 1 fewer or 1 more; use 3")
 	default:
-		set(etcdv1alpha1.ConditionDegraded, metav1.ConditionFalse, etcdv1alpha1.ReasonQuorumHealthy, "every member is healthy")
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionFalse, etcdv1alpha1.ReasonQuorumHealthy, "every member is healthy")
 	}
+}
+
+// membersNotRunning names every member pod that cannot run, and why, sorted by member name.
+func membersNotRunning(obs *observation) []string {
+	var out []string
+	for name, pod := range obs.pods {
+		if problem := podProblem(pod, obs.pvcs[name]); problem != "" {
+			out = append(out, name+": "+problem)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// readyMemberPods counts the member pods the client Service can send clients to.
+func readyMemberPods(obs *observation) int {
+	n := 0
+	for _, pod := range obs.pods {
+		if podReady(pod) {
+			n++
+		}
+	}
+	return n
 }
 
 func alarmsOf(members []etcdv1alpha1.MemberStatus) []string {
@@ -218,6 +275,27 @@ func setAccessError(c *etcdv1alpha1.EtcdCluster, err error) {
 		Type: etcdv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: accessErrorReason(err),
 		Message: err.Error(), ObservedGeneration: c.Generation,
 	})
+}
+
+// announceDegraded posts a Warning event when Degraded turns True or says something new, so
+// that the events tell what status says, once per change rather than at every look.
+func (r *EtcdClusterReconciler) announceDegraded(c, before *etcdv1alpha1.EtcdCluster) {
+	now := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+	was := meta.FindStatusCondition(before.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+	if now == nil || now.Status != metav1.ConditionTrue {
+		return
+	}
+	if was != nil && was.Status == now.Status && was.Reason == now.Reason && was.Message == now.Message {
+		return
+	}
+	r.event(c, corev1.EventTypeWarning, now.Reason, "Observe", "%s", now.Message)
+}
+
+// setReconcileError reports a reconcile that could not observe or prepare the cluster: the
+// conditions say why instead of keeping what an earlier reconcile saw.
+func setReconcileError(c *etcdv1alpha1.EtcdCluster, err error) {
+	setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, etcdv1alpha1.ReasonReconcileError,
+		"the operator could not read or prepare the cluster's objects, will retry: "+err.Error())
 }
 
 // setUnsupportedConditions reports a spec this build cannot run.

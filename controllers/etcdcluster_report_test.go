@@ -4,7 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/membership"
@@ -23,7 +25,7 @@ func TestConditionsTellQuorumLossAndTheUnimplementedRecovery(t *testing.T) {
 	c.Status.Members = []etcdv1alpha1.MemberStatus{{Name: "a"}, {Name: "b"}, {Name: "c", Healthy: true}}
 	c.Status.ReadyMembers = 1
 	c.Spec.QuorumLossRecovery.Policy = etcdv1alpha1.QuorumLossRecoveryForceNewCluster
-	setConditions(c, false, 3, membership.Step{Action: membership.Wait, Operation: membership.OpQuorumLost}, nil)
+	setConditions(c, &observation{}, 3, membership.Step{Action: membership.Wait, Operation: membership.OpQuorumLost}, nil)
 
 	available := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable)
 	if available.Status != "False" || available.Reason != etcdv1alpha1.ReasonQuorumLost || !strings.Contains(available.Message, "ForceNewCluster is not implemented") {
@@ -44,11 +46,114 @@ func TestAlarmsMakeTheClusterDegradedNotUnavailable(t *testing.T) {
 		c.Status.Members = append(c.Status.Members, etcdv1alpha1.MemberStatus{Name: name, Healthy: true, Errors: []string{"alarm: NOSPACE"}})
 	}
 	c.Status.ReadyMembers = 3
-	setConditions(c, true, 3, membership.Step{Action: membership.Defragment, Operation: membership.OpDefragmenting}, nil)
+	setConditions(c, withPods(&observation{reachable: true}, readyPod("a"), readyPod("b"), readyPod("c")), 3,
+		membership.Step{Action: membership.Defragment, Operation: membership.OpDefragmenting}, nil)
 	if !meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) {
 		t.Error("a NOSPACE cluster still serves reads: it must stay Available")
 	}
 	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d.Reason != etcdv1alpha1.ReasonAlarm || !strings.Contains(d.Message, "NOSPACE") {
+		t.Errorf("Degraded = %+v", d)
+	}
+}
+
+func withPods(obs *observation, pods ...*corev1.Pod) *observation {
+	obs.pods = map[string]*corev1.Pod{}
+	for _, p := range pods {
+		obs.pods[p.Name] = p
+	}
+	return obs
+}
+
+func readyPod(name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{
+		Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}}
+}
+
+func waitingPod(name, reason, message string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{
+		Phase: corev1.PodPending,
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd", State: corev1.ContainerState{
+			Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message},
+		}}},
+	}}
+}
+
+func unschedulablePod(name, message string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.PodStatus{
+		Phase: corev1.PodPending,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+			Reason: corev1.PodReasonUnschedulable, Message: message}},
+	}}
+}
+
+// Seen as a new user would: a version with no image, a StorageClass that does not exist, and
+// requests no node can meet all left the cluster "Degraded=False: every member is healthy"
+// while it never formed. Status must name the member and the cause, during bootstrap too.
+func TestMembersThatCannotRunAreNamedWithTheirCause(t *testing.T) {
+	pending := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-c"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}}
+	obs := withPods(&observation{},
+		waitingPod("a", "ImagePullBackOff", `Back-off pulling image "etcd:v3.6.99"`),
+		unschedulablePod("b", "0/1 nodes are available: 1 Insufficient cpu."),
+		unschedulablePod("c", `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims.`),
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d"}, Status: corev1.PodStatus{Phase: corev1.PodPending}},
+	)
+	obs.pvcs = map[string]*corev1.PersistentVolumeClaim{"c": pending}
+	c := &etcdv1alpha1.EtcdCluster{}
+	setConditions(c, obs, 0, membership.Step{Action: membership.Wait, Operation: membership.OpBootstrapping, Reason: "waiting"}, nil)
+
+	d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+	if d == nil || d.Status != metav1.ConditionTrue || d.Reason != etcdv1alpha1.ReasonMembersNotRunning {
+		t.Fatalf("Degraded = %+v, want True/MembersNotRunning", d)
+	}
+	for _, part := range []string{"a: ImagePullBackOff", "etcd:v3.6.99", "b: Unschedulable", "Insufficient cpu", "c: Unschedulable", "claim data-c is Pending"} {
+		if !strings.Contains(d.Message, part) {
+			t.Errorf("Degraded message %q does not say %q", d.Message, part)
+		}
+	}
+	if strings.Contains(d.Message, "d: ") {
+		t.Errorf("a pod merely starting is reported as a problem: %q", d.Message)
+	}
+}
+
+// A bootstrap where nothing is wrong yet is not Degraded, and does not claim health either.
+func TestAFormingClusterDoesNotClaimHealthyMembers(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{}
+	setConditions(c, withPods(&observation{}, readyPod("a")), 0, membership.Step{Action: membership.Wait, Operation: membership.OpBootstrapping, Reason: "waiting"}, nil)
+	d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+	if d.Status != metav1.ConditionFalse || strings.Contains(d.Message, "every member is healthy") {
+		t.Errorf("Degraded = %+v", d)
+	}
+}
+
+// Available means a client can be served: etcd's quorum is not enough while the client Service
+// has fewer than a quorum of Ready member pods to send clients to.
+func TestAvailableWaitsForReadyMemberPods(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{}
+	c.Status.ClusterID = "abc"
+	for _, name := range []string{"a", "b", "c"} {
+		c.Status.Members = append(c.Status.Members, etcdv1alpha1.MemberStatus{Name: name, Healthy: true})
+	}
+	c.Status.ReadyMembers = 3
+	notReady := func(name string) *corev1.Pod { p := readyPod(name); p.Status.Conditions = nil; return p }
+	setConditions(c, withPods(&observation{reachable: true}, readyPod("a"), notReady("b"), notReady("c")), 3, membership.Step{Action: membership.Wait}, nil)
+	if a := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable); a.Status != metav1.ConditionFalse || a.Reason != etcdv1alpha1.ReasonMembersNotReady {
+		t.Errorf("Available = %+v with one Ready member pod of three", a)
+	}
+	setConditions(c, withPods(&observation{reachable: true}, readyPod("a"), readyPod("b"), notReady("c")), 3, membership.Step{Action: membership.Wait}, nil)
+	if !meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) {
+		t.Error("two Ready member pods of three serve clients: Available must be True")
+	}
+}
+
+// A two-member cluster is allowed, and status says it tolerates no failure.
+func TestTwoMembersAreWarnedOf(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{Spec: etcdv1alpha1.EtcdClusterSpec{Size: 2}}
+	c.Status.ClusterID = "abc"
+	c.Status.Members = []etcdv1alpha1.MemberStatus{{Name: "a", Healthy: true}, {Name: "b", Healthy: true}}
+	c.Status.ReadyMembers = 2
+	setConditions(c, withPods(&observation{reachable: true}, readyPod("a"), readyPod("b")), 2, membership.Step{Action: membership.Wait}, nil)
+	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d.Reason != etcdv1alpha1.ReasonNoFaultTolerance {
 		t.Errorf("Degraded = %+v", d)
 	}
 }

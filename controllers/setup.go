@@ -33,6 +33,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}{
 		&EtcdClusterReconciler{
 			Client:            mgr.GetClient(),
+			APIReader:         mgr.GetAPIReader(),
 			Recorder:          mgr.GetEventRecorder("etcdcluster-controller"),
 			Etcd:              etcd.NewCache(),
 			DefaultRepository: opts.DefaultEtcdRepository,

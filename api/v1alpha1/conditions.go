@@ -14,9 +14,23 @@ const (
 	ConditionReady = "Ready"
 )
 
-// Condition reasons of EtcdCluster.
+// Condition reasons of EtcdCluster. The operations (ScalingUp, Upgrading, ...) are also the
+// names internal/membership gives its steps: this is their one definition.
 const (
 	ReasonBootstrapping     = "Bootstrapping"
+	ReasonRecoveringMembers = "RecoveringMembers"
+	ReasonEnablingAuth      = "EnablingAuth"
+	ReasonDefragmenting     = "Defragmenting"
+	// ReasonMembersNotRunning: a member's pod cannot run (unschedulable, image not pullable,
+	// crash-looping); the message names the member and the cause.
+	ReasonMembersNotRunning = "MembersNotRunning"
+	// ReasonMembersNotReady: etcd serves, but fewer than a quorum of member pods are Ready, so
+	// the client Service cannot send clients to a quorum.
+	ReasonMembersNotReady = "MembersNotReady"
+	// ReasonReconcileError: the operator could not read or write what it needs in Kubernetes.
+	ReasonReconcileError = "ReconcileError"
+	// ReasonNoFaultTolerance: a two-member cluster needs both members for quorum.
+	ReasonNoFaultTolerance  = "NoFaultTolerance"
 	ReasonQuorumHealthy     = "QuorumHealthy"
 	ReasonQuorumLost        = "QuorumLost"
 	ReasonMembersUnhealthy  = "MembersUnhealthy"

@@ -6,13 +6,21 @@
 //   - at most one membership change (add, promote, remove) per step;
 //   - never a step that leaves fewer healthy voters than a quorum of the voters that remain;
 //   - a member whose data is gone is removed and replaced, never restarted under its old ID;
-//   - a cluster that once formed is never bootstrapped again.
+//   - a cluster that once formed is never bootstrapped again;
+//   - "healthy" means what the next step needs of the members that remain: etcd answers with
+//     no error, the member has applied the log to within MaxLagEntries of the leader, and its
+//     pod is ready (clients reach it);
+//   - nothing waits forever on a member that cannot start: a learner whose pod never starts is
+//     removed after LearnerStartTimeout (learners do not count towards quorum), and a member
+//     stuck on a new version can be rolled back to the running one.
 package membership
 
 import (
 	"cmp"
 	"slices"
 	"time"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 )
 
 // Member joins what etcd, the pod and the claim say about one member, keyed by name.
@@ -23,7 +31,9 @@ type Member struct {
 	ID        uint64 // 0 when etcd does not list the member
 	Started   bool   // etcd knows the member's name: it has started at least once
 	IsLearner bool
-	Healthy   bool // answered its status call with no error or alarm
+	// Healthy: answered its status call with no error, caught up with the leader's log, and
+	// (voters) its pod is ready.
+	Healthy   bool
 	IsLeader  bool
 	Version   string // the etcd version it reports
 	RaftIndex uint64
@@ -36,7 +46,10 @@ type Member struct {
 	PodTerminating bool
 	PodCreated     time.Time
 	PodVersion     string // the etcd version of the pod's image
-	PVCExists      bool
+	// PodProblem says why the pod cannot run (unschedulable, image not pullable, crash-looping),
+	// or is empty.
+	PodProblem string
+	PVCExists  bool
 }
 
 // InEtcd says whether etcd lists the member.
@@ -44,6 +57,8 @@ func (m Member) InEtcd() bool { return m.ID != 0 }
 
 // Observed is everything the decision depends on.
 type Observed struct {
+	// Now is the time of the observation, for the bounded waits.
+	Now time.Time
 	// Reachable is true when etcd answered a member list: a quorum is serving.
 	Reachable bool
 	// EverFormed is true once the cluster has been seen formed (status.clusterID is set):
@@ -141,24 +156,33 @@ type Step struct {
 	Operation string
 }
 
-// Operation names, matching the EtcdCluster condition reasons.
+// Operation names: the EtcdCluster condition reasons they are reported under.
 const (
-	OpBootstrapping   = "Bootstrapping"
-	OpScalingUp       = "ScalingUp"
-	OpScalingDown     = "ScalingDown"
-	OpReplacingMember = "ReplacingMember"
-	OpPromoting       = "PromotingLearner"
-	OpUpgrading       = "Upgrading"
-	OpRecovering      = "RecoveringMembers"
-	OpQuorumLost      = "QuorumLost"
-	OpPaused          = "Paused"
-	OpRestoring       = "Restoring"
-	OpUnhealthy       = "MembersUnhealthy"
-	OpEnablingAuth    = "EnablingAuth"
-	OpDefragmenting   = "Defragmenting"
-	OpNoSpace         = "Alarm"
+	OpBootstrapping   = etcdv1alpha1.ReasonBootstrapping
+	OpScalingUp       = etcdv1alpha1.ReasonScalingUp
+	OpScalingDown     = etcdv1alpha1.ReasonScalingDown
+	OpReplacingMember = etcdv1alpha1.ReasonReplacingMember
+	OpPromoting       = etcdv1alpha1.ReasonPromotingLearner
+	OpUpgrading       = etcdv1alpha1.ReasonUpgrading
+	OpRecovering      = etcdv1alpha1.ReasonRecoveringMembers
+	OpQuorumLost      = etcdv1alpha1.ReasonQuorumLost
+	OpPaused          = etcdv1alpha1.ReasonPaused
+	OpRestoring       = etcdv1alpha1.ReasonRestoring
+	OpUnhealthy       = etcdv1alpha1.ReasonMembersUnhealthy
+	OpEnablingAuth    = etcdv1alpha1.ReasonEnablingAuth
+	OpDefragmenting   = etcdv1alpha1.ReasonDefragmenting
+	OpNoSpace         = etcdv1alpha1.ReasonAlarm
 	OpNone            = ""
 )
+
+// LearnerStartTimeout is how long a learner's pod may take to start before the learner is
+// removed again: long enough for an image pull and a slow volume, short enough that a pod that
+// can never run (unschedulable, no image) does not hold scale-down, upgrades or auth for good.
+const LearnerStartTimeout = 5 * time.Minute
+
+// MaxLagEntries is how far behind the leader's log a member may be and still count as caught
+// up: a few seconds of writes at most, while a member replaying after a restart is far behind.
+const MaxLagEntries = 1000
 
 // Quorum is the number of voters needed for a majority of n.
 func Quorum(n int) int { return n/2 + 1 }
@@ -313,13 +337,34 @@ func promoteLearner(o Observed) (Step, bool) {
 	for _, m := range o.Members {
 		if m.InEtcd() && m.IsLearner {
 			if !m.Started || !m.PodExists {
-				return Step{Action: Wait, Member: m.Name, Operation: OpPromoting, Reason: "waiting for the learner to start"}, true
+				return learnerNotStarted(o, m)
 			}
 			return Step{Action: PromoteLearner, Member: m.Name, MemberID: m.ID, Operation: OpPromoting,
 				Reason: "promoting the learner to a voting member"}, true
 		}
 	}
 	return Step{}, false
+}
+
+// learnerNotStarted waits for a learner's pod, for LearnerStartTimeout at most; then, or at
+// once when a scale-down makes the learner surplus, it removes the learner, which never costs
+// quorum. Its pod and claim go next, as orphans.
+func learnerNotStarted(o Observed, m Member) (Step, bool) {
+	surplus := count(o.Members, Member.InEtcd) > o.DesiredSize
+	timedOut := m.PodExists && o.Now.Sub(m.PodCreated) > LearnerStartTimeout
+	problem := ""
+	if m.PodProblem != "" {
+		problem = ": " + m.PodProblem
+	}
+	switch {
+	case surplus:
+		return Step{Action: RemoveMember, Member: m.Name, MemberID: m.ID, Operation: OpScalingDown,
+			Reason: "removing a learner that has not started, as the cluster is scaling down" + problem}, true
+	case timedOut:
+		return Step{Action: RemoveMember, Member: m.Name, MemberID: m.ID, Operation: OpPromoting,
+			Reason: "removing a learner whose pod did not start within " + LearnerStartTimeout.String() + problem}, true
+	}
+	return Step{Action: Wait, Member: m.Name, Operation: OpPromoting, Reason: "waiting for the learner to start" + problem}, true
 }
 
 func scaleUp(o Observed) (Step, bool) {
@@ -412,11 +457,25 @@ func upgrade(o Observed) (Step, bool) {
 	}
 	for _, m := range inEtcd {
 		if m.PodVersion == o.DesiredVersion && (m.Version != o.DesiredVersion || !m.Healthy) {
+			if m.PodProblem != "" {
+				return Step{Action: Wait, Member: m.Name, Operation: OpUpgrading,
+					Reason: "upgrade halted: the member cannot run version " + o.DesiredVersion + ": " + m.PodProblem +
+						"; fix the cause, or set spec.version back to the version the other members run"}, true
+			}
 			return Step{Action: Wait, Member: m.Name, Operation: OpUpgrading,
 				Reason: "waiting for the upgraded member to report the new version and be healthy"}, true
 		}
 	}
-	if slices.ContainsFunc(inEtcd, func(m Member) bool { return !m.Healthy }) {
+	unhealthy := filter(inEtcd, func(m Member) bool { return !m.Healthy })
+	if len(unhealthy) == 1 && unhealthy[0].PodVersion != o.DesiredVersion && unhealthy[0].PodProblem != "" {
+		// The one member down cannot run as it is and is itself due for a change of version (a
+		// rollback of a stuck upgrade, or a member crash-looping on the old version):
+		// restarting it costs no availability.
+		m := unhealthy[0]
+		return Step{Action: UpgradeMember, Member: m.Name, MemberID: m.ID, Operation: OpUpgrading,
+			Reason: "restarting the unavailable member on version " + o.DesiredVersion}, true
+	}
+	if len(unhealthy) > 0 {
 		return Step{Action: Wait, Operation: OpUpgrading, Reason: "waiting for every member to be healthy before the next upgrade step"}, true
 	}
 	next := slices.MinFunc(pending, func(a, b Member) int {
@@ -457,6 +516,13 @@ func maintainSpace(o Observed) (Step, bool) {
 			return cmp.Or(boolFirst(!a.IsLeader, !b.IsLeader),
 				cmp.Compare(b.DBSizeBytes-b.DBSizeInUseBytes, a.DBSizeBytes-a.DBSizeInUseBytes))
 		})
+		if m.IsLeader {
+			// Defragmenting blocks the member; a blocked leader stalls every write.
+			if target, ok := bestTransferee(o.Members, m); ok {
+				return Step{Action: MoveLeader, Member: m.Name, MemberID: m.ID, Target: target.ID, Operation: OpDefragmenting,
+					Reason: "moving leadership off the member to be defragmented"}, true
+			}
+		}
 		return Step{Action: Defragment, Member: m.Name, MemberID: m.ID, Operation: OpDefragmenting,
 			Reason: "defragmenting the member's database to give back free space"}, true
 	}

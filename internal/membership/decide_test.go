@@ -2,6 +2,7 @@ package membership
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -145,6 +146,23 @@ func TestNext(t *testing.T) {
 			o.DesiredSize = 5
 			return o
 		}(), Step{Action: Wait, Member: "d"}},
+		{"a learner whose pod never starts is removed after the start timeout", func() Observed {
+			stuck := Member{Name: "d", ID: 4, IsLearner: true, PodExists: true, PVCExists: true, PodCreated: t0,
+				PodProblem: "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu"}
+			o := formed(append(three(), stuck)...)
+			o.DesiredSize, o.Now = 5, t0.Add(LearnerStartTimeout+time.Second)
+			return o
+		}(), Step{Action: RemoveMember, Member: "d", MemberID: 4}},
+		{"a learner not yet started is waited for within the timeout", func() Observed {
+			o := formed(append(three(), Member{Name: "d", ID: 4, IsLearner: true, PodExists: true, PVCExists: true, PodCreated: t0})...)
+			o.DesiredSize, o.Now = 5, t0.Add(LearnerStartTimeout-time.Second)
+			return o
+		}(), Step{Action: Wait, Member: "d"}},
+		{"a learner that never started does not hold a scale-down", func() Observed {
+			o := formed(append(three(), Member{Name: "d", ID: 4, IsLearner: true, PodExists: true, PVCExists: true, PodCreated: t0})...)
+			o.DesiredSize, o.Now = 3, t0.Add(time.Second)
+			return o
+		}(), Step{Action: RemoveMember, Member: "d", MemberID: 4}},
 		{"started learner is promoted before another is added", func() Observed {
 			o := formed(append(three(), with(healthy("d", 4), func(m *Member) { m.IsLearner = true }))...)
 			o.DesiredSize = 5
@@ -224,6 +242,19 @@ func TestNext(t *testing.T) {
 			o.DesiredVersion = "3.7.3"
 			return o
 		}(), Step{Action: UpgradeMember, Member: "a", MemberID: 1}},
+		{"an upgrade stuck on a member that cannot run the new version halts there", func() Observed {
+			o := formed(leader(healthy("a", 1)), with(down(healthy("b", 2)), func(m *Member) {
+				m.PodVersion, m.PodProblem = "3.7.3", "ImagePullBackOff: etcd:v3.7.3 not found"
+			}), healthy("c", 3))
+			o.DesiredVersion = "3.7.3"
+			return o
+		}(), Step{Action: Wait, Member: "b"}},
+		{"a stuck upgrade taken back: the stuck member returns to the running version", func() Observed {
+			o := formed(leader(healthy("a", 1)), with(down(healthy("b", 2)), func(m *Member) {
+				m.PodVersion, m.PodProblem = "3.7.3", "ImagePullBackOff: etcd:v3.7.3 not found"
+			}), healthy("c", 3))
+			return o
+		}(), Step{Action: UpgradeMember, Member: "b", MemberID: 2}},
 		{"upgrade paused by an unhealthy member", func() Observed {
 			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
 			o.DesiredVersion = "3.7.3"
@@ -243,8 +274,13 @@ func TestNext(t *testing.T) {
 			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}
 			return o
 		}(), Step{Action: Defragment, Member: "c", MemberID: 3}},
-		{"the leader is defragmented last", func() Observed {
+		{"the leader is defragmented last, after leadership has moved off it", func() Observed {
 			o := formed(leader(fragmented(healthy("a", 1), 400, 100)), fragmented(healthy("b", 2), 300, 290), healthy("c", 3))
+			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}
+			return o
+		}(), Step{Action: MoveLeader, Member: "a", MemberID: 1, Target: 2}},
+		{"a single member is defragmented in place", func() Observed {
+			o := formed(leader(fragmented(healthy("a", 1), 400, 100)))
 			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}
 			return o
 		}(), Step{Action: Defragment, Member: "a", MemberID: 1}},
@@ -293,6 +329,20 @@ func TestNext(t *testing.T) {
 				t.Errorf("step %s has no reason to report", got.Action)
 			}
 		})
+	}
+}
+
+// A halted upgrade says which member and why, and how to get out of it.
+func TestHaltedUpgradeNamesTheCauseAndTheWayBack(t *testing.T) {
+	o := formed(leader(healthy("a", 1)), with(down(healthy("b", 2)), func(m *Member) {
+		m.PodVersion, m.PodProblem = "3.7.3", "ImagePullBackOff: etcd:v3.7.3 not found"
+	}), healthy("c", 3))
+	o.DesiredVersion = "3.7.3"
+	got := Next(o)
+	for _, part := range []string{"ImagePullBackOff", "spec.version back"} {
+		if !strings.Contains(got.Reason, part) {
+			t.Errorf("reason %q does not mention %q", got.Reason, part)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -90,18 +91,15 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: agent.EtcdTLSDir, ReadOnly: true})
 	}
 
-	labels := map[string]string{
-		LabelName: managerName + "-agent", LabelManagedBy: managerName,
-		LabelBackup: b.Name, LabelCluster: c.Name,
-	}
+	podLabels := agentPodLabels(LabelBackup, b.Name)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        BackupJobName(b.Name, scheduledFor),
 			Namespace:   b.Namespace,
-			Labels:      labels,
+			Labels:      agentJobLabels(podLabels, c),
 			Annotations: map[string]string{AnnotationScheduledFor: scheduledFor.UTC().Format(time.RFC3339)},
 		},
-		Spec: agentJobSpec(labels, corev1.Container{
+		Spec: agentJobSpec(podLabels, corev1.Container{
 			Name:         BackupContainer,
 			Image:        image,
 			Args:         []string{"agent", "backup"},
@@ -153,10 +151,7 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 	}})
 	data := corev1.VolumeMount{Name: dataVolume, MountPath: dataMount}
 
-	labels := map[string]string{
-		LabelName: managerName + "-agent", LabelManagedBy: managerName,
-		LabelRestore: r.Name, LabelCluster: c.Name,
-	}
+	podLabels := agentPodLabels(LabelRestore, r.Name)
 	fetch := agentContainer(corev1.Container{
 		Name: RestoreFetchContainer, Image: agentImage, Args: []string{"agent", "restore-fetch"},
 		Env: env, VolumeMounts: append(mounts, data),
@@ -183,12 +178,26 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 		Name: RestoreInstallContainer, Image: agentImage, Args: []string{"agent", "restore-install"},
 		VolumeMounts: []corev1.VolumeMount{data},
 	})
-	spec := agentJobSpec(labels, install, volumes)
+	spec := agentJobSpec(podLabels, install, volumes)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore}
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: RestoreJobName(r.Name), Namespace: r.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: RestoreJobName(r.Name), Namespace: r.Namespace, Labels: agentJobLabels(podLabels, c)},
 		Spec:       spec,
 	}, nil
+}
+
+// agentPodLabels label an agent Job's pods with what they run for (kind is LabelBackup or
+// LabelRestore), and never with LabelCluster: the member Services and the disruption budget
+// select by it, and an agent pod counted as a member would let a drain evict a real one.
+func agentPodLabels(kind, name string) map[string]string {
+	return map[string]string{LabelName: managerName + "-agent", LabelManagedBy: managerName, kind: name}
+}
+
+// agentJobLabels are the pods' labels plus the cluster the Job serves, on the Job object only.
+func agentJobLabels(podLabels map[string]string, c *etcdv1alpha1.EtcdCluster) map[string]string {
+	l := maps.Clone(podLabels)
+	l[LabelCluster] = c.Name
+	return l
 }
 
 // agentJobSpec wraps the agent container in a Job that passes the restricted Pod Security

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
@@ -112,5 +113,43 @@ func TestBackupJobNamesFitAndDifferPerRun(t *testing.T) {
 	}
 	if BackupJobName(long, at) == BackupJobName(strings.Repeat("b", 252)+"c", at) {
 		t.Errorf("two backups whose names differ late share a Job name")
+	}
+}
+
+// Only members are members: the client and peer Services and the disruption budget must never
+// select an agent pod, or a drain during a backup may evict a member the budget thought spare.
+func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
+	c := testCluster()
+	backup, err := BackupJob(testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}), c, "img", time.Now(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
+		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", "etcd", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdb, err := metav1.LabelSelectorAsSelector(PodDisruptionBudget(c, 3).Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	selectors := map[string]labels.Selector{
+		"client Service": labels.SelectorFromSet(ClientService(c).Spec.Selector),
+		"peer Service":   labels.SelectorFromSet(PeerService(c).Spec.Selector),
+		"budget":         pdb,
+	}
+	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, "etcd", nil)
+	for what, sel := range selectors {
+		if !sel.Matches(labels.Set(member.Labels)) {
+			t.Errorf("the %s does not select member pod labels %v", what, member.Labels)
+		}
+		for job, tmpl := range map[string]map[string]string{"backup": backup.Spec.Template.Labels, "restore": restore.Spec.Template.Labels} {
+			if sel.Matches(labels.Set(tmpl)) {
+				t.Errorf("the %s selects the %s Job's pods (labels %v)", what, job, tmpl)
+			}
+		}
+	}
+	if backup.Labels[LabelCluster] != "prod" || restore.Labels[LabelCluster] != "prod" {
+		t.Errorf("the Jobs themselves still say which cluster they serve: %v, %v", backup.Labels, restore.Labels)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -64,6 +65,20 @@ func NewMemberName(cluster string) string {
 		panic(fmt.Sprintf("crypto/rand: %v", err))
 	}
 	return memberName(cluster, b)
+}
+
+// BootstrapMemberNames are the names of the members that first form the cluster, derived from
+// its UID: a bootstrap repeated from a stale cache (which did not yet show the first one's
+// pods) makes the very same members, never a second cluster beside the first.
+func BootstrapMemberNames(c *etcdv1alpha1.EtcdCluster, size int) []string {
+	names := make([]string, 0, size)
+	for i := 0; len(names) < size; i++ {
+		sum := sha256.Sum256(fmt.Appendf(nil, "%s/bootstrap/%d", c.UID, i))
+		if name := memberName(c.Name, sum[:5]); !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // SeedMemberName is the first member of a cluster restored from a snapshot, derived from the

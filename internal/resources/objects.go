@@ -132,7 +132,7 @@ func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository 
 			{Name: "peer", ContainerPort: PeerPort, Protocol: corev1.ProtocolTCP},
 			{Name: "metrics", ContainerPort: MetricsPort, Protocol: corev1.ProtocolTCP},
 		},
-		Resources: c.Spec.PodTemplate.Resources,
+		Resources: memberResources(c),
 		// etcd's own health endpoints, on the plain-HTTP metrics listener so that probes need
 		// no client certificate. A learner is not ready (it cannot serve linearizable reads),
 		// so the client Service only sends clients to voting members.
@@ -144,6 +144,51 @@ func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository 
 		VolumeMounts:    []corev1.VolumeMount{{Name: dataVolume, MountPath: dataMount}},
 		SecurityContext: restrictedContainer(),
 	}
+}
+
+// Default member resources: a floor that keeps members out of the BestEffort class, the first
+// evicted under node pressure. No CPU limit: throttling etcd stalls heartbeats and elections.
+var (
+	defaultMemberCPURequest    = resource.MustParse("100m")
+	defaultMemberMemoryRequest = resource.MustParse("256Mi")
+	// memoryLimitOverQuota is the room above the backend quota for etcd's index, raft log and
+	// request buffers: the quota bounds the database, which etcd maps into memory.
+	memoryLimitOverQuota = resource.MustParse("1Gi")
+)
+
+// memberResources are spec.podTemplate.resources with the defaults filled in where they are
+// unset: requests so that members are never BestEffort, and a memory limit of the backend
+// quota plus room (never below the memory request), so that namespaces whose ResourceQuota
+// demands limits admit the members.
+func memberResources(c *etcdv1alpha1.EtcdCluster) corev1.ResourceRequirements {
+	r := *c.Spec.PodTemplate.Resources.DeepCopy()
+	if r.Requests == nil {
+		r.Requests = corev1.ResourceList{}
+	}
+	if r.Limits == nil {
+		r.Limits = corev1.ResourceList{}
+	}
+	if _, ok := r.Requests[corev1.ResourceCPU]; !ok {
+		if limit, limited := r.Limits[corev1.ResourceCPU]; !limited || limit.Cmp(defaultMemberCPURequest) >= 0 {
+			r.Requests[corev1.ResourceCPU] = defaultMemberCPURequest
+		}
+	}
+	if _, ok := r.Limits[corev1.ResourceMemory]; !ok {
+		limit := *resource.NewQuantity(QuotaBackendBytes(c), resource.BinarySI)
+		limit.Add(memoryLimitOverQuota)
+		if request, ok := r.Requests[corev1.ResourceMemory]; ok && request.Cmp(limit) > 0 {
+			limit = request
+		}
+		r.Limits[corev1.ResourceMemory] = limit
+	}
+	if _, ok := r.Requests[corev1.ResourceMemory]; !ok {
+		request := defaultMemberMemoryRequest
+		if limit := r.Limits[corev1.ResourceMemory]; limit.Cmp(request) < 0 {
+			request = limit
+		}
+		r.Requests[corev1.ResourceMemory] = request
+	}
+	return r
 }
 
 // restrictedContainer meets the restricted Pod Security profile, with a read-only root.
@@ -185,9 +230,7 @@ func etcdArgs(c *etcdv1alpha1.EtcdCluster, m MemberSpec) []string {
 		"--initial-cluster-token=" + string(c.UID),
 	}
 	args = append(args, tlsArgs(c)...)
-	if t.QuotaBackendBytes != nil {
-		args = append(args, "--quota-backend-bytes="+strconv.FormatInt(t.QuotaBackendBytes.Value(), 10))
-	}
+	args = append(args, "--quota-backend-bytes="+strconv.FormatInt(QuotaBackendBytes(c), 10))
 	if t.AutoCompactionMode != "" {
 		args = append(args, "--auto-compaction-mode="+t.AutoCompactionMode)
 	}
@@ -306,16 +349,21 @@ func ClientService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
 }
 
 // PodDisruptionBudget allows at most one voluntary disruption, and none that would leave
-// fewer than a quorum: minAvailable = max(size-1, size/2+1). A one-member cluster therefore
-// blocks eviction; scale it up before draining its node.
-func PodDisruptionBudget(c *etcdv1alpha1.EtcdCluster) *policyv1.PodDisruptionBudget {
-	size := int(c.Spec.Size)
-	minAvailable := max(size-1, size/2+1)
+// fewer than a quorum: minAvailable = max(voters-1, voters/2+1), where voters is how many
+// voting members etcd has — not spec.size, which during a scale-down or while a member is
+// being replaced is smaller than the quorum etcd actually needs. A one-member cluster
+// therefore blocks eviction; scale it up before draining its node. It selects member pods
+// only (they alone carry LabelMember).
+func PodDisruptionBudget(c *etcdv1alpha1.EtcdCluster, voters int) *policyv1.PodDisruptionBudget {
+	minAvailable := max(voters-1, voters/2+1)
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: ClusterLabels(c)},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: ptr.To(intstr.FromInt(minAvailable)),
-			Selector:     &metav1.LabelSelector{MatchLabels: Selector(c)},
+			Selector: &metav1.LabelSelector{
+				MatchLabels:      Selector(c),
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: LabelMember, Operator: metav1.LabelSelectorOpExists}},
+			},
 			// A member that is not ready (crash-looping, catching up) may be evicted: that
 			// cannot cost quorum, and it unblocks drains of broken nodes.
 			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -99,9 +101,7 @@ func TestUserLabelsCannotOverrideTheOperators(t *testing.T) {
 
 func TestPodDisruptionBudgetNeverAllowsLosingQuorum(t *testing.T) {
 	for size, want := range map[int32]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 4, 7: 6, 9: 8} {
-		c := testCluster()
-		c.Spec.Size = size
-		got := PodDisruptionBudget(c).Spec.MinAvailable.IntValue()
+		got := PodDisruptionBudget(testCluster(), int(size)).Spec.MinAvailable.IntValue()
 		if got != want {
 			t.Errorf("size %d: minAvailable %d, want %d", size, got, want)
 		}
@@ -116,5 +116,48 @@ func TestVersionOfForeignImageIsUnknown(t *testing.T) {
 		if v := VersionOfImage(img); v != "" {
 			t.Errorf("VersionOfImage(%q) = %q", img, v)
 		}
+	}
+}
+
+// Members are never BestEffort: without resources in the spec they get requests and a memory
+// limit sized from the backend quota; what the spec sets is kept, and the result is always a
+// valid pair (request <= limit).
+func TestMembersAreNeverBestEffort(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  corev1.ResourceRequirements
+		want map[string]string // "requests.cpu" etc.
+	}{
+		{"nothing set", corev1.ResourceRequirements{}, map[string]string{"requests.cpu": "100m", "requests.memory": "256Mi", "limits.memory": "3Gi"}},
+		{"a large memory request raises the limit", corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")}},
+			map[string]string{"requests.cpu": "100m", "requests.memory": "8Gi", "limits.memory": "8Gi"}},
+		{"a small memory limit lowers the default request", corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}},
+			map[string]string{"requests.cpu": "100m", "requests.memory": "128Mi", "limits.memory": "128Mi"}},
+		{"set values are kept", corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}},
+			map[string]string{"requests.cpu": "2", "requests.memory": "1Gi", "limits.memory": "2Gi"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testCluster() // quotaBackendBytes 2Gi
+			c.Spec.PodTemplate.Resources = tc.set
+			pod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, "etcd", nil)
+			got := pod.Spec.Containers[0].Resources
+			have := map[string]string{}
+			for name, q := range got.Requests {
+				have["requests."+string(name)] = q.String()
+			}
+			for name, q := range got.Limits {
+				have["limits."+string(name)] = q.String()
+			}
+			for k, v := range tc.want {
+				if have[k] != v {
+					t.Errorf("%s = %q, want %q (all: %v)", k, have[k], v, have)
+				}
+			}
+			if _, ok := got.Limits[corev1.ResourceCPU]; ok && tc.set.Limits.Cpu().IsZero() {
+				t.Errorf("a CPU limit was added: %v", got.Limits)
+			}
+		})
 	}
 }

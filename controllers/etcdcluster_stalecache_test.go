@@ -1,0 +1,53 @@
+package controllers
+
+import (
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/membership"
+)
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), etcdv1alpha1.AddToScheme(scheme)); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+func staleTestCluster() *etcdv1alpha1.EtcdCluster {
+	return &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1"},
+		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 3, Version: "3.6.16"},
+	}
+}
+
+// A reconcile whose cache has not yet seen the pods of the bootstrap before it decides to
+// bootstrap again. It must make the same three members, not three more that would form a second
+// cluster beside the first.
+func TestBootstrapRepeatedFromAStaleCacheMakesTheSameMembers(t *testing.T) {
+	cluster := staleTestCluster()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cluster).Build()
+	r := &EtcdClusterReconciler{Client: c, DefaultRepository: "registry.test/etcd"}
+	step := membership.Step{Action: membership.Bootstrap, Size: 3}
+	for range 2 {
+		if _, err := r.act(t.Context(), cluster, &observation{}, step); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(t.Context(), pods); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 3 {
+		t.Fatalf("two bootstraps from a stale cache made %d member pods, want the same 3", len(pods.Items))
+	}
+}

@@ -1,0 +1,22 @@
+package resources
+
+import (
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+// defaultQuotaBackendBytes is etcd's own default backend quota.
+const defaultQuotaBackendBytes int64 = 2 << 30
+
+// QuotaBackendBytes is the backend quota every member runs with: tuning.quotaBackendBytes when
+// set, else etcd's default of 2Gi capped at three quarters of the member's volume, so that etcd
+// raises NOSPACE, and keeps serving reads, while its WAL and snapshots still fit on the volume.
+func QuotaBackendBytes(c *etcdv1alpha1.EtcdCluster) int64 {
+	if q := c.Spec.Tuning.QuotaBackendBytes; q != nil {
+		return q.Value()
+	}
+	quota := defaultQuotaBackendBytes
+	if size := c.Spec.Storage.Size; size != nil {
+		quota = min(quota, size.Value()/4*3)
+	}
+	return quota
+}
