@@ -51,6 +51,14 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.deleteOrphans(ctx, c, obs, step.Members)
 	case membership.StopMembers:
 		err = r.stopMembers(ctx, obs, step.Members)
+	case membership.RollMember:
+		err = r.stopMembers(ctx, obs, []string{step.Member})
+	case membership.ResetBootstrapMembers:
+		err = r.resetBootstrapMembers(ctx, obs, step.Members)
+	case membership.RecordPodSpec:
+		err = r.recordPodSpec(ctx, c, obs, step.Members)
+	case membership.ExpandClaims:
+		err = r.expandClaims(ctx, c, obs, step.Members)
 	case membership.UpgradeMember:
 		err = r.upgradeMember(ctx, c, obs, step.Member)
 	case membership.Defragment:
@@ -276,6 +284,63 @@ func ignoreGone(err error) error {
 		return nil
 	}
 	return err
+}
+
+// resetBootstrapMembers deletes the pods and claims of members of a cluster that never formed
+// and whose claims were never bound: they hold no data. The bootstrap makes them again, with
+// the same names, once they are gone (confirmNeverFormed waits for that).
+func (r *EtcdClusterReconciler) resetBootstrapMembers(ctx context.Context, obs *observation, names []string) error {
+	if err := r.stopMembers(ctx, obs, names); err != nil {
+		return err
+	}
+	for _, name := range names {
+		pvc, ok := obs.pvcs[name]
+		if !ok || pvc.Status.Phase != corev1.ClaimPending {
+			continue
+		}
+		if err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}); ignoreGone(err) != nil {
+			return fmt.Errorf("delete unbound claim %s: %w", pvc.Name, err)
+		}
+	}
+	return nil
+}
+
+// recordPodSpec records the current spec's hash on pods that have none: nothing restarts.
+func (r *EtcdClusterReconciler) recordPodSpec(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
+	hash := resources.MemberPodSpecHash(c)
+	for _, name := range names {
+		pod, ok := obs.pods[name]
+		if !ok {
+			continue
+		}
+		patch := client.MergeFrom(pod.DeepCopy())
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[resources.AnnotationPodSpecHash] = hash
+		if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("record the spec of pod %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// expandClaims raises the members' claims to spec.storage.size. The API server refuses it where
+// the StorageClass does not allow expansion; the step's error then says so.
+func (r *EtcdClusterReconciler) expandClaims(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
+	size := resources.MemberStorageSize(c)
+	for _, name := range names {
+		pvc, ok := obs.pvcs[name]
+		if !ok {
+			continue
+		}
+		patch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = size
+		if err := r.Patch(ctx, pvc, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("expand claim %s to %s: %w", pvc.Name, size.String(), err)
+		}
+	}
+	return nil
 }
 
 // upgradeMember changes the image of the member's pod in place: the kubelet restarts the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -286,6 +287,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		}
 		m.IsLeader = em.ID == obs.leaderID
 	}
+	podSpecHash := resources.MemberPodSpecHash(c)
 	for name, pod := range obs.pods {
 		m := get(name)
 		m.PodExists = true
@@ -293,9 +295,18 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m.PodCreated = pod.CreationTimestamp.Time
 		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
 		m.PodProblem = podProblem(pod, obs.pvcs[name])
+		recorded, ok := pod.Annotations[resources.AnnotationPodSpecHash]
+		m.PodSpecUnrecorded = !ok
+		m.PodOutdated = ok && recorded != podSpecHash
 	}
-	for name := range obs.pvcs {
-		get(name).PVCExists = true
+	wantSize := resources.MemberStorageSize(c)
+	for name, pvc := range obs.pvcs {
+		m := get(name)
+		m.PVCExists = true
+		requested := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+		m.PVCTooSmall = requested.Cmp(wantSize) < 0
+		m.PVCUnboundOutdated = pvc.Status.Phase == corev1.ClaimPending &&
+			(requested.Cmp(wantSize) != 0 || !ptr.Equal(pvc.Spec.StorageClassName, c.Spec.Storage.StorageClassName))
 	}
 
 	members := make([]membership.Member, 0, len(byName))

@@ -21,6 +21,9 @@ const (
 	ReasonRecoveringMembers = "RecoveringMembers"
 	ReasonEnablingAuth      = "EnablingAuth"
 	ReasonDefragmenting     = "Defragmenting"
+	// ReasonRollingOut: members are restarted one at a time on a changed spec, or their
+	// claims expanded.
+	ReasonRollingOut = "RollingOut"
 	// ReasonMembersNotRunning: a member's pod cannot run (unschedulable, image not pullable,
 	// crash-looping); the message names the member and the cause.
 	ReasonMembersNotRunning = "MembersNotRunning"

@@ -18,6 +18,7 @@ package membership
 import (
 	"cmp"
 	"slices"
+	"strconv"
 	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -49,7 +50,17 @@ type Member struct {
 	// PodProblem says why the pod cannot run (unschedulable, image not pullable, crash-looping),
 	// or is empty.
 	PodProblem string
-	PVCExists  bool
+	// PodOutdated: the pod was made from an earlier spec (pod template, tuning, repository)
+	// than the current one; the version is compared on its own (PodVersion).
+	PodOutdated bool
+	// PodSpecUnrecorded: the pod predates the spec hash (made by an older operator).
+	PodSpecUnrecorded bool
+	PVCExists         bool
+	// PVCUnboundOutdated: the claim was never bound and asks for another storage class or
+	// size than the spec now does: it holds no data and can be made again.
+	PVCUnboundOutdated bool
+	// PVCTooSmall: the claim requests less than spec.storage.size.
+	PVCTooSmall bool
 }
 
 // InEtcd says whether etcd lists the member.
@@ -133,8 +144,20 @@ const (
 	Defragment Action = "Defragment"
 	// DisarmNoSpace: clear the NOSPACE alarm once the space is back.
 	DisarmNoSpace Action = "DisarmNoSpace"
-	// StopMembers: delete the pods of Members, keeping their claims (an in-place restore).
+	// StopMembers: delete the pods of Members, keeping their claims (an in-place restore, or
+	// members of a cluster that never formed, to be made again from a corrected spec).
 	StopMembers Action = "StopMembers"
+	// ResetBootstrapMembers: delete the pods and never-bound claims of Members of a cluster
+	// that never formed, so that the bootstrap makes them again from the corrected spec.
+	ResetBootstrapMembers Action = "ResetBootstrapMembers"
+	// RollMember: delete Member's pod so that it is made again from the current spec, on the
+	// same claim (its data survives).
+	RollMember Action = "RollMember"
+	// RecordPodSpec: record on Members' pods, made by an earlier operator version, that they
+	// run the current spec (nothing restarts).
+	RecordPodSpec Action = "RecordPodSpec"
+	// ExpandClaims: raise Members' claims to spec.storage.size.
+	ExpandClaims Action = "ExpandClaims"
 )
 
 // Step is the one thing to do next.
@@ -172,6 +195,7 @@ const (
 	OpEnablingAuth    = etcdv1alpha1.ReasonEnablingAuth
 	OpDefragmenting   = etcdv1alpha1.ReasonDefragmenting
 	OpNoSpace         = etcdv1alpha1.ReasonAlarm
+	OpRollingOut      = etcdv1alpha1.ReasonRollingOut
 	OpNone            = ""
 )
 
@@ -210,6 +234,7 @@ func Next(o Observed) Step {
 		scaleUp,
 		scaleDown,
 		upgrade,
+		rollOutdated,
 	} {
 		if step, ok := decide(o); ok {
 			return step
@@ -222,6 +247,12 @@ func Next(o Observed) Step {
 		return Step{Action: EnableAuth, Operation: OpEnablingAuth, Reason: "creating the root user and enabling authentication"}
 	}
 	if step, ok := maintainSpace(o); ok {
+		return step
+	}
+	if step, ok := expandClaims(o); ok {
+		return step
+	}
+	if step, ok := recordPodSpec(o); ok {
 		return step
 	}
 	return Step{Action: Wait, Reason: "cluster matches its spec"}
@@ -274,6 +305,9 @@ func nextWithoutQuorum(o Observed) Step {
 }
 
 func nextBootstrapStep(o Observed) Step {
+	if step, ok := correctBootstrap(o); ok {
+		return step
+	}
 	if len(o.BootstrapPlan) == 0 {
 		if slices.ContainsFunc(o.Members, func(m Member) bool { return m.PodExists || m.PVCExists }) {
 			// Pods or claims without a plan were not made by a bootstrap of this cluster:
@@ -296,6 +330,27 @@ func nextBootstrapStep(o Observed) Step {
 			Reason: "creating the initial members still missing"}
 	}
 	return Step{Action: Wait, Operation: OpBootstrapping, Reason: "waiting for the initial members to form the cluster"}
+}
+
+// correctBootstrap applies a corrected spec to a cluster that never formed: members that cannot
+// run (no image of that version, no such StorageClass, requests no node meets) hold no data,
+// so they are made again rather than left waiting for a spec they no longer have. A member
+// that runs is left to form the cluster.
+func correctBootstrap(o Observed) (Step, bool) {
+	cannotRun := func(m Member) bool { return m.PodExists && !m.PodTerminating && m.PodProblem != "" }
+	if reset := names(o.Members, func(m Member) bool { return m.PVCUnboundOutdated && (cannotRun(m) || !m.PodExists) }); len(reset) > 0 {
+		return Step{Action: ResetBootstrapMembers, Members: reset, Operation: OpBootstrapping,
+			Reason: "making again, from the corrected spec, members whose claims were never bound"}, true
+	}
+	if version := names(o.Members, func(m Member) bool { return cannotRun(m) && m.PodVersion != o.DesiredVersion && !m.PodOutdated }); len(version) > 0 {
+		return Step{Action: UpgradeMember, Member: version[0], Operation: OpBootstrapping,
+			Reason: "starting the member, which cannot run as it is, on the corrected version " + o.DesiredVersion}, true
+	}
+	if stop := names(o.Members, func(m Member) bool { return cannotRun(m) && m.PodOutdated }); len(stop) > 0 {
+		return Step{Action: StopMembers, Members: stop, Operation: OpBootstrapping,
+			Reason: "making again, from the corrected spec, member pods that cannot run"}, true
+	}
+	return Step{}, false
 }
 
 // startOrReplaceMissingPods handles members etcd lists but that have no pod.
@@ -489,6 +544,55 @@ func upgrade(o Observed) (Step, bool) {
 	}
 	return Step{Action: UpgradeMember, Member: next.Name, MemberID: next.ID, Operation: OpUpgrading,
 		Reason: "restarting the member on the new version"}, true
+}
+
+// rollOutdated restarts, one at a time, the members whose pods were made from an earlier spec
+// (pod template, tuning, repository), as an upgrade does: only while every member is healthy,
+// followers first, the leader last after leadership has moved. The pod is made again on the
+// same claim; with ephemeral storage the member's data goes with it, and the member is
+// replaced the usual way.
+func rollOutdated(o Observed) (Step, bool) {
+	inEtcd := filter(o.Members, Member.InEtcd)
+	outdated := filter(inEtcd, func(m Member) bool { return m.PodOutdated && m.PodExists })
+	if len(outdated) == 0 {
+		return Step{}, false
+	}
+	if unhealthy := names(inEtcd, func(m Member) bool { return !m.Healthy }); len(unhealthy) > 0 {
+		return Step{Action: Wait, Members: unhealthy, Operation: OpRollingOut,
+			Reason: "waiting for every member to be healthy before restarting the next on the changed spec"}, true
+	}
+	next := slices.MinFunc(outdated, func(a, b Member) int {
+		return cmp.Or(boolFirst(!a.IsLeader, !b.IsLeader), cmp.Compare(a.ID, b.ID))
+	})
+	if next.IsLeader && len(inEtcd) > 1 {
+		if target, ok := bestTransferee(inEtcd, next); ok {
+			return Step{Action: MoveLeader, Member: next.Name, MemberID: next.ID, Target: target.ID, Operation: OpRollingOut,
+				Reason: "moving leadership off the member to be restarted on the changed spec"}, true
+		}
+	}
+	return Step{Action: RollMember, Member: next.Name, MemberID: next.ID, Operation: OpRollingOut,
+		Reason: "restarting the member on the changed spec (" + strconv.Itoa(len(outdated)) + " of " + strconv.Itoa(len(inEtcd)) + " outdated)"}, true
+}
+
+// expandClaims raises claims to a grown spec.storage.size; the volume grows under the running
+// member where the StorageClass allows it.
+func expandClaims(o Observed) (Step, bool) {
+	small := names(o.Members, func(m Member) bool { return m.InEtcd() && m.PVCExists && m.PVCTooSmall })
+	if len(small) == 0 {
+		return Step{}, false
+	}
+	return Step{Action: ExpandClaims, Members: small, Operation: OpRollingOut, Reason: "expanding the members' claims to spec.storage.size"}, true
+}
+
+// recordPodSpec marks pods made by an earlier operator version as running the current spec: it
+// cannot know better, and restarting every member on an operator upgrade would cost more than
+// it proves.
+func recordPodSpec(o Observed) (Step, bool) {
+	unrecorded := names(o.Members, func(m Member) bool { return m.InEtcd() && m.PodExists && m.PodSpecUnrecorded })
+	if len(unrecorded) == 0 {
+		return Step{}, false
+	}
+	return Step{Action: RecordPodSpec, Members: unrecorded, Reason: "recording the spec that pods made by an earlier operator version run"}, true
 }
 
 // noSpaceFreePercent is the free share that makes a member worth defragmenting while NOSPACE

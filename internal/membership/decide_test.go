@@ -27,6 +27,9 @@ func fragmented(m Member, size, inUse int64) Member {
 }
 func down(m Member) Member   { m.Healthy = false; m.Version = ""; return m }
 func noPod(m Member) Member  { m.PodExists = false; return m }
+func outdated(m *Member)     { m.PodOutdated = true }
+func tooSmall(m *Member)     { m.PVCTooSmall = true }
+func unrecorded(m *Member)   { m.PodSpecUnrecorded = true }
 func noData(m Member) Member { m.PodExists = false; m.PVCExists = false; return m }
 
 // three is a healthy three-member cluster led by a.
@@ -315,6 +318,44 @@ func TestNext(t *testing.T) {
 			o.NoSpaceAlarm, o.QuotaBytes = true, 1000
 			return o
 		}(), Step{Action: Wait, Member: "a"}},
+		// Spec changes reach existing members: one at a time, healthy first, leader last.
+		{"a changed pod template restarts a follower first", formed(leader(with(healthy("a", 1), outdated)), with(healthy("b", 2), outdated), healthy("c", 3)),
+			Step{Action: RollMember, Member: "b", MemberID: 2}},
+		{"the leader is restarted on the changed spec last, after leadership moves", formed(leader(with(healthy("a", 1), outdated)), healthy("b", 2), healthy("c", 3)),
+			Step{Action: MoveLeader, Member: "a", MemberID: 1, Target: 2}},
+		{"no restart on a changed spec while a member is unhealthy", formed(leader(healthy("a", 1)), with(healthy("b", 2), outdated), down(healthy("c", 3))),
+			Step{Action: Wait, Members: []string{"c"}}},
+		{"an upgrade comes before a spec roll-out", func() Observed {
+			o := formed(leader(healthy("a", 1)), with(healthy("b", 2), outdated), healthy("c", 3))
+			o.DesiredVersion = "3.7.3"
+			return o
+		}(), Step{Action: UpgradeMember, Member: "b", MemberID: 2}},
+		{"grown storage expands the claims", formed(leader(with(healthy("a", 1), tooSmall)), with(healthy("b", 2), tooSmall), healthy("c", 3)),
+			Step{Action: ExpandClaims, Members: []string{"a", "b"}}},
+		{"pods of an earlier operator version get the spec recorded, not restarted", formed(leader(with(healthy("a", 1), unrecorded)), healthy("b", 2), healthy("c", 3)),
+			Step{Action: RecordPodSpec, Members: []string{"a"}}},
+
+		// A cluster that never formed takes a corrected spec.
+		{"never formed: a member with no image of its version moves to the corrected one", Observed{DesiredSize: 3, DesiredVersion: "3.6.16", DataSurvivesPod: true,
+			BootstrapPlan: []string{"a", "b", "c"}, Members: []Member{
+				{Name: "a", PodExists: true, PVCExists: true, PodVersion: "3.6.99", PodProblem: "ImagePullBackOff"},
+				{Name: "b", PodExists: true, PVCExists: true, PodVersion: "3.6.16"},
+				{Name: "c", PodExists: true, PVCExists: true, PodVersion: "3.6.99", PodProblem: "ImagePullBackOff"}}},
+			Step{Action: UpgradeMember, Member: "a"}},
+		{"never formed: unschedulable pods of an outdated template are made again", Observed{DesiredSize: 3, DesiredVersion: "3.6.16", DataSurvivesPod: true,
+			BootstrapPlan: []string{"a", "b", "c"}, Members: []Member{
+				{Name: "a", PodExists: true, PVCExists: true, PodVersion: "3.6.16", PodProblem: "Unschedulable", PodOutdated: true},
+				{Name: "b", PodExists: true, PVCExists: true, PodVersion: "3.6.16", PodProblem: "Unschedulable", PodOutdated: true},
+				{Name: "c", PodExists: true, PVCExists: true, PodVersion: "3.6.16", PodOutdated: true}}},
+			Step{Action: StopMembers, Members: []string{"a", "b"}}},
+		{"never formed: members whose claims were never bound under the old class are made again", Observed{DesiredSize: 3, DesiredVersion: "3.6.16", DataSurvivesPod: true,
+			BootstrapPlan: []string{"a", "b"}, Members: []Member{
+				{Name: "a", PodExists: true, PVCExists: true, PodVersion: "3.6.16", PodProblem: "Unschedulable", PVCUnboundOutdated: true},
+				{Name: "b", PVCExists: true, PVCUnboundOutdated: true}}},
+			Step{Action: ResetBootstrapMembers, Members: []string{"a", "b"}}},
+		{"never formed: a member that runs is left to form the cluster", Observed{DesiredSize: 3, DesiredVersion: "3.6.16", DataSurvivesPod: true,
+			BootstrapPlan: []string{"a"}, Members: []Member{{Name: "a", PodExists: true, PVCExists: true, PodVersion: "3.6.16", PodOutdated: true}}},
+			Step{Action: Wait}},
 		{"scaling comes before upgrading", func() Observed { o := formed(three()...); o.DesiredVersion = "3.7.3"; o.DesiredSize = 4; return o }(),
 			Step{Action: AddLearner}},
 	}

@@ -29,6 +29,9 @@ const (
 	// AnnotationClusterState records whether the member was created to form the cluster
 	// ("new") or to join it ("existing").
 	AnnotationClusterState = "etcd.database.dev/initial-cluster-state"
+	// AnnotationPodSpecHash records, on a member pod, MemberPodSpecHash of the spec it was
+	// made from.
+	AnnotationPodSpecHash = "etcd.database.dev/pod-spec-hash"
 	// AnnotationRestorePending, on an EtcdCluster, names the EtcdRestore still preparing its
 	// first member's data: the cluster does not form until the restore removes it.
 	AnnotationRestorePending = "etcd.database.dev/restore-pending"

@@ -1,6 +1,9 @@
 package resources
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strconv"
@@ -47,6 +50,40 @@ func VersionOfImage(image string) string {
 	return image[i+2:]
 }
 
+// MemberPodSpecHash identifies the parts of the spec a member pod is made from, but for the
+// version (upgrades roll that on their own, in place): the pod template, tuning and image
+// repository. A pod whose recorded hash differs runs an outdated spec.
+func MemberPodSpecHash(c *etcdv1alpha1.EtcdCluster) string {
+	raw, err := json.Marshal(struct {
+		PodTemplate etcdv1alpha1.PodTemplate
+		Tuning      etcdv1alpha1.EtcdTuning
+		Repository  string
+		Ephemeral   bool
+		// An emptyDir's size limit is part of the pod; a claim's size is expanded in place.
+		EphemeralSize *resource.Quantity
+	}{c.Spec.PodTemplate, c.Spec.Tuning, c.Spec.Repository, c.Spec.Storage.Ephemeral, ephemeralSize(c)})
+	if err != nil {
+		panic(fmt.Sprintf("marshal the pod spec: %v", err)) // plain structs always marshal
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:8])
+}
+
+func ephemeralSize(c *etcdv1alpha1.EtcdCluster) *resource.Quantity {
+	if c.Spec.Storage.Ephemeral {
+		return c.Spec.Storage.Size
+	}
+	return nil
+}
+
+// MemberStorageSize is the size each member's claim asks for.
+func MemberStorageSize(c *etcdv1alpha1.EtcdCluster) resource.Quantity {
+	if c.Spec.Storage.Size != nil {
+		return *c.Spec.Storage.Size
+	}
+	return resource.MustParse("4Gi")
+}
+
 // MemberSpec is what distinguishes one member's pod from another's.
 type MemberSpec struct {
 	Name string
@@ -73,6 +110,7 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository stri
 	}
 	annotations[AnnotationInitialCluster] = m.InitialCluster
 	annotations[AnnotationClusterState] = m.State
+	annotations[AnnotationPodSpecHash] = MemberPodSpecHash(c)
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -295,10 +333,7 @@ func topologySpread(c *etcdv1alpha1.EtcdCluster) []corev1.TopologySpreadConstrai
 // that goes missing later is never silently recreated, because an empty volume under an
 // existing member ID would break raft's guarantees.
 func MemberPVC(c *etcdv1alpha1.EtcdCluster, m MemberSpec) *corev1.PersistentVolumeClaim {
-	size := resource.MustParse("4Gi")
-	if c.Spec.Storage.Size != nil {
-		size = *c.Spec.Storage.Size
-	}
+	size := MemberStorageSize(c)
 	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      PVCName(m.Name),
