@@ -2,6 +2,7 @@ package v1alpha1_test
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -35,6 +36,12 @@ var invalidObjects = []struct {
 	{"cluster heartbeat too short", cluster("tuning:\n  heartbeatIntervalMillis: 5"), "spec.tuning.heartbeatIntervalMillis in body should be greater than or equal to 10"},
 	{"cluster compaction mode unknown", cluster("tuning:\n  autoCompactionMode: daily"), `spec.tuning.autoCompactionMode: Unsupported value: "daily"`},
 	{"cluster compaction retention not a duration", cluster("tuning:\n  autoCompactionRetention: one hour"), "spec.tuning.autoCompactionRetention in body should match"},
+	{"cluster tls renewal as long as validity", cluster("tls: {validity: 720h, renewBefore: 720h}"), "tls.renewBefore must be shorter than tls.validity"},
+	{"cluster tls renewal zero", cluster("tls: {renewBefore: 0s}"), "tls.renewBefore must be above 0"},
+	{"cluster tls validity above ten years", cluster("tls: {validity: 87601h}"), "tls.validity must be at most 87600h"},
+	{"cluster quota zero", cluster("tuning: {quotaBackendBytes: 0}"), "tuning.quotaBackendBytes must be above 0"},
+	{"cluster quota above storage", cluster("storage: {size: 1Gi}\ntuning: {quotaBackendBytes: 2Gi}"), "tuning.quotaBackendBytes must not be larger than storage.size"},
+	{"cluster quota above default storage", cluster("tuning: {quotaBackendBytes: 8Gi}"), "tuning.quotaBackendBytes must not be larger than storage.size"},
 	{"cluster reserved pod label", cluster("podTemplate:\n  metadata:\n    labels:\n      etcd.database.dev/member: x"), "label keys with the etcd.database.dev/ prefix are reserved for the operator"},
 	{"cluster quorum policy unknown", cluster("quorumLossRecovery:\n  policy: Auto"), `spec.quorumLossRecovery.policy: Unsupported value: "Auto"`},
 	{"cluster defrag threshold zero", cluster("defragmentation:\n  thresholdPercent: 0"), "spec.defragmentation.thresholdPercent in body should be greater than or equal to 1"},
@@ -53,9 +60,25 @@ var invalidObjects = []struct {
 	{"backup pvc path escapes", backup("clusterName: e\ndestination:\n  pvc: {claimName: b, subPath: a/../../etc}"), "pvc.subPath must be a relative path without '..'"},
 	{"backup retention without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nretention: {maxCount: 3}"), "retention applies to scheduled backups only: set schedule too"},
 	{"backup suspend without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nsuspend: true"), "suspend applies to scheduled backups only: set schedule too"},
-	{"backup schedule not cron", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: every hour"), "spec.schedule in body should match"},
+	{"backup schedule not cron", scheduled("every hour"), "schedule must be five cron fields separated by single spaces"},
+	{"backup schedule with six fields", scheduled("0 0 * * * *"), "schedule must be five cron fields separated by single spaces"},
+	{"backup schedule with time zone", scheduled("TZ=Europe/Paris 0 3 * * *"), "schedule must be five cron fields separated by single spaces"},
+	{"backup schedule every day unit", scheduled("@every 1d"), "schedule must be five cron fields separated by single spaces"},
+	{"backup schedule minute 60", scheduled("60 * * * *"), "schedule: the minute (1st field) must be"},
+	{"backup schedule minute 61 in a list", scheduled("0,61 * * * *"), "schedule: the minute (1st field) must be"},
+	{"backup schedule minute range reversed", scheduled("50-10 * * * *"), "schedule: the minute (1st field) must be"},
+	{"backup schedule minute step zero", scheduled("*/0 * * * *"), "schedule: the minute (1st field) must be"},
+	{"backup schedule hour 24", scheduled("0 24 * * *"), "schedule: the hour (2nd field) must be"},
+	{"backup schedule hour range to 24", scheduled("0 22-24 * * *"), "schedule: the hour (2nd field) must be"},
+	{"backup schedule day 0", scheduled("0 0 0 * *"), "schedule: the day of month (3rd field) must be"},
+	{"backup schedule day 32", scheduled("0 0 32 * *"), "schedule: the day of month (3rd field) must be"},
+	{"backup schedule month 13", scheduled("0 0 1 13 *"), "schedule: the month (4th field) must be"},
+	{"backup schedule month names reversed", scheduled("0 0 1 DEC-JAN *"), "schedule: the month (4th field) must be"},
+	{"backup schedule weekday 7", scheduled("0 0 * * 7"), "schedule: the day of week (5th field) must be"},
+	{"backup schedule weekday name in month", scheduled("0 0 * MON *"), "schedule: the month (4th field) must be"},
 	{"backup empty retention", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {}"), "retention needs maxCount, maxAge or both"},
 	{"backup retention count zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {maxCount: 0}"), "spec.retention.maxCount in body should be greater than or equal to 1"},
+	{"backup retention max age zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {maxAge: 0s}"), "retention.maxAge must be above 0"},
 	{"backup name too long", named("EtcdBackup", strings.Repeat("b", 64), "spec: {clusterName: e, destination: {pvc: {claimName: b}}}"), "an EtcdBackup name must be at most 63 characters"},
 	{"backup history limit zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nhistoryLimit: 0"), "spec.historyLimit in body should be greater than or equal to 1"},
 
@@ -72,6 +95,7 @@ var invalidObjects = []struct {
 	{"restore backup uri scheme", restore("source: {backup: {name: b, uri: 'http://x/y'}}\ntarget: {mode: InPlace, clusterName: r}"), "spec.source.backup.uri in body should match"},
 	{"restore cluster name invalid", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: Prod}"), "spec.target.clusterName in body should match"},
 	{"restore name too long", named("EtcdRestore", strings.Repeat("r", 64), "spec:\n  source: {backup: {name: b}}\n  target: {mode: InPlace, clusterName: r}"), "an EtcdRestore name must be at most 63 characters"},
+	{"restore new cluster quota above storage", restore("source: {backup: {name: b}}\ntarget: {mode: New, clusterName: r, cluster: {storage: {size: 1Gi}, tuning: {quotaBackendBytes: 2Gi}}}"), "tuning.quotaBackendBytes must not be larger than storage.size"},
 	{"restore new cluster spec invalid", restore("source: {backup: {name: b}}\ntarget: {mode: New, clusterName: r, cluster: {size: 12}}"), "spec.target.cluster.size in body should be less than or equal to 9"},
 }
 
@@ -86,6 +110,11 @@ func TestInvalidObjectsAreRejectedAtAdmission(t *testing.T) {
 func cluster(spec string) string { return named("EtcdCluster", "", "spec:\n"+indent(spec)) }
 func backup(spec string) string  { return named("EtcdBackup", "", "spec:\n"+indent(spec)) }
 func restore(spec string) string { return named("EtcdRestore", "", "spec:\n"+indent(spec)) }
+
+// scheduled is a scheduled EtcdBackup, valid but for its schedule.
+func scheduled(schedule string) string {
+	return backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: " + strconv.Quote(schedule))
+}
 
 func named(kind, name, body string) string {
 	m := "kind: " + kind + "\n"

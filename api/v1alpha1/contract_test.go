@@ -28,21 +28,34 @@ var updateCases = []struct {
 }{
 	{"cluster patch upgrade", cluster("version: 3.6.15"), setField("3.6.16", "spec", "version"), ""},
 	{"cluster minor upgrade", cluster("version: 3.6.16"), setField("3.7.3", "spec", "version"), ""},
-	{"cluster downgrade", cluster("version: 3.6.16"), setField("3.6.15", "spec", "version"), "version cannot be downgraded"},
-	{"cluster minor downgrade", cluster("version: 3.7.3"), setField("3.6.16", "spec", "version"), "version cannot be downgraded"},
-	{"cluster minor skip", cluster("version: 3.5.21"), setField("3.7.3", "spec", "version"), "version can move up by at most one minor version at a time"},
+	{"cluster minor upgrade while running", withStatus(cluster("version: 3.6.16"), "currentVersion: 3.6.16"), setField("3.7.3", "spec", "version"), ""},
+	{"cluster patch rollback while running", withStatus(cluster("version: 3.6.16"), "currentVersion: 3.6.16"), setField("3.6.15", "spec", "version"), ""},
+	{"cluster stuck upgrade taken back", withStatus(cluster("version: 3.7.3"), "currentVersion: 3.6.16"), setField("3.6.16", "spec", "version"), ""},
+	{"cluster minor downgrade below running", withStatus(cluster("version: 3.7.3"), "currentVersion: 3.7.3"), setField("3.6.16", "spec", "version"), "version cannot be downgraded below the running version 3.7.3"},
+	{"cluster second minor before the first is running", withStatus(cluster("version: 3.7.3"), "currentVersion: 3.6.16"), setField("3.8.0", "spec", "version"), "version can be at most one minor version above the running version 3.6.16"},
+	{"cluster minor skip while running", withStatus(cluster("version: 3.5.21"), "currentVersion: 3.5.21"), setField("3.7.3", "spec", "version"), "version can be at most one minor version above the running version 3.5.21"},
+	{"cluster never formed: version typo corrected", cluster("version: 3.6.99"), setField("3.6.16", "spec", "version"), ""},
+	{"cluster never formed: any minor", cluster("version: 3.7.3"), setField("3.5.21", "spec", "version"), ""},
+	{"cluster scaled while its version is ahead", withStatus(cluster("version: 3.8.0"), "currentVersion: 3.6.16"), setField(int64(5), "spec", "size"), ""},
 	{"cluster scale", cluster("size: 3"), setField(int64(5), "spec", "size"), ""},
-	{"cluster storage grows", cluster("storage: {size: 1Gi}"), setField("2Gi", "spec", "storage", "size"), ""},
-	{"cluster storage shrinks", cluster("storage: {size: 2Gi}"), setField("1Gi", "spec", "storage", "size"), "storage.size cannot shrink"},
-	{"cluster storage class set later", cluster("storage: {size: 1Gi}"), setField("fast", "spec", "storage", "storageClassName"), "storage.storageClassName cannot be changed"},
-	{"cluster storage class changed", cluster("storage: {storageClassName: slow}"), setField("fast", "spec", "storage", "storageClassName"), "storage.storageClassName cannot be changed"},
-	{"cluster becomes ephemeral", cluster("storage: {size: 1Gi}"), setField(true, "spec", "storage", "ephemeral"), "storage.ephemeral cannot be changed"},
+	{"cluster storage grows", withStatus(cluster("storage: {size: 1Gi}"), "clusterID: 8e9e05c52164694d"), setField("2Gi", "spec", "storage", "size"), ""},
+	{"cluster storage shrinks", withStatus(cluster("storage: {size: 2Gi}"), "clusterID: 8e9e05c52164694d"), setField("1Gi", "spec", "storage", "size"), "storage.size cannot shrink"},
+	{"cluster storage class set later", withStatus(cluster("storage: {size: 1Gi}"), "clusterID: 8e9e05c52164694d"), setField("fast", "spec", "storage", "storageClassName"), "storage.storageClassName cannot be changed"},
+	{"cluster storage class changed", withStatus(cluster("storage: {storageClassName: slow}"), "clusterID: 8e9e05c52164694d"), setField("fast", "spec", "storage", "storageClassName"), "storage.storageClassName cannot be changed"},
+	{"cluster becomes ephemeral", withStatus(cluster("storage: {size: 1Gi}"), "clusterID: 8e9e05c52164694d"), setField(true, "spec", "storage", "ephemeral"), "storage.ephemeral cannot be changed"},
+	{"cluster never formed: storage shrinks", cluster("storage: {size: 2Gi}"), setField("1Gi", "spec", "storage", "size"), ""},
+	{"cluster never formed: storage class corrected", withStatus(cluster("storage: {storageClassName: slow}"), "clusterID: ''"), setField("fast", "spec", "storage", "storageClassName"), ""},
+	{"cluster never formed: storage class removed", cluster("storage: {storageClassName: slow}"), removeField("spec", "storage", "storageClassName"), ""},
+	{"cluster never formed: becomes ephemeral", cluster("storage: {size: 1Gi}"), setField(true, "spec", "storage", "ephemeral"), ""},
+	{"cluster quota raised above storage", cluster("storage: {size: 1Gi}\ntuning: {quotaBackendBytes: 512Mi}"), setField("2Gi", "spec", "tuning", "quotaBackendBytes"), "tuning.quotaBackendBytes must not be larger than storage.size"},
 	{"cluster tls added", cluster("size: 3"), setField(map[string]any{}, "spec", "tls"), "tls cannot be added to or removed from an existing cluster"},
 	{"cluster tls removed", cluster("tls: {}"), removeField("spec", "tls"), "tls cannot be added to or removed from an existing cluster"},
 	{"cluster tls provider changed", cluster("tls: {}"), setField(map[string]any{"provider": "CertManager", "certManager": map[string]any{"issuerRef": map[string]any{"name": "ca"}}}, "spec", "tls"), "tls.provider cannot be changed"},
 	{"cluster paused", cluster("size: 3"), setField(true, "spec", "paused"), ""},
 
 	{"scheduled backup suspended", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'"), setField(true, "spec", "suspend"), ""},
+	{"scheduled backup retention max age zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {maxAge: 24h}"), setField("0s", "spec", "retention", "maxAge"), "retention.maxAge must be above 0"},
+	{"scheduled backup schedule mistyped", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '0 3 * * *'"), setField("0 3 * * 7", "spec", "schedule"), "schedule: the day of week (5th field) must be"},
 	{"scheduled backup retention changed", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'"), setField(int64(3), "spec", "retention", "maxCount"), ""},
 	{"backup cluster changed", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'"), setField("f", "spec", "clusterName"), "clusterName is immutable"},
 	{"backup destination changed", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'"), setField("c", "spec", "destination", "pvc", "claimName"), "destination is immutable"},
@@ -58,7 +71,14 @@ func TestUpdatesFollowTheImmutabilityRules(t *testing.T) {
 	for _, tc := range updateCases {
 		t.Run(tc.name, func(t *testing.T) {
 			u := object(t, tc.initial)
+			status, hasStatus := u.Object["status"]
 			create(t, u)
+			if hasStatus {
+				u.Object["status"] = status
+				if err := k8sClient.Status().Update(ctx(t), u); err != nil {
+					t.Fatalf("write status: %v", err)
+				}
+			}
 			tc.change(u)
 			err := k8sClient.Update(ctx(t), u)
 			if tc.want == "" {
@@ -70,6 +90,13 @@ func TestUpdatesFollowTheImmutabilityRules(t *testing.T) {
 			expectRejected(t, err, tc.want)
 		})
 	}
+}
+
+// withStatus gives a manifest a status, written through the status subresource after the create
+// as the operator would write it: "clusterID: ..." for a cluster that has formed,
+// "currentVersion: ..." for the version its members run.
+func withStatus(manifest, status string) string {
+	return manifest + "\nstatus: {" + status + "}"
 }
 
 func setField(value any, path ...string) func(*unstructured.Unstructured) {
@@ -97,7 +124,6 @@ func TestEmptyClusterSpecGetsSafeDefaults(t *testing.T) {
 			RetentionPolicy: etcdv1alpha1.PVCRetentionPolicy{WhenScaled: etcdv1alpha1.DeletePVC, WhenDeleted: etcdv1alpha1.RetainPVC},
 		},
 		Tuning: etcdv1alpha1.EtcdTuning{
-			QuotaBackendBytes:       ptr.To(resource.MustParse("2Gi")),
 			AutoCompactionMode:      "periodic",
 			AutoCompactionRetention: "1h",
 			SnapshotCount:           10000,

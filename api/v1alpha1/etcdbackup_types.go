@@ -23,10 +23,22 @@ type EtcdBackupSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Destination"
 	Destination StorageLocation `json:"destination"`
 
-	// Schedule in cron format (five fields, UTC, such as "0 */6 * * *"), or @hourly, @daily,
-	// @every 30m. Without it, the EtcdBackup takes one snapshot.
+	// Schedule in cron format, in UTC: five fields separated by single spaces, minute (0-59),
+	// hour (0-23), day of month (1-31), month (1-12 or JAN-DEC) and day of week (0-6 or
+	// SUN-SAT, 0 is Sunday), each *, a value, a range a-b or a list a,b,c, optionally with a
+	// step /n; ? may stand for * in the day fields. For example "0 */6 * * *" or
+	// "30 2 * * MON-FRI". Or one of @yearly, @annually, @monthly, @weekly, @daily, @midnight,
+	// @hourly, or @every <duration> such as @every 6h or @every 1h30m. Without it, the
+	// EtcdBackup takes one snapshot.
+	//
+	// The API server admits only what the operator's cron parser accepts, and no TZ= prefix.
 	// +kubebuilder:validation:MaxLength=128
-	// +kubebuilder:validation:Pattern=`^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every ([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+|(\S+\s+){4}\S+)$`
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[^[:space:]]+( [^[:space:]]+){4}$') || self.matches('^@(yearly|annually|monthly|weekly|daily|midnight|hourly)$') || self.matches('^@every ([0-9]{1,5}([.][0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$')",message="schedule must be five cron fields separated by single spaces (minute hour day-of-month month day-of-week, in UTC, without a TZ= prefix) such as '0 */6 * * *', or one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, or @every <duration> such as @every 6h or @every 1h30m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^[:space:]]+( [^[:space:]]+){4}$') || self.split(' ')[0].split(',').all(e, e.matches('^([*]|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/0?[1-9][0-9]?)?$') && (!e.split('/')[0].contains('-') || int(e.split('/')[0].split('-')[0]) <= int(e.split('/')[0].split('-')[1])))",message="schedule: the minute (1st field) must be * or 0-59: a value, a range a-b with a <= b, or a comma-separated list of those, each optionally with a step /n (n from 1 to 99)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^[:space:]]+( [^[:space:]]+){4}$') || self.split(' ')[1].split(',').all(e, e.matches('^([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/0?[1-9][0-9]?)?$') && (!e.split('/')[0].contains('-') || int(e.split('/')[0].split('-')[0]) <= int(e.split('/')[0].split('-')[1])))",message="schedule: the hour (2nd field) must be * or 0-23: a value, a range a-b with a <= b, or a comma-separated list of those, each optionally with a step /n (n from 1 to 99)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^[:space:]]+( [^[:space:]]+){4}$') || self.split(' ')[2].split(',').all(e, e.matches('^([*?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/0?[1-9][0-9]?)?$') && (!e.split('/')[0].contains('-') || int(e.split('/')[0].split('-')[0]) <= int(e.split('/')[0].split('-')[1])))",message="schedule: the day of month (3rd field) must be *, ? or 1-31: a value, a range a-b with a <= b, or a comma-separated list of those, each optionally with a step /n (n from 1 to 99)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^[:space:]]+( [^[:space:]]+){4}$') || self.split(' ')[3].split(',').all(e, e.matches('^([*]|(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-(0?[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?)(/0?[1-9][0-9]?)?$') && (!e.split('/')[0].contains('-') || (e.split('/')[0].split('-')[0].matches('^[0-9]+$') ? int(e.split('/')[0].split('-')[0]) : 'janfebmaraprmayjunjulaugsepoctnovdec'.indexOf(e.split('/')[0].split('-')[0].lowerAscii()) / 3 + 1) <= (e.split('/')[0].split('-')[1].matches('^[0-9]+$') ? int(e.split('/')[0].split('-')[1]) : 'janfebmaraprmayjunjulaugsepoctnovdec'.indexOf(e.split('/')[0].split('-')[1].lowerAscii()) / 3 + 1)))",message="schedule: the month (4th field) must be * or 1-12 or JAN-DEC: a value, a range a-b with a <= b, or a comma-separated list of those, each optionally with a step /n (n from 1 to 99)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[^[:space:]]+( [^[:space:]]+){4}$') || self.split(' ')[4].split(',').all(e, e.matches('^([*?]|(0?[0-6]|(?i:sun|mon|tue|wed|thu|fri|sat))(-(0?[0-6]|(?i:sun|mon|tue|wed|thu|fri|sat)))?)(/0?[1-9][0-9]?)?$') && (!e.split('/')[0].contains('-') || (e.split('/')[0].split('-')[0].matches('^[0-9]+$') ? int(e.split('/')[0].split('-')[0]) : 'sunmontuewedthufrisat'.indexOf(e.split('/')[0].split('-')[0].lowerAscii()) / 3 + 0) <= (e.split('/')[0].split('-')[1].matches('^[0-9]+$') ? int(e.split('/')[0].split('-')[1]) : 'sunmontuewedthufrisat'.indexOf(e.split('/')[0].split('-')[1].lowerAscii()) / 3 + 0)))",message="schedule: the day of week (5th field) must be *, ? or 0-6 or SUN-SAT (0 is Sunday; 7 is not accepted): a value, a range a-b with a <= b, or a comma-separated list of those, each optionally with a step /n (n from 1 to 99)"
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Schedule",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
 	Schedule string `json:"schedule,omitempty"`
@@ -62,6 +74,7 @@ type BackupRetention struct {
 	MaxCount *int32 `json:"maxCount,omitempty"`
 
 	// MaxAge is the age past which snapshots are deleted, such as "168h".
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="retention.maxAge must be above 0, such as 168h: snapshots older than that are deleted; to keep a number of snapshots instead, use maxCount"
 	// +optional
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 }

@@ -10,8 +10,7 @@ import (
 //
 // Changes that etcd cannot take in place are refused at admission, with the way to get there:
 // +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls cannot be added to or removed from an existing cluster: its members' URLs would change under a live quorum; restore a backup into a new EtcdCluster with the TLS settings you want"
-// +kubebuilder:validation:XValidation:rule="!has(self.version) || !has(oldSelf.version) || semver(self.version).compareTo(semver(oldSelf.version)) >= 0",message="version cannot be downgraded: etcd does not roll its data back to an older format; restore a backup into a new EtcdCluster of the older version instead"
-// +kubebuilder:validation:XValidation:rule="!has(self.version) || !has(oldSelf.version) || semver(self.version).minor() <= semver(oldSelf.version).minor() + 1",message="version can move up by at most one minor version at a time (for example 3.6.x to 3.7.y); upgrade through each minor version in turn"
+// +kubebuilder:validation:XValidation:rule="!has(self.tuning) || !has(self.tuning.quotaBackendBytes) || !has(self.storage) || !has(self.storage.size) || quantity(string(self.tuning.quotaBackendBytes)).compareTo(quantity(string(self.storage.size))) <= 0",fieldPath=".tuning.quotaBackendBytes",message="tuning.quotaBackendBytes must not be larger than storage.size: etcd would fill the volume before raising its NOSPACE alarm; lower the quota, raise storage.size, or leave the quota unset for min(2Gi, 3/4 of storage.size)"
 type EtcdClusterSpec struct {
 	// Size is the number of voting members. Use an odd number: 3 tolerates the loss of one
 	// member, 5 of two. Changed one member at a time; a scale-down never removes a member
@@ -24,8 +23,9 @@ type EtcdClusterSpec struct {
 	Size int32 `json:"size,omitempty"`
 
 	// Version is the etcd version to run, as MAJOR.MINOR.PATCH (3.5 or newer). Raising it rolls
-	// the members one at a time, the leader last, each step gated on cluster health. Downgrades
-	// and skipping a minor version are refused.
+	// the members one at a time, the leader last, each step gated on cluster health. Once the
+	// cluster runs (status.currentVersion is set), it may be any patch of the running minor
+	// version or of the next one: a lower minor version, or skipping one, is refused.
 	// +kubebuilder:validation:Pattern=`^3\.([5-9]|[1-9][0-9])\.(0|[1-9][0-9]*)$`
 	// +kubebuilder:validation:MaxLength=16
 	// +kubebuilder:default="3.6.16"
@@ -88,13 +88,14 @@ type EtcdClusterSpec struct {
 // StorageSpec gives each member a PersistentVolumeClaim of its own, or, by explicit opt-in, an
 // emptyDir that is lost with the pod.
 //
-// +kubebuilder:validation:XValidation:rule="(has(self.ephemeral) && self.ephemeral) == (has(oldSelf.ephemeral) && oldSelf.ephemeral)",message="storage.ephemeral cannot be changed on an existing cluster; restore a backup into a new EtcdCluster instead"
-// +kubebuilder:validation:XValidation:rule="has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",message="storage.storageClassName cannot be changed on an existing cluster; restore a backup into a new EtcdCluster with the class you want"
-// +kubebuilder:validation:XValidation:rule="!has(self.size) || !has(oldSelf.size) || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",message="storage.size cannot shrink: a volume cannot give space back"
+// Until the cluster has formed (status.clusterID is set) its storage can still be corrected;
+// from then on, the EtcdCluster's rules refuse what a volume cannot take.
+//
 // +kubebuilder:validation:XValidation:rule="!has(self.ephemeral) || !self.ephemeral || !has(self.storageClassName)",message="storage.storageClassName has no meaning with storage.ephemeral: true"
 type StorageSpec struct {
 	// Size of each member's volume (or the emptyDir's size limit when ephemeral). Keep it
-	// comfortably above tuning.quotaBackendBytes.
+	// comfortably above tuning.quotaBackendBytes. It can grow, and not shrink, once the
+	// cluster has formed.
 	// +kubebuilder:default="4Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0",message="storage.size must be at least 64Mi"
 	// +optional
@@ -219,6 +220,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.provider != 'CertManager' || has(self.certManager)",message="tls.certManager is required when tls.provider is CertManager"
 // +kubebuilder:validation:XValidation:rule="self.provider == 'Secrets' || !has(self.secrets)",message="tls.secrets is only used when tls.provider is Secrets"
 // +kubebuilder:validation:XValidation:rule="self.provider == 'CertManager' || !has(self.certManager)",message="tls.certManager is only used when tls.provider is CertManager"
+// +kubebuilder:validation:XValidation:rule="!has(self.validity) || duration(self.validity) <= duration('87600h')",message="tls.validity must be at most 87600h (10 years): the CA lives ten times as long as the certificates it issues; choose a shorter validity"
+// +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) > duration('0s')",message="tls.renewBefore must be above 0, such as 720h: certificates are renewed that long before they expire"
+// +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.renewBefore) || duration(self.renewBefore) < duration(self.validity)",message="tls.renewBefore must be shorter than tls.validity, or every certificate would be renewed as soon as it is issued; lower tls.renewBefore or raise tls.validity"
 type TLSSpec struct {
 	// Provider of the certificates: Operator (a CA made and rotated by the operator, the
 	// default), Secrets (yours) or CertManager (your issuer).
@@ -234,13 +238,14 @@ type TLSSpec struct {
 	// +optional
 	CertManager *CertManagerTLS `json:"certManager,omitempty"`
 
-	// Validity of the certificates the operator issues (provider Operator). The CA lives ten
-	// times as long.
+	// Validity of the certificates the operator issues (provider Operator), at most 87600h
+	// (10 years). The CA lives ten times as long.
 	// +kubebuilder:default="8760h0m0s"
 	// +optional
 	Validity *metav1.Duration `json:"validity,omitempty"`
 
-	// RenewBefore is how long before expiry an operator-issued certificate is renewed.
+	// RenewBefore is how long before expiry an operator-issued certificate is renewed: above 0
+	// and shorter than validity.
 	// +kubebuilder:default="720h0m0s"
 	// +optional
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
@@ -302,8 +307,10 @@ type AuthSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.electionTimeoutMillis) || !has(self.heartbeatIntervalMillis) || self.electionTimeoutMillis >= 5 * self.heartbeatIntervalMillis",message="tuning.electionTimeoutMillis must be at least 5 times tuning.heartbeatIntervalMillis (etcd refuses to start otherwise)"
 type EtcdTuning struct {
 	// QuotaBackendBytes is the size at which etcd raises its NOSPACE alarm and refuses writes
-	// (etcd's --quota-backend-bytes). etcd's own default is 2Gi; at most 8Gi is recommended.
-	// +kubebuilder:default="2Gi"
+	// (etcd's --quota-backend-bytes), at most storage.size; at most 8Gi is recommended. Unset,
+	// the operator uses etcd's own default of 2Gi, or 3/4 of storage.size if that is smaller,
+	// so that the WAL and snapshots still fit on the volume when NOSPACE is raised.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="tuning.quotaBackendBytes must be above 0; leave it unset for min(2Gi, 3/4 of storage.size)"
 	// +optional
 	QuotaBackendBytes *resource.Quantity `json:"quotaBackendBytes,omitempty"`
 
@@ -507,6 +514,7 @@ type EtcdClusterStatus struct {
 	Selector string `json:"selector,omitempty"`
 
 	// CurrentVersion is the lowest etcd version any member runs.
+	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Current Version"
 	CurrentVersion string `json:"currentVersion,omitempty"`
@@ -557,6 +565,21 @@ type EtcdClusterStatus struct {
 // Member pods are named <cluster>-<5 characters> and serve as DNS labels, hence the name rule.
 //
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="an EtcdCluster name must be a DNS label of at most 50 characters (lower-case letters, digits, '-'; starting with a letter) because member pods and Services are named after it"
+//
+// A version change is judged against status.currentVersion, the lowest version a member runs,
+// not against the previous spec: an upgrade that has not started can be taken back, and two
+// quick edits cannot skip a minor version. Only a change of spec.version is judged, so that
+// the operator's status writes and unrelated edits are never refused.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || (has(oldSelf.spec.version) && self.spec.version == oldSelf.spec.version) || !has(self.status) || !has(self.status.currentVersion) || !isSemver(self.status.currentVersion) || semver(self.spec.version).major() * 1000 + semver(self.spec.version).minor() >= semver(self.status.currentVersion).major() * 1000 + semver(self.status.currentVersion).minor()",fieldPath=".spec.version",message="version cannot be downgraded below the running version (status.currentVersion): etcd does not roll its data back to an older format; restore a backup into a new EtcdCluster of the older version instead",messageExpression="'version cannot be downgraded below the running version ' + self.status.currentVersion + ' (status.currentVersion): etcd does not roll its data back to an older format; choose a version of the running minor version or the next one, or restore a backup into a new EtcdCluster of the older version instead'"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || (has(oldSelf.spec.version) && self.spec.version == oldSelf.spec.version) || !has(self.status) || !has(self.status.currentVersion) || !isSemver(self.status.currentVersion) || semver(self.spec.version).major() * 1000 + semver(self.spec.version).minor() <= semver(self.status.currentVersion).major() * 1000 + semver(self.status.currentVersion).minor() + 1",fieldPath=".spec.version",message="version can be at most one minor version above the running version (status.currentVersion): upgrade one minor version at a time, and wait for status.currentVersion to reach it before the next",messageExpression="'version can be at most one minor version above the running version ' + self.status.currentVersion + ' (status.currentVersion): upgrade one minor version at a time, and wait for status.currentVersion to reach it before the next'"
+//
+// Storage can be corrected until the cluster has formed (status.clusterID is set): before that
+// no member holds data. From then on a volume cannot change class or kind, nor shrink.
+//
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.clusterID) || size(oldSelf.status.clusterID) == 0 || (has(self.spec.storage.ephemeral) && self.spec.storage.ephemeral) == (has(oldSelf.spec.storage.ephemeral) && oldSelf.spec.storage.ephemeral)",fieldPath=".spec.storage.ephemeral",message="storage.ephemeral cannot be changed on an existing cluster; restore a backup into a new EtcdCluster instead"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.clusterID) || size(oldSelf.status.clusterID) == 0 || (has(self.spec.storage.storageClassName) == has(oldSelf.spec.storage.storageClassName) && (!has(self.spec.storage.storageClassName) || self.spec.storage.storageClassName == oldSelf.spec.storage.storageClassName))",fieldPath=".spec.storage.storageClassName",message="storage.storageClassName cannot be changed on an existing cluster; restore a backup into a new EtcdCluster with the class you want"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.clusterID) || size(oldSelf.status.clusterID) == 0 || !has(self.spec.storage.size) || !has(oldSelf.spec.storage.size) || quantity(string(self.spec.storage.size)).compareTo(quantity(string(oldSelf.spec.storage.size))) >= 0",fieldPath=".spec.storage.size",message="storage.size cannot shrink: a volume cannot give space back"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.size,statuspath=.status.size,selectorpath=.status.selector
