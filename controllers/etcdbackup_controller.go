@@ -169,12 +169,12 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 		b.Status.LastBackup = run.Artifact
 		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
 			"%s: %d bytes at revision %d, sha256 verified in the destination", res.URI, res.SizeBytes, res.Revision)
-		r.event(b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s)", res.URI, res.SizeBytes, res.Revision, res.SHA256)
+		postEvent(r.Recorder, b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s)", res.URI, res.SizeBytes, res.Revision, res.SHA256)
 		if n := len(res.Pruned) + res.PrunedCount; n > 0 {
-			r.event(b, corev1.EventTypeNormal, "SnapshotsPruned", "Prune", "retention deleted %d older snapshot(s): %v", n, res.Pruned)
+			postEvent(r.Recorder, b, corev1.EventTypeNormal, "SnapshotsPruned", "Prune", "retention deleted %d older snapshot(s): %v", n, res.Pruned)
 		}
 		if res.PruneError != "" {
-			r.event(b, corev1.EventTypeWarning, "PruneFailed", "Prune", "retention could not delete every older snapshot: %s", res.PruneError)
+			postEvent(r.Recorder, b, corev1.EventTypeWarning, "PruneFailed", "Prune", "retention could not delete every older snapshot: %s", res.PruneError)
 		}
 	default:
 		run.Phase = etcdv1alpha1.BackupFailed
@@ -184,7 +184,7 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 			reason = etcdv1alpha1.ReasonPermanentFailure
 		}
 		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, "%s", run.Message)
-		r.event(b, corev1.EventTypeWarning, "BackupFailed", "Backup", "%s", run.Message)
+		postEvent(r.Recorder, b, corev1.EventTypeWarning, "BackupFailed", "Backup", "%s", run.Message)
 	}
 	limit := int(b.Spec.HistoryLimit)
 	if limit <= 0 {
@@ -326,7 +326,7 @@ func (r *EtcdBackupReconciler) startRun(ctx context.Context, b *etcdv1alpha1.Etc
 		b.Status.LastScheduleTime = ptrTime(scheduledFor)
 	}
 	setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionUnknown, etcdv1alpha1.ReasonRunning, "Job %s is taking a snapshot", job.Name)
-	r.event(b, corev1.EventTypeNormal, "BackupStarted", "Backup", "started Job %s to snapshot EtcdCluster %s", job.Name, c.Name)
+	postEvent(r.Recorder, b, corev1.EventTypeNormal, "BackupStarted", "Backup", "started Job %s to snapshot EtcdCluster %s", job.Name, c.Name)
 	return nil
 }
 
@@ -335,12 +335,6 @@ func setBackupCondition(b *etcdv1alpha1.EtcdBackup, condType string, status meta
 		Type: condType, Status: status, Reason: reason,
 		Message: fmt.Sprintf(format, args...), ObservedGeneration: b.Generation,
 	})
-}
-
-func (r *EtcdBackupReconciler) event(b *etcdv1alpha1.EtcdBackup, eventType, reason, action, note string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(b, nil, eventType, reason, action, note, args...)
-	}
 }
 
 // SetupWithManager registers the reconciler and what it watches.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
@@ -41,7 +40,7 @@ func accessErrorReason(err error) string {
 // etcdAccess issues or loads the certificates and reads the root credentials.
 func (r *EtcdClusterReconciler) etcdAccess(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*access, error) {
 	a := &access{}
-	tlsState, err := r.ensureCertificates(ctx, c, time.Now())
+	tlsState, err := r.ensureCertificates(ctx, c, r.now())
 	if err != nil {
 		return nil, &accessError{reason: etcdv1alpha1.ReasonCertificateError, err: err}
 	}

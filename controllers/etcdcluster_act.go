@@ -79,10 +79,10 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		return ctrl.Result{}, nil
 	}
 	if err != nil {
-		r.event(c, corev1.EventTypeWarning, "StepFailed", string(step.Action), "%s %s: %v", step.Action, step.Member, err)
+		postEvent(r.Recorder, c, corev1.EventTypeWarning, "StepFailed", string(step.Action), "%s %s: %v", step.Action, step.Member, err)
 		return ctrl.Result{}, fmt.Errorf("%s %s: %w", step.Action, step.Member, err)
 	}
-	r.event(c, corev1.EventTypeNormal, string(step.Action), string(step.Action), "%s%s", step.Reason, membersSuffix(step))
+	postEvent(r.Recorder, c, corev1.EventTypeNormal, string(step.Action), string(step.Action), "%s%s", step.Reason, membersSuffix(step))
 	return ctrl.Result{RequeueAfter: requeueAfterStep}, nil
 }
 
@@ -308,36 +308,34 @@ func (r *EtcdClusterReconciler) resetBootstrapMembers(ctx context.Context, obs *
 // recordPodSpec records the current spec's hash on pods that have none: nothing restarts.
 func (r *EtcdClusterReconciler) recordPodSpec(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
 	hash := resources.MemberPodSpecHash(c)
-	for _, name := range names {
-		pod, ok := obs.pods[name]
-		if !ok {
-			continue
-		}
-		patch := client.MergeFrom(pod.DeepCopy())
+	return patchEach(ctx, r.Client, obs.pods, names, "record the spec of pod", func(pod *corev1.Pod) {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
 		pod.Annotations[resources.AnnotationPodSpecHash] = hash
-		if err := r.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("record the spec of pod %s: %w", name, err)
-		}
-	}
-	return nil
+	})
 }
 
 // expandClaims raises the members' claims to spec.storage.size. The API server refuses it where
 // the StorageClass does not allow expansion; the step's error then says so.
 func (r *EtcdClusterReconciler) expandClaims(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
 	size := resources.MemberStorageSize(c)
+	return patchEach(ctx, r.Client, obs.pvcs, names, "expand claim", func(pvc *corev1.PersistentVolumeClaim) {
+		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = size
+	})
+}
+
+// patchEach merge-patches, with change, the observed object of each named member that has one.
+func patchEach[T client.Object](ctx context.Context, cl client.Client, observed map[string]T, names []string, what string, change func(T)) error {
 	for _, name := range names {
-		pvc, ok := obs.pvcs[name]
+		obj, ok := observed[name]
 		if !ok {
 			continue
 		}
-		patch := client.MergeFrom(pvc.DeepCopy())
-		pvc.Spec.Resources.Requests[corev1.ResourceStorage] = size
-		if err := r.Patch(ctx, pvc, patch); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("expand claim %s to %s: %w", pvc.Name, size.String(), err)
+		patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+		change(obj)
+		if err := cl.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("%s %s: %w", what, obj.GetName(), err)
 		}
 	}
 	return nil
@@ -369,10 +367,4 @@ func (r *EtcdClusterReconciler) createMember(ctx context.Context, c *etcdv1alpha
 		}
 	}
 	return r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultRepository, r.PodEnv))
-}
-
-func (r *EtcdClusterReconciler) event(c *etcdv1alpha1.EtcdCluster, eventType, reason, action, note string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(c, nil, eventType, reason, action, note, args...)
-	}
 }

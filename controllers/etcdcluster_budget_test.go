@@ -1,13 +1,17 @@
 package controllers
 
 import (
+	"errors"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -51,5 +55,35 @@ func TestDisruptionBudgetFollowsEtcdNotTheSpec(t *testing.T) {
 	}
 	if got := budget(); got != 3 {
 		t.Fatalf("four voters left: minAvailable %d, want 3", got)
+	}
+}
+
+// Bookkeeping steps change only what they say: the spec hash on pods made by an earlier
+// operator version (no restart), and a claim's request when storage.size grew.
+func TestRecordPodSpecAndExpandClaimsPatchInPlace(t *testing.T) {
+	cluster := staleTestCluster()
+	grown := resource.MustParse("8Gi")
+	cluster.Spec.Storage.Size = &grown
+	pod := resources.MemberPod(cluster, resources.MemberSpec{Name: "c-abcde", Version: "3.6.16"}, "etcd", nil)
+	delete(pod.Annotations, resources.AnnotationPodSpecHash)
+	pvc := resources.MemberPVC(cluster, resources.MemberSpec{Name: "c-abcde"})
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("4Gi")
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cluster, pod, pvc).Build()
+	r := &EtcdClusterReconciler{Client: c}
+	obs := &observation{pods: map[string]*corev1.Pod{"c-abcde": pod.DeepCopy()}, pvcs: map[string]*corev1.PersistentVolumeClaim{"c-abcde": pvc.DeepCopy()}}
+	for _, action := range []membership.Action{membership.RecordPodSpec, membership.ExpandClaims} {
+		if _, err := r.act(t.Context(), cluster, obs, membership.Step{Action: action, Members: []string{"c-abcde"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gotPod, gotPVC := &corev1.Pod{}, &corev1.PersistentVolumeClaim{}
+	if err := errors.Join(c.Get(t.Context(), client.ObjectKeyFromObject(pod), gotPod), c.Get(t.Context(), client.ObjectKeyFromObject(pvc), gotPVC)); err != nil {
+		t.Fatal(err)
+	}
+	if gotPod.Annotations[resources.AnnotationPodSpecHash] != resources.MemberPodSpecHash(cluster) || gotPod.UID != pod.UID {
+		t.Errorf("pod annotations %v", gotPod.Annotations)
+	}
+	if got := gotPVC.Spec.Resources.Requests[corev1.ResourceStorage]; got.Cmp(grown) != 0 {
+		t.Errorf("claim requests %s, want %s", got.String(), grown.String())
 	}
 }

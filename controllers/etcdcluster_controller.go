@@ -88,7 +88,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	access, err := r.etcdAccess(ctx, cluster)
 	if err != nil {
 		setAccessError(cluster, err)
-		r.event(cluster, corev1.EventTypeWarning, accessErrorReason(err), "Configure", "%v", err)
+		postEvent(r.Recorder, cluster, corev1.EventTypeWarning, accessErrorReason(err), "Configure", "%v", err)
 		if accessErrorReason(err) == etcdv1alpha1.ReasonInvalidSpec {
 			// The user must fix it; look again now and then rather than back off into hours.
 			return ctrl.Result{RequeueAfter: requeueSteady}, nil

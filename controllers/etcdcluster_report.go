@@ -4,13 +4,13 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
@@ -249,16 +249,18 @@ func lowestVersion(members []etcdv1alpha1.MemberStatus) string {
 	return lowest
 }
 
+// versionLess compares etcd versions with the parser tooOld uses; one that does not parse
+// sorts last, so that it is never reported as the version the cluster runs.
 func versionLess(a, b string) bool {
-	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; i < len(pa) && i < len(pb); i++ {
-		x, _ := strconv.Atoi(pa[i])
-		y, _ := strconv.Atoi(pb[i])
-		if x != y {
-			return x < y
-		}
+	va, errA := version.ParseGeneric(a)
+	vb, errB := version.ParseGeneric(b)
+	switch {
+	case errA != nil:
+		return false
+	case errB != nil:
+		return true
 	}
-	return len(pa) < len(pb)
+	return va.LessThan(vb)
 }
 
 func first(s []string) string {
@@ -288,7 +290,7 @@ func (r *EtcdClusterReconciler) announceDegraded(c, before *etcdv1alpha1.EtcdClu
 	if was != nil && was.Status == now.Status && was.Reason == now.Reason && was.Message == now.Message {
 		return
 	}
-	r.event(c, corev1.EventTypeWarning, now.Reason, "Observe", "%s", now.Message)
+	postEvent(r.Recorder, c, corev1.EventTypeWarning, now.Reason, "Observe", "%s", now.Message)
 }
 
 // setReconcileError reports a reconcile that could not observe or prepare the cluster: the

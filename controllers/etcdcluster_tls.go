@@ -65,7 +65,7 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		if err := r.writeSecret(ctx, c, resources.CASecretName(c.Name), corev1.SecretTypeOpaque, ca, ca.CertPEM); err != nil {
 			return err
 		}
-		r.event(c, corev1.EventTypeNormal, "CACreated", "IssueCertificate", "made the cluster's CA")
+		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CACreated", "IssueCertificate", "made the cluster's CA")
 	}
 	names := resources.TLSSecrets(c)
 	for kind, name := range map[certs.Kind]string{certs.Peer: names.Peer, certs.Server: names.Server, certs.Client: names.Client} {
@@ -88,7 +88,7 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		if err := r.writeSecret(ctx, c, name, corev1.SecretTypeTLS, issued, ca.CertPEM); err != nil {
 			return err
 		}
-		r.event(c, corev1.EventTypeNormal, "CertificateIssued", "IssueCertificate", "issued the %s certificate (Secret %s)", kind, name)
+		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CertificateIssued", "IssueCertificate", "issued the %s certificate (Secret %s)", kind, name)
 	}
 	return nil
 }

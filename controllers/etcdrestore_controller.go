@@ -228,7 +228,7 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	}
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its first member from %s", cluster.Name, src.uri)
-	r.event(rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
+	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
 	return nil
 }
 
@@ -302,7 +302,7 @@ func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1
 		return time.Second, false, nil // the pod's status has not reached the cache yet
 	}
 	if rs.Status.RestoredRevision == 0 {
-		r.event(rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "member %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
+		postEvent(r.Recorder, rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "member %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
 			seed, c.Name, report.Restore.URI, report.Restore.Revision, report.Restore.SHA256)
 	}
 	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
@@ -344,7 +344,7 @@ func (r *EtcdRestoreReconciler) startJob(ctx context.Context, rs *etcdv1alpha1.E
 		return fmt.Errorf("create restore Job: %w", err)
 	}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
-	r.event(rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "started Job %s to restore member %s of EtcdCluster %s", job.Name, seed, c.Name)
+	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "started Job %s to restore member %s of EtcdCluster %s", job.Name, seed, c.Name)
 	return nil
 }
 
@@ -396,7 +396,7 @@ func (r *EtcdRestoreReconciler) complete(ctx context.Context, rs *etcdv1alpha1.E
 	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreCompleted, ptrTime(r.Now())
 	setRestoreCondition(rs, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
 		"EtcdCluster %s serves the snapshot's data from revision %d with %d members%s", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers, how)
-	r.event(rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s is Available with the restored data%s", c.Name, how)
+	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s is Available with the restored data%s", c.Name, how)
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}}
 	return client.IgnoreNotFound(r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 }
@@ -404,7 +404,7 @@ func (r *EtcdRestoreReconciler) complete(ctx context.Context, rs *etcdv1alpha1.E
 func (r *EtcdRestoreReconciler) fail(rs *etcdv1alpha1.EtcdRestore, f *restoreFailure) {
 	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreFailed, ptrTime(r.Now())
 	setRestoreCondition(rs, metav1.ConditionFalse, f.reason, "%s", f.message)
-	r.event(rs, corev1.EventTypeWarning, "RestoreFailed", "Restore", "%s", f.message)
+	postEvent(r.Recorder, rs, corev1.EventTypeWarning, "RestoreFailed", "Restore", "%s", f.message)
 }
 
 func setRestoreCondition(rs *etcdv1alpha1.EtcdRestore, status metav1.ConditionStatus, reason, format string, args ...any) {
@@ -412,12 +412,6 @@ func setRestoreCondition(rs *etcdv1alpha1.EtcdRestore, status metav1.ConditionSt
 		Type: etcdv1alpha1.ConditionSucceeded, Status: status, Reason: reason,
 		Message: fmt.Sprintf(format, args...), ObservedGeneration: rs.Generation,
 	})
-}
-
-func (r *EtcdRestoreReconciler) event(rs *etcdv1alpha1.EtcdRestore, eventType, reason, action, note string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(rs, nil, eventType, reason, action, note, args...)
-	}
 }
 
 // SetupWithManager registers the reconciler and what it watches.

@@ -127,7 +127,7 @@ func (r *EtcdRestoreReconciler) cutOver(ctx context.Context, rs *etcdv1alpha1.Et
 	}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
 		"EtcdCluster %s is stopping its members to restart from member %s's restored data", c.Name, seed)
-	r.event(rs, corev1.EventTypeNormal, "CutOver", "Restore", "EtcdCluster %s stops its members %v and restarts from the snapshot", c.Name, rs.Status.Replaced.Members)
+	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "CutOver", "Restore", "EtcdCluster %s stops its members %v and restarts from the snapshot", c.Name, rs.Status.Replaced.Members)
 	return r.giveClaim(ctx, c, seed)
 }
 

@@ -48,12 +48,17 @@ const (
 // BackupJobName is the Job of the run of backup scheduled for the given time: one name per
 // run, so that a stale cache can never start the same run twice.
 func BackupJobName(backup string, scheduledFor time.Time) string {
-	suffix := "-" + scheduledFor.UTC().Format("20060102t150405")
-	if len(backup)+len(suffix) <= 63 {
-		return backup + suffix
+	return jobName(backup, "-"+scheduledFor.UTC().Format("20060102t150405"))
+}
+
+// jobName is base+suffix, with base shortened and a hash of it added where the whole would pass
+// the 63 characters of a label value (Jobs label their pods with their name).
+func jobName(base, suffix string) string {
+	if len(base)+len(suffix) <= 63 {
+		return base + suffix
 	}
-	h := sha256.Sum256([]byte(backup))
-	return backup[:63-len(suffix)-9] + "-" + hex.EncodeToString(h[:])[:8] + suffix
+	h := sha256.Sum256([]byte(base))
+	return base[:63-len(suffix)-9] + "-" + hex.EncodeToString(h[:])[:8] + suffix
 }
 
 // BackupJob is the Job that runs one backup of cluster with the operator's agent image.
@@ -125,14 +130,7 @@ const (
 )
 
 // RestoreJobName is the Job preparing member's data for the restore.
-func RestoreJobName(restore string) string {
-	const suffix = "-restore"
-	if len(restore)+len(suffix) <= 63 {
-		return restore + suffix
-	}
-	h := sha256.Sum256([]byte(restore))
-	return restore[:63-len(suffix)-9] + "-" + hex.EncodeToString(h[:])[:8] + suffix
-}
+func RestoreJobName(restore string) string { return jobName(restore, "-restore") }
 
 // RestoreJob prepares the data of member, the first member of cluster, on its claim: the
 // agent fetches and checks the snapshot, the etcdutl of the cluster's own etcd image restores
