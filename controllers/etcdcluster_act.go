@@ -21,6 +21,9 @@ import (
 // act carries out one step and says when to look again. Every step is idempotent: if the
 // operator stops half-way, the next observation shows what is left and decides again.
 func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) (ctrl.Result, error) {
+	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	ctrl.LoggerFrom(ctx).V(1).Info("step", "action", step.Action, "member", step.Member, "members", step.Members,
+		"operation", step.Operation, "reason", step.Reason)
 	var err error
 	switch step.Action {
 	case membership.Wait:
@@ -357,11 +360,6 @@ func (r *EtcdClusterReconciler) upgradeMember(ctx context.Context, c *etcdv1alph
 func (r *EtcdClusterReconciler) createMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, spec resources.MemberSpec, withPVC bool) error {
 	if withPVC && !c.Spec.Storage.Ephemeral {
 		pvc := resources.MemberPVC(c, spec)
-		if c.Spec.Storage.RetentionPolicy.WhenDeleted == etcdv1alpha1.DeletePVC {
-			if err := ctrl.SetControllerReference(c, pvc, r.Scheme()); err != nil {
-				return err
-			}
-		}
 		if err := r.Create(ctx, pvc); client.IgnoreAlreadyExists(err) != nil {
 			return fmt.Errorf("create claim %s: %w", pvc.Name, err)
 		}

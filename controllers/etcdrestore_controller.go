@@ -317,11 +317,7 @@ func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1
 func (r *EtcdRestoreReconciler) ensureSeedClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed, stagedFor string) error {
 	pvc := resources.MemberPVC(c, resources.MemberSpec{Name: seed, InitialCluster: resources.InitialCluster(c, []string{seed}), State: "new"})
 	if stagedFor != "" {
-		pvc.Labels = map[string]string{resources.LabelRestore: stagedFor}
-	} else if c.Spec.Storage.RetentionPolicy.WhenDeleted == etcdv1alpha1.DeletePVC {
-		if err := ctrl.SetControllerReference(c, pvc, r.Scheme()); err != nil {
-			return err
-		}
+		pvc.Labels, pvc.OwnerReferences = map[string]string{resources.LabelRestore: stagedFor}, nil
 	}
 	if err := r.Create(ctx, pvc); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("create claim %s: %w", pvc.Name, err)

@@ -141,12 +141,7 @@ func (r *EtcdRestoreReconciler) giveClaim(ctx context.Context, c *etcdv1alpha1.E
 		return nil
 	}
 	claimPatch := client.MergeFrom(pvc.DeepCopy())
-	pvc.Labels = resources.MemberLabels(c, seed)
-	if c.Spec.Storage.RetentionPolicy.WhenDeleted == etcdv1alpha1.DeletePVC {
-		if err := ctrl.SetControllerReference(c, pvc, r.Scheme()); err != nil {
-			return err
-		}
-	}
+	pvc.Labels, pvc.OwnerReferences = resources.MemberLabels(c, seed), resources.ClaimOwners(c)
 	if err := r.Patch(ctx, pvc, claimPatch); err != nil {
 		return fmt.Errorf("give claim %s to EtcdCluster %s: %w", pvc.Name, c.Name, err)
 	}

@@ -336,9 +336,10 @@ func MemberPVC(c *etcdv1alpha1.EtcdCluster, m MemberSpec) *corev1.PersistentVolu
 	size := MemberStorageSize(c)
 	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      PVCName(m.Name),
-			Namespace: c.Namespace,
-			Labels:    MemberLabels(c, m.Name),
+			Name:            PVCName(m.Name),
+			Namespace:       c.Namespace,
+			Labels:          MemberLabels(c, m.Name),
+			OwnerReferences: ClaimOwners(c),
 			Annotations: map[string]string{
 				AnnotationInitialCluster: m.InitialCluster,
 				AnnotationClusterState:   m.State,
@@ -350,6 +351,16 @@ func MemberPVC(c *etcdv1alpha1.EtcdCluster, m MemberSpec) *corev1.PersistentVolu
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
 		},
 	}
+}
+
+// ClaimOwners are the owner references of a member's claim: the cluster, as controller, only
+// when spec.storage.retentionPolicy.whenDeleted is Delete, so that by default a cluster deleted
+// by mistake leaves its data behind.
+func ClaimOwners(c *etcdv1alpha1.EtcdCluster) []metav1.OwnerReference {
+	if c.Spec.Storage.RetentionPolicy.WhenDeleted != etcdv1alpha1.DeletePVC {
+		return nil
+	}
+	return []metav1.OwnerReference{*metav1.NewControllerRef(c, etcdv1alpha1.GroupVersion.WithKind("EtcdCluster"))}
 }
 
 // PeerService is the headless Service behind the members' DNS names. It publishes members
