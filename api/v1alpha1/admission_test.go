@@ -40,8 +40,6 @@ var invalidObjects = []struct {
 	{"cluster tls renewal zero", cluster("tls: {renewBefore: 0s}"), "tls.renewBefore must be above 0"},
 	{"cluster tls validity above ten years", cluster("tls: {validity: 87601h}"), "tls.validity must be at most 87600h"},
 	{"cluster quota zero", cluster("tuning: {quotaBackendBytes: 0}"), "tuning.quotaBackendBytes must be above 0"},
-	{"cluster quota above storage", cluster("storage: {size: 1Gi}\ntuning: {quotaBackendBytes: 2Gi}"), "tuning.quotaBackendBytes must not be larger than storage.size"},
-	{"cluster quota above default storage", cluster("tuning: {quotaBackendBytes: 8Gi}"), "tuning.quotaBackendBytes must not be larger than storage.size"},
 	{"cluster reserved pod label", cluster("podTemplate:\n  metadata:\n    labels:\n      etcd.database.dev/member: x"), "label keys with the etcd.database.dev/ prefix are reserved for the operator"},
 	{"cluster quorum policy unknown", cluster("quorumLossRecovery:\n  policy: Auto"), `spec.quorumLossRecovery.policy: Unsupported value: "Auto"`},
 	{"cluster defrag threshold zero", cluster("defragmentation:\n  thresholdPercent: 0"), "spec.defragmentation.thresholdPercent in body should be greater than or equal to 1"},
@@ -95,7 +93,6 @@ var invalidObjects = []struct {
 	{"restore backup uri scheme", restore("source: {backup: {name: b, uri: 'http://x/y'}}\ntarget: {mode: InPlace, clusterName: r}"), "spec.source.backup.uri in body should match"},
 	{"restore cluster name invalid", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: Prod}"), "spec.target.clusterName in body should match"},
 	{"restore name too long", named("EtcdRestore", strings.Repeat("r", 64), "spec:\n  source: {backup: {name: b}}\n  target: {mode: InPlace, clusterName: r}"), "an EtcdRestore name must be at most 63 characters"},
-	{"restore new cluster quota above storage", restore("source: {backup: {name: b}}\ntarget: {mode: New, clusterName: r, cluster: {storage: {size: 1Gi}, tuning: {quotaBackendBytes: 2Gi}}}"), "tuning.quotaBackendBytes must not be larger than storage.size"},
 	{"restore new cluster spec invalid", restore("source: {backup: {name: b}}\ntarget: {mode: New, clusterName: r, cluster: {size: 12}}"), "spec.target.cluster.size in body should be less than or equal to 9"},
 }
 

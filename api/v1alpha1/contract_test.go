@@ -47,7 +47,6 @@ var updateCases = []struct {
 	{"cluster never formed: storage class corrected", withStatus(cluster("storage: {storageClassName: slow}"), "clusterID: ''"), setField("fast", "spec", "storage", "storageClassName"), ""},
 	{"cluster never formed: storage class removed", cluster("storage: {storageClassName: slow}"), removeField("spec", "storage", "storageClassName"), ""},
 	{"cluster never formed: becomes ephemeral", cluster("storage: {size: 1Gi}"), setField(true, "spec", "storage", "ephemeral"), ""},
-	{"cluster quota raised above storage", cluster("storage: {size: 1Gi}\ntuning: {quotaBackendBytes: 512Mi}"), setField("2Gi", "spec", "tuning", "quotaBackendBytes"), "tuning.quotaBackendBytes must not be larger than storage.size"},
 	{"cluster tls added", cluster("size: 3"), setField(map[string]any{}, "spec", "tls"), "tls cannot be added to or removed from an existing cluster"},
 	{"cluster tls removed", cluster("tls: {}"), removeField("spec", "tls"), "tls cannot be added to or removed from an existing cluster"},
 	{"cluster tls provider changed", cluster("tls: {}"), setField(map[string]any{"provider": "CertManager", "certManager": map[string]any{"issuerRef": map[string]any{"name": "ca"}}}, "spec", "tls"), "tls.provider cannot be changed"},

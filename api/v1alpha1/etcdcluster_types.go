@@ -10,7 +10,6 @@ import (
 //
 // Changes that etcd cannot take in place are refused at admission, with the way to get there:
 // +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls cannot be added to or removed from an existing cluster: its members' URLs would change under a live quorum; restore a backup into a new EtcdCluster with the TLS settings you want"
-// +kubebuilder:validation:XValidation:rule="!has(self.tuning) || !has(self.tuning.quotaBackendBytes) || !has(self.storage) || !has(self.storage.size) || quantity(string(self.tuning.quotaBackendBytes)).compareTo(quantity(string(self.storage.size))) <= 0",fieldPath=".tuning.quotaBackendBytes",message="tuning.quotaBackendBytes must not be larger than storage.size: etcd would fill the volume before raising its NOSPACE alarm; lower the quota, raise storage.size, or leave the quota unset for min(2Gi, 3/4 of storage.size)"
 type EtcdClusterSpec struct {
 	// Size is the number of voting members. Use an odd number: 3 tolerates the loss of one
 	// member, 5 of two. Changed one member at a time; a scale-down never removes a member
@@ -307,7 +306,7 @@ type AuthSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.electionTimeoutMillis) || !has(self.heartbeatIntervalMillis) || self.electionTimeoutMillis >= 5 * self.heartbeatIntervalMillis",message="tuning.electionTimeoutMillis must be at least 5 times tuning.heartbeatIntervalMillis (etcd refuses to start otherwise)"
 type EtcdTuning struct {
 	// QuotaBackendBytes is the size at which etcd raises its NOSPACE alarm and refuses writes
-	// (etcd's --quota-backend-bytes), at most storage.size; at most 8Gi is recommended. Unset,
+	// (etcd's --quota-backend-bytes); keep it well below storage.size, and at most 8Gi. Unset,
 	// the operator uses etcd's own default of 2Gi, or 3/4 of storage.size if that is smaller,
 	// so that the WAL and snapshots still fit on the volume when NOSPACE is raised.
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="tuning.quotaBackendBytes must be above 0; leave it unset for min(2Gi, 3/4 of storage.size)"
