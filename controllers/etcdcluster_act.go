@@ -273,9 +273,19 @@ func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alph
 			}
 			continue
 		}
-		if err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}); ignoreGone(err) != nil {
-			return fmt.Errorf("delete claim %s: %w", pvc.Name, err)
+		if err := r.deleteObservedClaim(ctx, pvc); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// deleteObservedClaim deletes the claim as observed: not a newer one of the same name, nor one
+// changed since (then the next observation decides again).
+func (r *EtcdClusterReconciler) deleteObservedClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion})
+	if ignoreGone(err) != nil {
+		return fmt.Errorf("delete claim %s: %w", pvc.Name, err)
 	}
 	return nil
 }
@@ -301,8 +311,8 @@ func (r *EtcdClusterReconciler) resetBootstrapMembers(ctx context.Context, obs *
 		if !ok || pvc.Status.Phase != corev1.ClaimPending {
 			continue
 		}
-		if err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}); ignoreGone(err) != nil {
-			return fmt.Errorf("delete unbound claim %s: %w", pvc.Name, err)
+		if err := r.deleteObservedClaim(ctx, pvc); err != nil {
+			return err
 		}
 	}
 	return nil

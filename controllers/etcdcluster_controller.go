@@ -35,8 +35,8 @@ const (
 // changed one safe step at a time.
 type EtcdClusterReconciler struct {
 	client.Client
-	// APIReader reads from the API server, not the cache: steps that cannot be taken back
-	// (a bootstrap, deleting a claim) are confirmed against it.
+	// APIReader reads from the API server, not the cache: a bootstrap, which cannot be taken
+	// back, is confirmed against it (deletes carry preconditions instead).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Clock is time.Now, replaced in tests.

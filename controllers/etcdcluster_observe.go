@@ -35,6 +35,8 @@ type observation struct {
 	client    etcd.Client
 	// unhealthy says, for each member etcd lists that is not healthy, why; see memberHealth.
 	unhealthy map[uint64]string
+	// podProblems says, by member name, why a member's pod cannot run; see podProblem.
+	podProblems map[string]string
 
 	access      *access
 	authEnabled bool
@@ -68,6 +70,7 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.Etc
 			obs.pvcs[name] = &pvcs.Items[i]
 		}
 	}
+	obs.diagnosePods()
 	r.observeEtcd(ctx, c, obs)
 	return obs, nil
 }
@@ -115,13 +118,13 @@ func memberHealth(c *etcdv1alpha1.EtcdCluster, obs *observation) map[uint64]stri
 	out := map[uint64]string{}
 	for _, m := range obs.members {
 		st, answered := obs.statuses[m.ID]
-		pod := obs.pods[memberName(c, m)]
+		name := memberName(c, m)
 		switch {
 		case !answered && m.Name == "":
 			out[m.ID] = "not started yet"
 		case !answered:
 			out[m.ID] = "did not answer its status request"
-			if problem := podProblem(pod, nil); problem != "" {
+			if problem := obs.podProblems[name]; problem != "" {
 				out[m.ID] += ": " + problem
 			}
 		case len(st.Errors) > 0:
@@ -129,7 +132,7 @@ func memberHealth(c *etcdv1alpha1.EtcdCluster, obs *observation) map[uint64]stri
 		case leaderIndex > st.RaftAppliedIndex+membership.MaxLagEntries:
 			// No indexes in the text: they move with every write, and status would move with them.
 			out[m.ID] = "catching up with the leader's log"
-		case !m.IsLearner && !podReady(pod):
+		case !m.IsLearner && !podReady(obs.pods[name]):
 			out[m.ID] = "pod not ready"
 		}
 	}
@@ -157,6 +160,16 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// diagnosePods records, once per observation, why each member pod that cannot run cannot.
+func (obs *observation) diagnosePods() {
+	obs.podProblems = map[string]string{}
+	for name, pod := range obs.pods {
+		if problem := podProblem(pod, obs.pvcs[name]); problem != "" {
+			obs.podProblems[name] = problem
+		}
+	}
 }
 
 // waitingReasonsThatStick are container waiting reasons that do not resolve by themselves:
@@ -294,7 +307,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m.PodTerminating = !pod.DeletionTimestamp.IsZero()
 		m.PodCreated = pod.CreationTimestamp.Time
 		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
-		m.PodProblem = podProblem(pod, obs.pvcs[name])
+		m.PodProblem = obs.podProblems[name]
 		recorded, ok := pod.Annotations[resources.AnnotationPodSpecHash]
 		m.PodSpecUnrecorded = !ok
 		m.PodOutdated = ok && recorded != podSpecHash

@@ -171,7 +171,7 @@ func setDegraded(c *etcdv1alpha1.EtcdCluster, quorate bool, notRunning []string)
 			"the cluster has not formed yet; no member reports a problem")
 	case c.Spec.Size == 2:
 		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonNoFaultTolerance,
-			"a two-member cluster needs both members for quorum: it tolerates no failure, unlike 1 fewer or 1 more; use 3")
+			"a two-member cluster needs both members for quorum, so it tolerates no failure, no more than one member does; three tolerate one: use 3")
 	default:
 		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionFalse, etcdv1alpha1.ReasonQuorumHealthy, "every member is healthy")
 	}
@@ -180,10 +180,8 @@ func setDegraded(c *etcdv1alpha1.EtcdCluster, quorate bool, notRunning []string)
 // membersNotRunning names every member pod that cannot run, and why, sorted by member name.
 func membersNotRunning(obs *observation) []string {
 	var out []string
-	for name, pod := range obs.pods {
-		if problem := podProblem(pod, obs.pvcs[name]); problem != "" {
-			out = append(out, name+": "+problem)
-		}
+	for name, problem := range obs.podProblems {
+		out = append(out, name+": "+problem)
 	}
 	slices.Sort(out)
 	return out

@@ -61,6 +61,7 @@ func withPods(obs *observation, pods ...*corev1.Pod) *observation {
 	for _, p := range pods {
 		obs.pods[p.Name] = p
 	}
+	obs.diagnosePods()
 	return obs
 }
 
@@ -99,6 +100,7 @@ func TestMembersThatCannotRunAreNamedWithTheirCause(t *testing.T) {
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "d"}, Status: corev1.PodStatus{Phase: corev1.PodPending}},
 	)
 	obs.pvcs = map[string]*corev1.PersistentVolumeClaim{"c": pending}
+	obs.diagnosePods()
 	c := &etcdv1alpha1.EtcdCluster{}
 	setConditions(c, obs, 0, membership.Step{Action: membership.Wait, Operation: membership.OpBootstrapping, Reason: "waiting"}, nil)
 

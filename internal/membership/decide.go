@@ -592,7 +592,7 @@ func recordPodSpec(o Observed) (Step, bool) {
 	if len(unrecorded) == 0 {
 		return Step{}, false
 	}
-	return Step{Action: RecordPodSpec, Members: unrecorded, Reason: "recording the spec that pods made by an earlier operator version run"}, true
+	return Step{Action: RecordPodSpec, Members: unrecorded, Operation: OpRollingOut, Reason: "recording the spec that pods made by an earlier operator version run"}, true
 }
 
 // noSpaceFreePercent is the free share that makes a member worth defragmenting while NOSPACE
