@@ -69,7 +69,9 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 	case membership.DisarmNoSpace:
 		err = obs.client.DisarmNoSpace(ctx)
 	case membership.EnableAuth:
-		err = obs.client.EnableAuth(ctx, obs.access.password)
+		err = r.setRootPassword(ctx, c, obs, true)
+	case membership.ChangeRootPassword:
+		err = r.setRootPassword(ctx, c, obs, false)
 	default:
 		err = fmt.Errorf("unknown step %q", step.Action)
 	}

@@ -96,6 +96,15 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	obs, err := r.observe(ctx, cluster, access)
+	if err == nil && errors.As(obs.etcdErr, new(*accessError)) {
+		// Credentials etcd refuses: nothing can be observed or done until the user fixes them.
+		setAccessError(cluster, obs.etcdErr)
+		r.announceDegraded(cluster, before)
+		return ctrl.Result{RequeueAfter: requeueSteady}, nil
+	}
+	if err == nil {
+		err = r.recordRootPassword(ctx, cluster, obs)
+	}
 	if err == nil {
 		err = r.ensureServices(ctx, cluster)
 	}

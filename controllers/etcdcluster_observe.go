@@ -38,8 +38,12 @@ type observation struct {
 	// podProblems says, by member name, why a member's pod cannot run; see podProblem.
 	podProblems map[string]string
 
-	access      *access
-	authEnabled bool
+	access *access
+	// rootPassword is the root password etcd accepted (spec.auth); authKnown says whether
+	// etcd answered if authentication is on, and authEnabled what it answered.
+	rootPassword string
+	authKnown    bool
+	authEnabled  bool
 }
 
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster, a *access) (*observation, error) {
@@ -82,12 +86,12 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 	if len(endpoints) == 0 {
 		return
 	}
-	cl, err := r.Etcd.Get(client.ObjectKeyFromObject(c).String(), obs.access.config(endpoints))
+	cl, password, err := r.connect(c, obs.access, endpoints)
 	if err != nil {
 		obs.etcdErr = err
 		return
 	}
-	obs.client = cl
+	obs.client, obs.rootPassword = cl, password
 	obs.clusterID, obs.members, err = cl.Members(ctx)
 	if err != nil {
 		obs.etcdErr = err
@@ -95,8 +99,8 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 	}
 	obs.reachable = true
 	if c.Spec.Auth != nil {
-		// Unknown counts as off: enabling it again is harmless.
-		obs.authEnabled, _ = cl.AuthEnabled(ctx)
+		enabled, err := cl.AuthEnabled(ctx)
+		obs.authEnabled, obs.authKnown = enabled, err == nil
 	}
 	obs.statuses = r.memberStatuses(ctx, cl, obs)
 	for _, st := range obs.statuses {
@@ -342,10 +346,12 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		Paused:          c.Spec.Paused,
 		AwaitingRestore: c.Annotations[resources.AnnotationRestorePending],
 		RestoreSeed:     c.Annotations[resources.AnnotationRestoreSeed],
-		AuthPending:     c.Spec.Auth != nil && obs.reachable && !obs.authEnabled,
-		Defrag:          defragPolicy(c),
-		NoSpaceAlarm:    obs.hasAlarm("NOSPACE"),
-		QuotaBytes:      obs.quotaBytes(),
+		AuthPending:     obs.access.root != nil && obs.reachable && obs.authKnown && !obs.authEnabled,
+		RootPasswordOutdated: obs.access.root != nil && obs.reachable && obs.authKnown && obs.authEnabled &&
+			obs.rootPassword != obs.access.root.desired,
+		Defrag:       defragPolicy(c),
+		NoSpaceAlarm: obs.hasAlarm("NOSPACE"),
+		QuotaBytes:   obs.quotaBytes(),
 	}
 }
 

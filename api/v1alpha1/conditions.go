@@ -20,7 +20,15 @@ const (
 	ReasonBootstrapping     = "Bootstrapping"
 	ReasonRecoveringMembers = "RecoveringMembers"
 	ReasonEnablingAuth      = "EnablingAuth"
-	ReasonDefragmenting     = "Defragmenting"
+	// ReasonChangingRootPassword: the root password in etcd is being changed to the one in
+	// spec.auth.rootSecretName.
+	ReasonChangingRootPassword = "ChangingRootPassword"
+	// ReasonCredentialsRejected: etcd refuses every root password the operator knows.
+	ReasonCredentialsRejected = "CredentialsRejected"
+	// ReasonAuthWithoutTLS (event): spec.auth without spec.tls sends the root password in
+	// clear text.
+	ReasonAuthWithoutTLS = "AuthWithoutTLS"
+	ReasonDefragmenting  = "Defragmenting"
 	// ReasonRollingOut: members are restarted one at a time on a changed spec, or their
 	// claims expanded.
 	ReasonRollingOut = "RollingOut"

@@ -50,6 +50,9 @@ var updateCases = []struct {
 	{"cluster tls added", cluster("size: 3"), setField(map[string]any{}, "spec", "tls"), "tls cannot be added to or removed from an existing cluster"},
 	{"cluster tls removed", cluster("tls: {}"), removeField("spec", "tls"), "tls cannot be added to or removed from an existing cluster"},
 	{"cluster tls provider changed", cluster("tls: {}"), setField(map[string]any{"provider": "CertManager", "certManager": map[string]any{"issuerRef": map[string]any{"name": "ca"}}}, "spec", "tls"), "tls.provider cannot be changed"},
+	{"cluster auth removed", cluster("auth: {rootSecretName: root}"), removeField("spec", "auth"), "auth cannot be removed once set"},
+	{"cluster auth added", cluster("size: 3"), setField(map[string]any{"rootSecretName": "root"}, "spec", "auth"), ""},
+	{"cluster auth secret renamed", cluster("auth: {rootSecretName: root}"), setField("root-2", "spec", "auth", "rootSecretName"), ""},
 	{"cluster paused", cluster("size: 3"), setField(true, "spec", "paused"), ""},
 
 	{"scheduled backup suspended", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'"), setField(true, "spec", "suspend"), ""},

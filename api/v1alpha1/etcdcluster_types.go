@@ -9,6 +9,7 @@ import (
 // EtcdClusterSpec is the desired state of an etcd cluster.
 //
 // Changes that etcd cannot take in place are refused at admission, with the way to get there:
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.auth) || has(self.auth)",message="auth cannot be removed once set: etcd keeps authentication on, and the operator needs the root password to manage the cluster; to change the password, change it in the Secret auth.rootSecretName names, or name another Secret"
 // +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls cannot be added to or removed from an existing cluster: its members' URLs would change under a live quorum; restore a backup into a new EtcdCluster with the TLS settings you want"
 type EtcdClusterSpec struct {
 	// Size is the number of voting members. Use an odd number: 3 tolerates the loss of one
@@ -58,6 +59,9 @@ type EtcdClusterSpec struct {
 	TLS *TLSSpec `json:"tls,omitempty"`
 
 	// Auth turns on etcd's authentication with a root user, once the cluster has bootstrapped.
+	// It cannot be removed once set. Without tls, the root password crosses the network in
+	// clear text whenever a client authenticates (the operator warns with an AuthWithoutTLS
+	// event): use it with tls.
 	// +optional
 	Auth *AuthSpec `json:"auth,omitempty"`
 
@@ -295,7 +299,9 @@ type IssuerReference struct {
 type AuthSpec struct {
 	// RootSecretName is a Secret in the cluster's namespace whose `password` key is the etcd
 	// root user's password. The operator creates the root user and enables auth once the
-	// cluster has bootstrapped, and uses these credentials itself from then on.
+	// cluster has bootstrapped. Changing the password in the Secret (or naming another Secret)
+	// changes it in etcd within about 30 s; the operator keeps the password etcd has in a
+	// Secret of its own, <cluster>-root-credentials, which backup Jobs also read.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	RootSecretName string `json:"rootSecretName"`

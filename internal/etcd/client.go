@@ -73,9 +73,12 @@ type Client interface {
 	Status(ctx context.Context, clientURL string) (MemberStatus, error)
 	// AuthEnabled says whether authentication is on.
 	AuthEnabled(ctx context.Context) (bool, error)
-	// EnableAuth creates the root user with password (when it does not exist), grants it the
-	// root role and turns authentication on. Each part is skipped when already done.
-	EnableAuth(ctx context.Context, password string) error
+	// SetRootPassword makes password the root user's, creating the user (with the root role)
+	// when it does not exist. With authentication on, clients authenticated with the old
+	// password keep working only until their token is refreshed: reconnect with the new one.
+	SetRootPassword(ctx context.Context, password string) error
+	// EnableAuth turns authentication on; the root user must exist (SetRootPassword).
+	EnableAuth(ctx context.Context) error
 	// Defragment rewrites the database file of the member serving clientURL, giving back the
 	// space compaction freed. The member answers nothing else meanwhile.
 	Defragment(ctx context.Context, clientURL string) error
@@ -120,6 +123,9 @@ func New(cfg Config) (Client, error) {
 		// The manager logs through logr; clientv3's own zap logs are noise at info level.
 		Logger: zap.NewNop(),
 	})
+	if errors.Is(rpctypes.Error(err), rpctypes.ErrAuthFailed) {
+		return nil, fmt.Errorf("connect to etcd %v as %s: %w", cfg.Endpoints, cfg.Username, ErrAuthFailed)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", cfg.Endpoints, err)
 	}
@@ -149,6 +155,9 @@ func (e *client) AddLearner(ctx context.Context, peerURL string) (Member, error)
 	}
 	return fromProto(resp.Member), nil
 }
+
+// ErrAuthFailed is returned by New when etcd refuses the user name and password.
+var ErrAuthFailed = errors.New("etcd refused the user name and password")
 
 // ErrLearnerNotReady is returned by PromoteLearner while the learner has not caught up.
 var ErrLearnerNotReady = errors.New("learner has not caught up with the leader yet")
@@ -235,15 +244,31 @@ func (e *client) AuthEnabled(ctx context.Context) (bool, error) {
 	return resp.Enabled, nil
 }
 
-func (e *client) EnableAuth(ctx context.Context, password string) error {
+func (e *client) SetRootPassword(ctx context.Context, password string) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if _, err := e.c.UserAdd(ctx, "root", password); err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrUserAlreadyExist) {
+	_, err := e.c.UserAdd(ctx, "root", password)
+	// Left by an interrupted attempt, or its password is being changed.
+	exists := errors.Is(rpctypes.Error(err), rpctypes.ErrUserAlreadyExist)
+	if err != nil && !exists {
 		return fmt.Errorf("add root user: %w", err)
 	}
+	// Granted before the password changes: with authentication on, the change voids this
+	// client's token, and it could not authenticate again with the old password.
 	if _, err := e.c.UserGrantRole(ctx, "root", "root"); err != nil {
 		return fmt.Errorf("grant root role: %w", err)
 	}
+	if exists {
+		if _, err := e.c.UserChangePassword(ctx, "root", password); err != nil {
+			return fmt.Errorf("change the root user's password: %w", err)
+		}
+	}
+	return nil
+}
+
+func (e *client) EnableAuth(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	if _, err := e.c.AuthEnable(ctx); err != nil {
 		return fmt.Errorf("enable auth: %w", err)
 	}

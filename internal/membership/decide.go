@@ -93,6 +93,9 @@ type Observed struct {
 	RestoreSeed string
 	// AuthPending: the spec asks for authentication and etcd does not have it on yet.
 	AuthPending bool
+	// RootPasswordOutdated: authentication is on, and etcd's root password is not the one in
+	// the spec's Secret (the user rotated it).
+	RootPasswordOutdated bool
 	// Defrag is the defragmentation policy.
 	Defrag DefragPolicy
 	// NoSpaceAlarm: etcd raised NOSPACE and refuses writes.
@@ -140,6 +143,8 @@ const (
 	// EnableAuth: create the root user and turn authentication on, once the cluster is
 	// complete and healthy.
 	EnableAuth Action = "EnableAuth"
+	// ChangeRootPassword: give etcd's root user the password of the spec's Secret.
+	ChangeRootPassword Action = "ChangeRootPassword"
 	// Defragment: rewrite Member's database file to give back freed space.
 	Defragment Action = "Defragment"
 	// DisarmNoSpace: clear the NOSPACE alarm once the space is back.
@@ -181,22 +186,23 @@ type Step struct {
 
 // Operation names: the EtcdCluster condition reasons they are reported under.
 const (
-	OpBootstrapping   = etcdv1alpha1.ReasonBootstrapping
-	OpScalingUp       = etcdv1alpha1.ReasonScalingUp
-	OpScalingDown     = etcdv1alpha1.ReasonScalingDown
-	OpReplacingMember = etcdv1alpha1.ReasonReplacingMember
-	OpPromoting       = etcdv1alpha1.ReasonPromotingLearner
-	OpUpgrading       = etcdv1alpha1.ReasonUpgrading
-	OpRecovering      = etcdv1alpha1.ReasonRecoveringMembers
-	OpQuorumLost      = etcdv1alpha1.ReasonQuorumLost
-	OpPaused          = etcdv1alpha1.ReasonPaused
-	OpRestoring       = etcdv1alpha1.ReasonRestoring
-	OpUnhealthy       = etcdv1alpha1.ReasonMembersUnhealthy
-	OpEnablingAuth    = etcdv1alpha1.ReasonEnablingAuth
-	OpDefragmenting   = etcdv1alpha1.ReasonDefragmenting
-	OpNoSpace         = etcdv1alpha1.ReasonAlarm
-	OpRollingOut      = etcdv1alpha1.ReasonRollingOut
-	OpNone            = ""
+	OpBootstrapping        = etcdv1alpha1.ReasonBootstrapping
+	OpScalingUp            = etcdv1alpha1.ReasonScalingUp
+	OpScalingDown          = etcdv1alpha1.ReasonScalingDown
+	OpReplacingMember      = etcdv1alpha1.ReasonReplacingMember
+	OpPromoting            = etcdv1alpha1.ReasonPromotingLearner
+	OpUpgrading            = etcdv1alpha1.ReasonUpgrading
+	OpRecovering           = etcdv1alpha1.ReasonRecoveringMembers
+	OpQuorumLost           = etcdv1alpha1.ReasonQuorumLost
+	OpPaused               = etcdv1alpha1.ReasonPaused
+	OpRestoring            = etcdv1alpha1.ReasonRestoring
+	OpUnhealthy            = etcdv1alpha1.ReasonMembersUnhealthy
+	OpEnablingAuth         = etcdv1alpha1.ReasonEnablingAuth
+	OpChangingRootPassword = etcdv1alpha1.ReasonChangingRootPassword
+	OpDefragmenting        = etcdv1alpha1.ReasonDefragmenting
+	OpNoSpace              = etcdv1alpha1.ReasonAlarm
+	OpRollingOut           = etcdv1alpha1.ReasonRollingOut
+	OpNone                 = ""
 )
 
 // LearnerStartTimeout is how long a learner's pod may take to start before the learner is
@@ -226,6 +232,12 @@ func Next(o Observed) Step {
 	}
 	if !o.Reachable {
 		return nextWithoutQuorum(o)
+	}
+	if o.RootPasswordOutdated {
+		// A credential change waits for nothing but a quorum: a rotated password may be one
+		// that leaked, and no member's health makes the old one safer.
+		return Step{Action: ChangeRootPassword, Operation: OpChangingRootPassword,
+			Reason: "changing the root password to the one in spec.auth.rootSecretName"}
 	}
 	for _, decide := range []func(Observed) (Step, bool){
 		startOrReplaceMissingPods,

@@ -272,6 +272,16 @@ func TestNext(t *testing.T) {
 			o.AuthPending = true
 			return o
 		}(), Step{Action: Wait, Members: []string{"c"}}},
+		{"a rotated root password is changed even with a member down", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
+			o.RootPasswordOutdated = true
+			return o
+		}(), Step{Action: ChangeRootPassword}},
+		{"a rotated root password waits for quorum", func() Observed {
+			o := formed(leader(healthy("a", 1)), down(healthy("b", 2)), down(healthy("c", 3)))
+			o.Reachable, o.RootPasswordOutdated = false, true
+			return o
+		}(), Step{Action: Wait}},
 		{"defragment the most wasteful follower first", func() Observed {
 			o := formed(leader(fragmented(healthy("a", 1), 400, 100)), fragmented(healthy("b", 2), 300, 100), fragmented(healthy("c", 3), 400, 100))
 			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}

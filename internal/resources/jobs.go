@@ -84,7 +84,8 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 	}
 	env := append([]corev1.EnvVar{{Name: agent.ConfigEnv, Value: string(raw)}}, storageEnv(b.Spec.Destination)...)
 	if cfg.Auth && !cfg.TLS {
-		env = append(env, secretEnv(agent.EtcdPasswordEnv, c.Spec.Auth.RootSecretName, "password", false))
+		// The password etcd has, which differs from the user's Secret while it is rotated.
+		env = append(env, secretEnv(agent.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
 	}
 	env = append(env, extraEnv...)
 

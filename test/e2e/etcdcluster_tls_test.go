@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -15,8 +16,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -90,6 +93,39 @@ func TestTLSAndAuthClusterRefusesStrangers(t *testing.T) {
 	if err := put(ctx, withCert, "correct-horse"); err != nil {
 		t.Fatalf("root with its certificate and password was refused once auth was on: %v", err)
 	}
+
+	// Rotating the password in the Secret changes it in etcd, and the operator, which must now
+	// authenticate with the new one, is not locked out.
+	root.StringData = map[string]string{"password": "battery-staple"}
+	if err := k8sClient.Update(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rotated password accepted", func(ctx context.Context) (bool, error) {
+		return put(ctx, withCert, "battery-staple") == nil, nil
+	})
+	if err := put(ctx, withCert, "correct-horse"); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("the old password after the rotation: %v, want authentication failed", err)
+	}
+	record := &corev1.Secret{}
+	waitFor(t, "the operator's record of the root password", func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.RootCredentialsSecretName(c.Name)}, record)
+		return err == nil && string(record.Data[resources.RootPasswordKey]) == "battery-staple" && len(record.Data[resources.RootPendingPasswordKey]) == 0, nil
+	})
+	// A fresh reconcile authenticates with the recorded password and still sees the cluster.
+	touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"e2e/rotated":"true"}}}`))
+	if err := k8sClient.Patch(ctx, c, touch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "Available, not locked out, after the rotation", func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return false, err
+		}
+		degraded := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+		if degraded != nil && degraded.Reason == etcdv1alpha1.ReasonCredentialsRejected {
+			return false, fmt.Errorf("the operator is locked out: %s", degraded.Message)
+		}
+		return isAvailable(c, 3), nil
+	})
 }
 
 // putErr writes one key with the given TLS and credentials and returns why it failed.

@@ -1,0 +1,185 @@
+// Package etcdfake is a scripted, in-memory etcd for unit tests of the code that acts on
+// etcd through the etcd.Client interface (after cluster-api's fake etcd client). A test sets
+// the cluster's state, dials it through etcd.NewCacheWith(cluster.Dial) as the reconciler
+// does, and reads back what was changed. It models only what the operator relies on; every
+// behaviour it models is also tested against real etcd in package etcd.
+package etcdfake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+)
+
+// ErrUnreachable is what a dial, or a call, fails with while Cluster.Unreachable is set.
+var ErrUnreachable = errors.New("etcdfake: no member answers")
+
+// Cluster is the fake's state. Lock it (or use its methods) when the code under test may run
+// concurrently.
+type Cluster struct {
+	mu sync.Mutex
+
+	ID          uint64
+	Members     []etcd.Member
+	Statuses    map[string]etcd.MemberStatus // by client URL
+	Unreachable bool
+
+	// AuthEnabled and RootPassword model etcd's authentication: with it on, a dial with
+	// another password fails with etcd.ErrAuthFailed, as a real dial does. RootUser says the
+	// root user exists.
+	AuthEnabled  bool
+	RootUser     bool
+	RootPassword string
+
+	// Calls lists the state-changing calls made, in order ("SetRootPassword", "EnableAuth", ...).
+	Calls []string
+	// Fail makes the named call fail with the given error.
+	Fail map[string]error
+}
+
+// Dial connects as etcd.New would: with a user name, it authenticates first.
+func (f *Cluster) Dial(cfg etcd.Config) (etcd.Client, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Unreachable {
+		return nil, ErrUnreachable
+	}
+	if cfg.Username != "" && f.AuthEnabled && (!f.RootUser || cfg.Password != f.RootPassword) {
+		return nil, fmt.Errorf("etcdfake: %w", etcd.ErrAuthFailed)
+	}
+	return &client{f: f}, nil
+}
+
+// Password is the root password etcd has now.
+func (f *Cluster) Password() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.RootPassword
+}
+
+type client struct{ f *Cluster }
+
+// call records a state-changing call and returns the error scripted for it.
+func (c *client) call(name string) error {
+	if c.f.Unreachable {
+		return ErrUnreachable
+	}
+	c.f.Calls = append(c.f.Calls, name)
+	return c.f.Fail[name]
+}
+
+func (c *client) Members(context.Context) (uint64, []etcd.Member, error) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if c.f.Unreachable {
+		return 0, nil, ErrUnreachable
+	}
+	return c.f.ID, append([]etcd.Member(nil), c.f.Members...), nil
+}
+
+func (c *client) Status(_ context.Context, clientURL string) (etcd.MemberStatus, error) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	st, ok := c.f.Statuses[clientURL]
+	if c.f.Unreachable || !ok {
+		return etcd.MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, ErrUnreachable)
+	}
+	return st, nil
+}
+
+func (c *client) AuthEnabled(context.Context) (bool, error) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if c.f.Unreachable {
+		return false, ErrUnreachable
+	}
+	return c.f.AuthEnabled, nil
+}
+
+func (c *client) SetRootPassword(_ context.Context, password string) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if err := c.call("SetRootPassword"); err != nil {
+		return err
+	}
+	c.f.RootUser, c.f.RootPassword = true, password
+	return nil
+}
+
+func (c *client) EnableAuth(context.Context) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if err := c.call("EnableAuth"); err != nil {
+		return err
+	}
+	if !c.f.RootUser {
+		return errors.New("etcdfake: enable auth: root user does not exist")
+	}
+	c.f.AuthEnabled = true
+	return nil
+}
+
+func (c *client) AddLearner(_ context.Context, peerURL string) (etcd.Member, error) {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if err := c.call("AddLearner"); err != nil {
+		return etcd.Member{}, err
+	}
+	m := etcd.Member{ID: uint64(len(c.f.Members)) + 0x100, PeerURLs: []string{peerURL}, IsLearner: true}
+	c.f.Members = append(c.f.Members, m)
+	return m, nil
+}
+
+func (c *client) PromoteLearner(_ context.Context, id uint64) error {
+	return c.onMember("PromoteLearner", id, func(m *etcd.Member) { m.IsLearner = false })
+}
+
+func (c *client) RemoveMember(_ context.Context, id uint64) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if err := c.call("RemoveMember"); err != nil {
+		return err
+	}
+	for i, m := range c.f.Members {
+		if m.ID == id {
+			c.f.Members = append(c.f.Members[:i], c.f.Members[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("etcdfake: remove member %x: no such member", id)
+}
+
+func (c *client) onMember(name string, id uint64, change func(*etcd.Member)) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if err := c.call(name); err != nil {
+		return err
+	}
+	for i := range c.f.Members {
+		if c.f.Members[i].ID == id {
+			change(&c.f.Members[i])
+			return nil
+		}
+	}
+	return fmt.Errorf("etcdfake: %s %x: no such member", name, id)
+}
+
+func (c *client) MoveLeader(context.Context, string, uint64) error { return c.locked("MoveLeader") }
+func (c *client) Defragment(context.Context, string) error         { return c.locked("Defragment") }
+func (c *client) DisarmNoSpace(context.Context) error              { return c.locked("DisarmNoSpace") }
+
+func (c *client) Snapshot(context.Context, string, io.Writer) (etcd.SnapshotInfo, error) {
+	return etcd.SnapshotInfo{}, errors.New("etcdfake: snapshots are tested against real etcd")
+}
+
+func (c *client) Close() error { return nil }
+
+func (c *client) locked(name string) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	return c.call(name)
+}
