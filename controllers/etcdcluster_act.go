@@ -65,7 +65,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 	case membership.UpgradeMember:
 		err = r.upgradeMember(ctx, c, obs, step.Member)
 	case membership.Defragment:
-		err = obs.client.Defragment(ctx, resources.ClientURL(c, step.Member))
+		r.defragmentInBackground(c, obs, step)
 	case membership.DisarmNoSpace:
 		err = obs.client.DisarmNoSpace(ctx)
 	case membership.EnableAuth:

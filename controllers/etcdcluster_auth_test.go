@@ -1,8 +1,6 @@
 package controllers
 
 import (
-	"bytes"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,75 +8,29 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
-	"github.com/etcd-database/etcd-operator/internal/etcd"
-	"github.com/etcd-database/etcd-operator/internal/etcd/etcdfake"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
-// authCluster is a formed one-member cluster with spec.auth, whose member runs and answers,
-// reconciled against a scripted etcd.
-type authCluster struct {
-	cluster  *etcdv1alpha1.EtcdCluster
-	k8s      client.Client
-	etcd     *etcdfake.Cluster
-	r        *EtcdClusterReconciler
-	recorder *events.FakeRecorder
-}
-
-func newAuthCluster(t *testing.T, userPassword string, record map[string]string, etcdAuth bool, etcdPassword string) *authCluster {
+func newAuthCluster(t *testing.T, userPassword string, record map[string]string, etcdAuth bool, etcdPassword string) *scriptedCluster {
 	t.Helper()
-	cluster := &etcdv1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1", Generation: 1},
-		Spec: etcdv1alpha1.EtcdClusterSpec{Size: 1, Version: "3.6.16",
-			Auth: &etcdv1alpha1.AuthSpec{RootSecretName: "root"}},
-		Status: etcdv1alpha1.EtcdClusterStatus{ClusterID: "1"},
-	}
-	const member = "c-aaaaa"
-	pod := resources.MemberPod(cluster, resources.MemberSpec{Name: member, Version: "3.6.16"}, "registry.test/etcd", nil)
-	pod.Status = corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning,
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	objects := []client.Object{cluster, pod, resources.MemberPVC(cluster, resources.MemberSpec{Name: member}),
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "ns"}, Data: map[string][]byte{"password": []byte(userPassword)}}}
-	if record != nil {
-		secret := resources.RootCredentials(cluster, record[resources.RootPasswordKey], record[resources.RootPendingPasswordKey])
-		objects = append(objects, secret)
-	}
-	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).WithStatusSubresource(cluster).Build()
-	clientURL := resources.ClientURL(cluster, member)
-	fakeEtcd := &etcdfake.Cluster{
-		ID:          1,
-		Members:     []etcd.Member{{ID: 1, Name: member, PeerURLs: []string{resources.PeerURL(cluster, member)}, ClientURLs: []string{clientURL}}},
-		Statuses:    map[string]etcd.MemberStatus{clientURL: {MemberID: 1, LeaderID: 1, Version: "3.6.16", RaftIndex: 10, RaftAppliedIndex: 10}},
-		AuthEnabled: etcdAuth, RootUser: etcdPassword != "", RootPassword: etcdPassword,
-	}
-	recorder := events.NewFakeRecorder(50)
-	r := &EtcdClusterReconciler{Client: k8s, Etcd: etcd.NewCacheWith(fakeEtcd.Dial), Recorder: recorder, DefaultRepository: "registry.test/etcd"}
-	return &authCluster{cluster: cluster, k8s: k8s, etcd: fakeEtcd, r: r, recorder: recorder}
-}
-
-// reconcile runs n reconciles and returns the cluster as the last one left it.
-func (a *authCluster) reconcile(t *testing.T, n int) *etcdv1alpha1.EtcdCluster {
-	t.Helper()
-	for range n {
-		if _, err := a.r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a.cluster)}); err != nil {
-			t.Fatalf("reconcile: %v", err)
+	var extra []client.Object
+	extra = append(extra, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "ns"}, Data: map[string][]byte{"password": []byte(userPassword)}})
+	withAuth := func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: "root"}
+		if record != nil {
+			extra = append(extra, resources.RootCredentials(c, record[resources.RootPasswordKey], record[resources.RootPendingPasswordKey]))
 		}
 	}
-	got := &etcdv1alpha1.EtcdCluster{}
-	if err := a.k8s.Get(t.Context(), client.ObjectKeyFromObject(a.cluster), got); err != nil {
-		t.Fatal(err)
-	}
-	return got
+	a := newScriptedCluster(t, 1, withAuth, func() []client.Object { return extra })
+	a.etcd.AuthEnabled, a.etcd.RootUser, a.etcd.RootPassword = etcdAuth, etcdPassword != "", etcdPassword
+	return a
 }
 
 // record is the operator's record of the root password.
-func (a *authCluster) record(t *testing.T) map[string]string {
+func (a *scriptedCluster) record(t *testing.T) map[string]string {
 	t.Helper()
 	secret := &corev1.Secret{}
 	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.RootCredentialsSecretName("c")}, secret); err != nil {
@@ -89,25 +41,6 @@ func (a *authCluster) record(t *testing.T) map[string]string {
 		out[k] = string(v)
 	}
 	return out
-}
-
-func (a *authCluster) events() string {
-	var out bytes.Buffer
-	for {
-		select {
-		case e := <-a.recorder.Events:
-			fmt.Fprintln(&out, e)
-		default:
-			return out.String()
-		}
-	}
-}
-
-func degradedReason(c *etcdv1alpha1.EtcdCluster) string {
-	if cond := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); cond != nil && cond.Status == metav1.ConditionTrue {
-		return cond.Reason
-	}
-	return ""
 }
 
 // Rotating the password in the user's Secret changes it in etcd: the operator authenticates

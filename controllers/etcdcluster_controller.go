@@ -42,6 +42,8 @@ type EtcdClusterReconciler struct {
 	// Clock is time.Now, replaced in tests.
 	Clock func() time.Time
 	Etcd  *etcd.Cache
+	// defrags are the defragmentations running in the background.
+	defrags defragmentations
 	// DefaultRepository is the etcd image repository when spec.repository is empty.
 	DefaultRepository string
 	// PodEnv is added to every etcd container (OLM's proxy settings).

@@ -39,6 +39,8 @@ type observation struct {
 	podProblems map[string]string
 
 	access *access
+	// defragmenting is the member being defragmented in the background, or "".
+	defragmenting string
 	// rootPassword is the root password etcd accepted (spec.auth); authKnown says whether
 	// etcd answered if authentication is on, and authEnabled what it answered.
 	rootPassword string
@@ -75,6 +77,7 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.Etc
 		}
 	}
 	obs.diagnosePods()
+	obs.defragmenting = r.defrags.member(client.ObjectKeyFromObject(c).String())
 	r.observeEtcd(ctx, c, obs)
 	return obs, nil
 }
@@ -124,6 +127,9 @@ func memberHealth(c *etcdv1alpha1.EtcdCluster, obs *observation) map[uint64]stri
 		st, answered := obs.statuses[m.ID]
 		name := memberName(c, m)
 		switch {
+		case obs.defragmenting != "" && name == obs.defragmenting:
+			// Busy by the operator's doing: it answers nothing, and its readiness may lapse,
+			// until the rewrite ends; the decision waits for it meanwhile.
 		case !answered && m.Name == "":
 			out[m.ID] = "not started yet"
 		case !answered:
@@ -346,6 +352,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		Paused:          c.Spec.Paused,
 		AwaitingRestore: c.Annotations[resources.AnnotationRestorePending],
 		RestoreSeed:     c.Annotations[resources.AnnotationRestoreSeed],
+		Defragmenting:   obs.defragmenting,
 		AuthPending:     obs.access.root != nil && obs.reachable && obs.authKnown && !obs.authEnabled,
 		RootPasswordOutdated: obs.access.root != nil && obs.reachable && obs.authKnown && obs.authEnabled &&
 			obs.rootPassword != obs.access.root.desired,

@@ -47,6 +47,10 @@ func (c *Cache) Get(key string, cfg Config) (Client, error) {
 	return client, nil
 }
 
+// Dial connects with the cache's dial function and does not keep the client: for a long call
+// that must not be cut when the cached client is replaced. The caller closes it.
+func (c *Cache) Dial(cfg Config) (Client, error) { return c.dial(cfg) }
+
 // Forget closes and drops the client for key.
 func (c *Cache) Forget(key string) {
 	c.mu.Lock()

@@ -96,6 +96,9 @@ type Observed struct {
 	// RootPasswordOutdated: authentication is on, and etcd's root password is not the one in
 	// the spec's Secret (the user rotated it).
 	RootPasswordOutdated bool
+	// Defragmenting is the member being defragmented (in the background), or "": nothing else
+	// is done meanwhile, as the member answers nothing until it is done.
+	Defragmenting string
 	// Defrag is the defragmentation policy.
 	Defrag DefragPolicy
 	// NoSpaceAlarm: etcd raised NOSPACE and refuses writes.
@@ -232,6 +235,10 @@ func Next(o Observed) Step {
 	}
 	if !o.Reachable {
 		return nextWithoutQuorum(o)
+	}
+	if o.Defragmenting != "" {
+		return Step{Action: Wait, Member: o.Defragmenting, Operation: OpDefragmenting,
+			Reason: "defragmenting the member's database; it answers nothing until done"}
 	}
 	if o.RootPasswordOutdated {
 		// A credential change waits for nothing but a quorum: a rotated password may be one

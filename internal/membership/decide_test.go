@@ -282,6 +282,11 @@ func TestNext(t *testing.T) {
 			o.Reachable, o.RootPasswordOutdated = false, true
 			return o
 		}(), Step{Action: Wait}},
+		{"nothing else while a member is being defragmented", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3))
+			o.Defragmenting, o.DesiredSize = "c", 5
+			return o
+		}(), Step{Action: Wait, Member: "c"}},
 		{"defragment the most wasteful follower first", func() Observed {
 			o := formed(leader(fragmented(healthy("a", 1), 400, 100)), fragmented(healthy("b", 2), 300, 100), fragmented(healthy("c", 3), 400, 100))
 			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}

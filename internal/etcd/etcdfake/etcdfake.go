@@ -39,6 +39,9 @@ type Cluster struct {
 	Calls []string
 	// Fail makes the named call fail with the given error.
 	Fail map[string]error
+	// Hold makes the named call wait, before it takes effect, until the channel is closed: a
+	// call that takes long, such as a defragmentation.
+	Hold map[string]chan struct{}
 }
 
 // Dial connects as etcd.New would: with a user name, it authenticates first.
@@ -169,8 +172,22 @@ func (c *client) onMember(name string, id uint64, change func(*etcd.Member)) err
 }
 
 func (c *client) MoveLeader(context.Context, string, uint64) error { return c.locked("MoveLeader") }
-func (c *client) Defragment(context.Context, string) error         { return c.locked("Defragment") }
-func (c *client) DisarmNoSpace(context.Context) error              { return c.locked("DisarmNoSpace") }
+
+func (c *client) Defragment(ctx context.Context, _ string) error {
+	c.f.mu.Lock()
+	hold := c.f.Hold["Defragment"]
+	c.f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.locked("Defragment")
+}
+
+func (c *client) DisarmNoSpace(context.Context) error { return c.locked("DisarmNoSpace") }
 
 func (c *client) Snapshot(context.Context, string, io.Writer) (etcd.SnapshotInfo, error) {
 	return etcd.SnapshotInfo{}, errors.New("etcdfake: snapshots are tested against real etcd")
