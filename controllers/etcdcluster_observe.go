@@ -310,7 +310,6 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		}
 		m.IsLeader = em.ID == obs.leaderID
 	}
-	podSpecHash := resources.MemberPodSpecHash(c)
 	for name, pod := range obs.pods {
 		m := get(name)
 		m.PodExists = true
@@ -318,16 +317,14 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m.PodCreated = pod.CreationTimestamp.Time
 		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
 		m.PodProblem = obs.podProblems[name]
-		recorded, ok := pod.Annotations[resources.AnnotationPodSpecHash]
-		m.PodSpecUnrecorded = !ok
-		m.PodOutdated = ok && recorded != podSpecHash
+		m.PodOutdated, m.PodSpecUnrecorded = podSpecOutdated(c, pod)
 	}
 	wantSize := resources.MemberStorageSize(c)
 	for name, pvc := range obs.pvcs {
 		m := get(name)
 		m.PVCExists = true
 		requested := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-		m.PVCTooSmall = requested.Cmp(wantSize) < 0
+		m.PVCTooSmall = claimTooSmall(c, pvc)
 		m.PVCUnboundOutdated = pvc.Status.Phase == corev1.ClaimPending &&
 			(requested.Cmp(wantSize) != 0 || !ptr.Equal(pvc.Spec.StorageClassName, c.Spec.Storage.StorageClassName))
 	}
@@ -415,4 +412,18 @@ func (obs *observation) annotationsOfMembers() []map[string]string {
 		out = append(out, p.Annotations)
 	}
 	return out
+}
+
+// podSpecOutdated says whether pod was made from an earlier spec than c's (pod template,
+// tuning, repository), and whether it predates the record of its spec (an earlier operator).
+func podSpecOutdated(c *etcdv1alpha1.EtcdCluster, pod *corev1.Pod) (outdated, unrecorded bool) {
+	recorded, ok := pod.Annotations[resources.AnnotationPodSpecHash]
+	return ok && recorded != resources.MemberPodSpecHash(c), !ok
+}
+
+// claimTooSmall says whether pvc requests less than spec.storage.size.
+func claimTooSmall(c *etcdv1alpha1.EtcdCluster, pvc *corev1.PersistentVolumeClaim) bool {
+	requested := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	wanted := resources.MemberStorageSize(c)
+	return requested.Cmp(wanted) < 0
 }

@@ -80,6 +80,12 @@ func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha
 		if unhealthy {
 			ms.Errors = []string{why}
 		}
+		if pod := obs.pods[name]; pod != nil {
+			ms.Outdated, _ = podSpecOutdated(c, pod)
+		}
+		if pvc := obs.pvcs[name]; pvc != nil && claimTooSmall(c, pvc) {
+			ms.Outdated = true
+		}
 		// Not the raft index, which moves with every write: status would be rewritten on every
 		// look at a busy cluster (etcdctl endpoint status shows it).
 		if st, ok := obs.statuses[em.ID]; ok {

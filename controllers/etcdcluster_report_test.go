@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/membership"
@@ -157,5 +158,32 @@ func TestTwoMembersAreWarnedOf(t *testing.T) {
 	setConditions(c, withPods(&observation{reachable: true}, readyPod("a"), readyPod("b")), 2, membership.Step{Action: membership.Wait}, nil)
 	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d.Reason != etcdv1alpha1.ReasonNoFaultTolerance {
 		t.Errorf("Degraded = %+v", d)
+	}
+}
+
+// Status names every member that runs an outdated spec, not only the one being restarted: a
+// podTemplate change outdates all three members, and the first reconcile restarts only one.
+func TestStatusNamesEveryOutdatedMember(t *testing.T) {
+	s := newScriptedCluster(t, 3, nil, nil)
+	cluster := &etcdv1alpha1.EtcdCluster{}
+	if err := s.k8s.Get(t.Context(), client.ObjectKeyFromObject(s.cluster), cluster); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Spec.PodTemplate.Metadata.Labels = map[string]string{"team": "storage"}
+	if err := s.k8s.Update(t.Context(), cluster); err != nil {
+		t.Fatal(err)
+	}
+	got := s.reconcile(t, 1)
+	var outdated []string
+	for _, m := range got.Status.Members {
+		if m.Outdated {
+			outdated = append(outdated, m.Name)
+		}
+	}
+	if len(outdated) != 3 {
+		t.Fatalf("outdated members in status: %v, want all three (members %+v)", outdated, got.Status.Members)
+	}
+	if p := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionProgressing); p == nil || p.Reason != etcdv1alpha1.ReasonRollingOut {
+		t.Fatalf("Progressing %+v, want RollingOut", p)
 	}
 }

@@ -450,6 +450,12 @@ type MemberStatus struct {
 	// Errors the member reported, its alarms ("alarm: NOSPACE"), or why it did not answer.
 	// +optional
 	Errors []string `json:"errors,omitempty"`
+	// Outdated is true while the member runs an earlier spec than the current one: its pod was
+	// made from an earlier podTemplate, tuning or repository, or its claim is smaller than
+	// storage.size. The operator restarts such members one at a time, health-gated, leader
+	// last, and expands claims (Progressing RollingOut). A new version shows in version.
+	// +optional
+	Outdated bool `json:"outdated,omitempty"`
 }
 
 // CertificateStatus is one certificate the cluster uses.
