@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/utils/ptr"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
@@ -175,6 +176,10 @@ func setDegraded(c *etcdv1alpha1.EtcdCluster, quorate bool, notRunning []string)
 	case s.ClusterID == "":
 		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionFalse, etcdv1alpha1.ReasonBootstrapping,
 			"the cluster has not formed yet; no member reports a problem")
+	case resources.QuotaNotBelowStorage(c):
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonQuotaNotBelowStorage,
+			fmt.Sprintf("tuning.quotaBackendBytes (%s) is not below the member's volume (%s): the volume would fill up before etcd raises NOSPACE, and the member would stop instead of refusing writes; lower the quota (unset, it is min(2Gi, 3/4 of storage.size)) or raise storage.size",
+				c.Spec.Tuning.QuotaBackendBytes.String(), ptr.To(resources.MemberStorageSize(c)).String()))
 	case c.Spec.Size == 2:
 		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonNoFaultTolerance,
 			"a two-member cluster needs both members for quorum, so it tolerates no failure, no more than one member does; three tolerate one: use 3")

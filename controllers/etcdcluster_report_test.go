@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -158,6 +159,27 @@ func TestTwoMembersAreWarnedOf(t *testing.T) {
 	setConditions(c, withPods(&observation{reachable: true}, readyPod("a"), readyPod("b")), 2, membership.Step{Action: membership.Wait}, nil)
 	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d.Reason != etcdv1alpha1.ReasonNoFaultTolerance {
 		t.Errorf("Degraded = %+v", d)
+	}
+}
+
+// A quota the volume cannot hold is reported with the fix: admission cannot refuse it without
+// making clusters created under the earlier 2Gi default on smaller volumes uneditable.
+func TestQuotaNotBelowTheVolumeIsReported(t *testing.T) {
+	size, quota := resource.MustParse("1Gi"), resource.MustParse("2Gi")
+	c := &etcdv1alpha1.EtcdCluster{Spec: etcdv1alpha1.EtcdClusterSpec{Size: 1,
+		Storage: etcdv1alpha1.StorageSpec{Size: &size}, Tuning: etcdv1alpha1.EtcdTuning{QuotaBackendBytes: &quota}}}
+	c.Status.ClusterID = "abc"
+	c.Status.Members = []etcdv1alpha1.MemberStatus{{Name: "a", Healthy: true}}
+	c.Status.ReadyMembers = 1
+	setConditions(c, withPods(&observation{reachable: true}, readyPod("a")), 1, membership.Step{Action: membership.Wait}, nil)
+	d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+	if d.Reason != etcdv1alpha1.ReasonQuotaNotBelowStorage || !strings.Contains(d.Message, "(2Gi) is not below the member's volume (1Gi)") {
+		t.Errorf("Degraded = %+v", d)
+	}
+	quota = resource.MustParse("768Mi")
+	setConditions(c, withPods(&observation{reachable: true}, readyPod("a")), 1, membership.Step{Action: membership.Wait}, nil)
+	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d.Status != metav1.ConditionFalse {
+		t.Errorf("a quota below the volume: Degraded = %+v", d)
 	}
 }
 

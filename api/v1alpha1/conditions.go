@@ -40,6 +40,8 @@ const (
 	ReasonMembersNotReady = "MembersNotReady"
 	// ReasonReconcileError: the operator could not read or write what it needs in Kubernetes.
 	ReasonReconcileError = "ReconcileError"
+	// ReasonQuotaNotBelowStorage: tuning.quotaBackendBytes is at least the member's volume.
+	ReasonQuotaNotBelowStorage = "QuotaNotBelowStorage"
 	// ReasonNoFaultTolerance: a two-member cluster needs both members for quorum.
 	ReasonNoFaultTolerance  = "NoFaultTolerance"
 	ReasonQuorumHealthy     = "QuorumHealthy"

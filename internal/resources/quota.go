@@ -20,3 +20,16 @@ func QuotaBackendBytes(c *etcdv1alpha1.EtcdCluster) int64 {
 	}
 	return quota
 }
+
+// QuotaNotBelowStorage says whether an explicit tuning.quotaBackendBytes is at least the
+// member's volume: the volume then fills up, with the WAL and snapshots, before etcd raises
+// NOSPACE, and the member stops instead of refusing writes. Admission cannot check it without
+// making clusters created under the earlier default (2Gi on smaller volumes) uneditable.
+func QuotaNotBelowStorage(c *etcdv1alpha1.EtcdCluster) bool {
+	q := c.Spec.Tuning.QuotaBackendBytes
+	if q == nil {
+		return false
+	}
+	size := MemberStorageSize(c)
+	return size.Value() > 0 && q.Value() >= size.Value()
+}
