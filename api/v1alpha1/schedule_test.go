@@ -39,7 +39,8 @@ var scheduleCorpus = []string{
 	"@every 30m",
 	"@every 1h30m",
 	"@every 1.5h",
-	"@every 0s",
+	"@every 10s",
+	"@every 10000ms",
 	// refused by both
 	"",
 	"every hour",
@@ -84,6 +85,8 @@ var refusedThoughParsed = map[string]string{
 	"005 * * * *":               "numbers have at most two digits",
 	"*/100 * * * *":             "steps have at most two digits",
 	"@every -1h":                "a negative interval is a mistake",
+	"@every 0s":                 "a zero interval is a mistake (the parser runs it every second)",
+	"@every 9.9s":               "each run starts a Job, which alone takes seconds",
 	"@every .5h":                "durations start with a digit",
 	"@every 999999h":            "numbers have at most five digits, which keeps the sum within the parser's range",
 	"@every 1h1h1h1h1h":         "at most four parts, for the same reason",
