@@ -16,8 +16,9 @@ import (
 
 // BackupConfig is one backup run.
 type BackupConfig struct {
-	Etcd        etcd.Config
-	Cluster     string
+	Etcd etcd.Config
+	// Series is the EtcdBackup whose snapshots this run writes and prunes.
+	Series      backupplan.Series
 	Destination *storage.Destination
 	// MaxCount and MaxAge are the retention (0: no limit); applied after a verified upload.
 	MaxCount int
@@ -57,7 +58,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 	if err != nil {
 		return BackupResult{}, err
 	}
-	key := backupplan.ObjectName(cfg.Destination.Prefix(), cfg.Cluster, start, status.Revision)
+	key := backupplan.ObjectName(cfg.Destination.Prefix(), cfg.Series, start, status.Revision)
 
 	pr, pw := io.Pipe()
 	streamed := make(chan etcd.SnapshotInfo, 1)
@@ -129,13 +130,13 @@ func prune(ctx context.Context, cfg BackupConfig) ([]string, error) {
 		return nil, nil
 	}
 	prefix := cfg.Destination.Prefix()
-	objects, err := cfg.Destination.List(ctx, prefix+cfg.Cluster+"-")
+	objects, err := cfg.Destination.List(ctx, prefix+cfg.Series.Cluster+"-")
 	if err != nil {
 		return nil, err
 	}
 	var snapshots []backupplan.Snapshot
 	for _, o := range objects {
-		if t, ok := backupplan.ParseObjectName(prefix, cfg.Cluster, o.Key); ok {
+		if t, ok := backupplan.ParseObjectName(prefix, cfg.Series, o.Key); ok {
 			snapshots = append(snapshots, backupplan.Snapshot{Key: o.Key, Time: t})
 		}
 	}

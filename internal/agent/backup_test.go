@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/s3test"
@@ -47,7 +48,7 @@ func backUpCluster(t *testing.T, members, keys int) (*s3test.Server, *storage.De
 	srv := s3test.Start(t)
 	dest := destination(t, srv, srv.Bucket(t, "backups"))
 	res, err := agent.Backup(t.Context(), agent.BackupConfig{
-		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Cluster: "main", Destination: dest,
+		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: backupplan.Series{Cluster: "main"}, Destination: dest,
 		Now: func() time.Time { return t0 },
 	})
 	if err != nil {
@@ -94,7 +95,7 @@ func TestRetentionKeepsExactlyMaxCountInTheBucket(t *testing.T) {
 		now := t0.Add(time.Duration(run) * time.Hour)
 		var err error
 		last, err = agent.Backup(t.Context(), agent.BackupConfig{
-			Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Cluster: "main", Destination: dest,
+			Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: backupplan.Series{Cluster: "main"}, Destination: dest,
 			MaxCount: 2, Now: func() time.Time { return now },
 		})
 		if err != nil {
@@ -123,7 +124,7 @@ func TestBackupFailuresLeaveNoObject(t *testing.T) {
 	servers := etcdtest.StartCluster(t, 1)
 	srv := s3test.Start(t)
 	dest := destination(t, srv, srv.Bucket(t, "backups"))
-	cfg := agent.BackupConfig{Cluster: "main", Destination: dest, Now: func() time.Time { return t0 }}
+	cfg := agent.BackupConfig{Series: backupplan.Series{Cluster: "main"}, Destination: dest, Now: func() time.Time { return t0 }}
 
 	cfg.Etcd = etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}
 	servers[0].Stop()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/certs"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/storage"
@@ -186,7 +187,7 @@ func backupFromEnvironment(ctx context.Context) (BackupResult, error) {
 	}
 	defer dest.Close()
 	return Backup(ctx, BackupConfig{
-		Etcd: etcdCfg, Cluster: cfg.Cluster, Destination: dest,
+		Etcd: etcdCfg, Series: backupplan.Series{Cluster: cfg.Cluster}, Destination: dest,
 		MaxCount: cfg.MaxCount, MaxAge: cfg.MaxAge, Now: time.Now,
 	})
 }

@@ -16,15 +16,23 @@ import (
 // timeLayout sorts lexically in time order and is safe in object keys and file names.
 const timeLayout = "20060102T150405Z"
 
-// ObjectName names a snapshot: <prefix><cluster>-<UTC time>-r<revision>.db.
-func ObjectName(prefix, cluster string, t time.Time, revision int64) string {
-	return fmt.Sprintf("%s%s-%s-r%d.db", prefix, cluster, t.UTC().Format(timeLayout), revision)
+// Series is the snapshots of one EtcdBackup.
+type Series struct {
+	Namespace string
+	Cluster   string
+	Backup    string
+	UID       string
 }
 
-// ParseObjectName returns the time of a snapshot that ObjectName named for this cluster and
+// ObjectName names a snapshot: <prefix><cluster>-<UTC time>-r<revision>.db.
+func ObjectName(prefix string, s Series, t time.Time, revision int64) string {
+	return fmt.Sprintf("%s%s-%s-r%d.db", prefix, s.Cluster, t.UTC().Format(timeLayout), revision)
+}
+
+// ParseObjectName returns the time of a snapshot that ObjectName named for this series and
 // prefix, and false for any other object: retention never touches what it did not write.
-func ParseObjectName(prefix, cluster, name string) (time.Time, bool) {
-	rest, ok := strings.CutPrefix(name, prefix+cluster+"-")
+func ParseObjectName(prefix string, s Series, name string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(name, prefix+s.Cluster+"-")
 	if !ok {
 		return time.Time{}, false
 	}

@@ -9,12 +9,12 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func TestObjectNamesSortByTimeAndParseBack(t *testing.T) {
-	a := ObjectName("prod/", "main", t0, 99)
-	b := ObjectName("prod/", "main", t0.Add(time.Second), 7)
+	a := ObjectName("prod/", Series{Cluster: "main"}, t0, 99)
+	b := ObjectName("prod/", Series{Cluster: "main"}, t0.Add(time.Second), 7)
 	if a != "prod/main-20260301T120000Z-r99.db" || a > b {
 		t.Fatalf("names %q, %q", a, b)
 	}
-	if got, ok := ParseObjectName("prod/", "main", a); !ok || !got.Equal(t0) {
+	if got, ok := ParseObjectName("prod/", Series{Cluster: "main"}, a); !ok || !got.Equal(t0) {
 		t.Fatalf("ParseObjectName(%q) = %v, %v", a, got, ok)
 	}
 	for _, foreign := range []string{
@@ -26,7 +26,7 @@ func TestObjectNamesSortByTimeAndParseBack(t *testing.T) {
 		"prod/main-20260301T120000Z-rX.db",      // no revision
 		"prod/main-2026-03-01T12:00:00Z-r1.db",  // another time format
 	} {
-		if _, ok := ParseObjectName("prod/", "main", foreign); ok {
+		if _, ok := ParseObjectName("prod/", Series{Cluster: "main"}, foreign); ok {
 			t.Errorf("%q taken for one of our snapshots", foreign)
 		}
 	}
@@ -69,11 +69,13 @@ func TestToPrune(t *testing.T) {
 	snaps := func(ages ...int) []Snapshot {
 		var out []Snapshot
 		for _, h := range ages {
-			out = append(out, Snapshot{Key: ObjectName("", "c", t0.Add(-time.Duration(h)*time.Hour), 1), Time: t0.Add(-time.Duration(h) * time.Hour)})
+			out = append(out, Snapshot{Key: ObjectName("", Series{Cluster: "c"}, t0.Add(-time.Duration(h)*time.Hour), 1), Time: t0.Add(-time.Duration(h) * time.Hour)})
 		}
 		return out
 	}
-	key := func(h int) string { return ObjectName("", "c", t0.Add(-time.Duration(h)*time.Hour), 1) }
+	key := func(h int) string {
+		return ObjectName("", Series{Cluster: "c"}, t0.Add(-time.Duration(h)*time.Hour), 1)
+	}
 	cases := []struct {
 		name     string
 		snaps    []Snapshot
