@@ -48,6 +48,9 @@ type BackupResult struct {
 // verifies what the destination holds against what was streamed, then applies retention. A
 // snapshot that failed or does not verify leaves no object behind.
 func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
+	if err := cfg.Series.Validate(); err != nil {
+		return BackupResult{}, permanentError{err}
+	}
 	start := cfg.Now()
 	cl, err := etcd.New(cfg.Etcd)
 	if err != nil {
@@ -124,13 +127,15 @@ func pickSource(ctx context.Context, cl etcd.Client) (string, etcd.MemberStatus,
 	return best, bestStatus, nil
 }
 
-// prune deletes this cluster's snapshots that the retention no longer keeps.
+// prune deletes this EtcdBackup's snapshots that the retention no longer keeps. It lists only
+// the series' own directory and deletes only what ObjectName would have named in it: other
+// EtcdBackups' snapshots and those of the earlier key format are never touched.
 func prune(ctx context.Context, cfg BackupConfig) ([]string, error) {
 	if cfg.MaxCount == 0 && cfg.MaxAge == 0 {
 		return nil, nil
 	}
 	prefix := cfg.Destination.Prefix()
-	objects, err := cfg.Destination.List(ctx, prefix+cfg.Series.Cluster+"-")
+	objects, err := cfg.Destination.List(ctx, cfg.Series.Dir(prefix))
 	if err != nil {
 		return nil, err
 	}

@@ -83,7 +83,7 @@ func backupProcess(config string) int {
 	}
 	defer dest.Close()
 	res, err := agent.Backup(ctx, agent.BackupConfig{
-		Etcd: etcd.Config{Endpoints: cfg.Endpoints}, Series: backupplan.Series{Cluster: "bench"}, Destination: dest, Now: time.Now,
+		Etcd: etcd.Config{Endpoints: cfg.Endpoints}, Series: backupplan.Series{Namespace: "bench", Cluster: "bench", Backup: "bench", UID: "bench"}, Destination: dest, Now: time.Now,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
