@@ -64,7 +64,9 @@ type EtcdBackupSpec struct {
 }
 
 // BackupRetention bounds the snapshots kept in the destination. Only snapshots this EtcdBackup
-// wrote (its cluster's name under its prefix) are ever deleted, and never the newest one.
+// wrote (named with its namespace, name and UID) are ever deleted, and never the newest one:
+// not those of other EtcdBackups sharing the destination, nor those named the earlier way,
+// <cluster>-<UTC time>-r<revision>.db.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.maxCount) || has(self.maxAge)",message="retention needs maxCount, maxAge or both"
 type BackupRetention struct {

@@ -51,8 +51,9 @@ type SnapshotLocation struct {
 	// StorageLocation is the bucket (with its prefix) or claim (with its subPath) holding it.
 	StorageLocation `json:",inline"`
 
-	// Key of the snapshot: the object key after the prefix, or the file name under the
-	// subPath.
+	// Key of the snapshot: the object key after the prefix, or the file's path under the
+	// subPath, such as db/main/daily_<backup UID>/20260301T120000Z-r99.db (or, for a snapshot
+	// of the earlier format, main-20260301T120000Z-r99.db).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(p, p == '..')",message="key must be a relative path without '..'"

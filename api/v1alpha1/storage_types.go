@@ -23,7 +23,8 @@ type S3Location struct {
 	Bucket string `json:"bucket"`
 
 	// Prefix of the object keys, such as "prod/etcd/". Snapshots are named
-	// <prefix><cluster>-<UTC time>-r<revision>.db so they sort by time.
+	// <prefix><namespace>/<cluster>/<backup>_<backup UID>/<UTC time>-r<revision>.db, so that
+	// each EtcdBackup's sort by time and are its own, whoever else shares the prefix.
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/')",message="s3.prefix must not start with /"
 	// +optional
@@ -66,7 +67,8 @@ type PVCLocation struct {
 	// +kubebuilder:validation:MaxLength=253
 	ClaimName string `json:"claimName"`
 
-	// SubPath is the directory inside the volume, relative and without "..".
+	// SubPath is the directory inside the volume, relative and without "..". Snapshots are
+	// files <namespace>/<cluster>/<backup>_<backup UID>/<UTC time>-r<revision>.db under it.
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(p, p == '..')",message="pvc.subPath must be a relative path without '..'"
 	// +optional

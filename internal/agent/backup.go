@@ -16,8 +16,9 @@ import (
 
 // BackupConfig is one backup run.
 type BackupConfig struct {
-	Etcd        etcd.Config
-	Cluster     string
+	Etcd etcd.Config
+	// Series is the EtcdBackup whose snapshots this run writes and prunes.
+	Series      backupplan.Series
 	Destination *storage.Destination
 	// MaxCount and MaxAge are the retention (0: no limit); applied after a verified upload.
 	MaxCount int
@@ -47,6 +48,9 @@ type BackupResult struct {
 // verifies what the destination holds against what was streamed, then applies retention. A
 // snapshot that failed or does not verify leaves no object behind.
 func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
+	if err := cfg.Series.Validate(); err != nil {
+		return BackupResult{}, permanentError{err}
+	}
 	start := cfg.Now()
 	cl, err := etcd.New(cfg.Etcd)
 	if err != nil {
@@ -57,7 +61,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 	if err != nil {
 		return BackupResult{}, err
 	}
-	key := backupplan.ObjectName(cfg.Destination.Prefix(), cfg.Cluster, start, status.Revision)
+	key := backupplan.ObjectName(cfg.Destination.Prefix(), cfg.Series, start, status.Revision)
 
 	pr, pw := io.Pipe()
 	streamed := make(chan etcd.SnapshotInfo, 1)
@@ -123,19 +127,21 @@ func pickSource(ctx context.Context, cl etcd.Client) (string, etcd.MemberStatus,
 	return best, bestStatus, nil
 }
 
-// prune deletes this cluster's snapshots that the retention no longer keeps.
+// prune deletes this EtcdBackup's snapshots that the retention no longer keeps. It lists only
+// the series' own directory and deletes only what ObjectName would have named in it: other
+// EtcdBackups' snapshots and those of the earlier key format are never touched.
 func prune(ctx context.Context, cfg BackupConfig) ([]string, error) {
 	if cfg.MaxCount == 0 && cfg.MaxAge == 0 {
 		return nil, nil
 	}
 	prefix := cfg.Destination.Prefix()
-	objects, err := cfg.Destination.List(ctx, prefix+cfg.Cluster+"-")
+	objects, err := cfg.Destination.List(ctx, cfg.Series.Dir(prefix))
 	if err != nil {
 		return nil, err
 	}
 	var snapshots []backupplan.Snapshot
 	for _, o := range objects {
-		if t, ok := backupplan.ParseObjectName(prefix, cfg.Cluster, o.Key); ok {
+		if t, ok := backupplan.ParseObjectName(prefix, cfg.Series, o.Key); ok {
 			snapshots = append(snapshots, backupplan.Snapshot{Key: o.Key, Time: t})
 		}
 	}

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/s3test"
@@ -20,6 +20,9 @@ import (
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// nightly is an EtcdBackup "nightly" of cluster "main" in namespace "db".
+var nightly = backupplan.Series{Namespace: "db", Cluster: "main", Backup: "nightly", UID: "3f9a1c20-7b4e-4d6a-9e15-c2b8d0f4a761"}
 
 func destination(t *testing.T, srv *s3test.Server, bucket string) *storage.Destination {
 	t.Helper()
@@ -47,7 +50,7 @@ func backUpCluster(t *testing.T, members, keys int) (*s3test.Server, *storage.De
 	srv := s3test.Start(t)
 	dest := destination(t, srv, srv.Bucket(t, "backups"))
 	res, err := agent.Backup(t.Context(), agent.BackupConfig{
-		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Cluster: "main", Destination: dest,
+		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
 		Now: func() time.Time { return t0 },
 	})
 	if err != nil {
@@ -60,11 +63,12 @@ func backUpCluster(t *testing.T, members, keys int) (*s3test.Server, *storage.De
 // at the revision and with the digest it reports.
 func TestBackupToS3IsAVerifiedSnapshot(t *testing.T) {
 	srv, _, res := backUpCluster(t, 3, 200)
-	if res.URI != "s3://backups/etcd/main-20260301T120000Z-r201.db" || res.Revision != 201 || res.EtcdVersion != "3.6.16" {
+	key := "etcd/db/main/nightly_3f9a1c20-7b4e-4d6a-9e15-c2b8d0f4a761/20260301T120000Z-r201.db"
+	if res.URI != "s3://backups/"+key || res.Revision != 201 || res.EtcdVersion != "3.6.16" {
 		t.Fatalf("result %+v", res)
 	}
 
-	file := filepath.Join(srv.Root, "backups", "etcd", "main-20260301T120000Z-r201.db")
+	file := filepath.Join(srv.Root, "backups", filepath.FromSlash(key))
 	out, err := exec.Command(filepath.Join(filepath.Dir(etcdtest.Binary(t)), "etcdutl"), "snapshot", "status", file, "-w", "json").Output()
 	if err != nil {
 		t.Fatalf("etcdutl snapshot status: %v", err)
@@ -80,42 +84,100 @@ func TestBackupToS3IsAVerifiedSnapshot(t *testing.T) {
 	}
 }
 
-// Scheduled runs keep exactly maxCount of this cluster's snapshots, and never touch objects
-// they did not write.
-func TestRetentionKeepsExactlyMaxCountInTheBucket(t *testing.T) {
-	servers := etcdtest.StartCluster(t, 1)
+// bothDestinations is a bucket on a real S3 server, under the prefix etcd/, and a directory,
+// as a PersistentVolumeClaim is mounted.
+func bothDestinations(t *testing.T) map[string]*storage.Destination {
+	t.Helper()
 	srv := s3test.Start(t)
-	dest := destination(t, srv, srv.Bucket(t, "backups"))
-	if err := dest.Upload(t.Context(), "etcd/main-notes.txt", bytes.NewReader([]byte("mine"))); err != nil {
-		t.Fatal(err)
-	}
-	var last agent.BackupResult
-	for run := range 4 {
-		now := t0.Add(time.Duration(run) * time.Hour)
-		var err error
-		last, err = agent.Backup(t.Context(), agent.BackupConfig{
-			Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Cluster: "main", Destination: dest,
-			MaxCount: 2, Now: func() time.Time { return now },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	objects, err := dest.List(t.Context(), "etcd/")
+	dir, err := storage.OpenDir(t.TempDir(), "pvc://backups/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var keys []string
-	for _, o := range objects {
-		keys = append(keys, o.Key)
+	t.Cleanup(func() { _ = dir.Close() })
+	return map[string]*storage.Destination{"s3": destination(t, srv, srv.Bucket(t, "backups")), "pvc": dir}
+}
+
+// Several EtcdBackups share one destination: an hourly, a daily and a "daily-2" backup of one
+// cluster, and a same-named backup of a same-named cluster in another namespace. Each keeps
+// exactly its own maxCount snapshots; nothing of another, nothing written under the earlier key
+// format and nothing that is not a snapshot is ever deleted.
+func TestRetentionPrunesOnlyItsOwnSnapshots(t *testing.T) {
+	clusterA, clusterB := etcdtest.StartCluster(t, 1), etcdtest.StartCluster(t, 1)
+	type schedule struct {
+		series   backupplan.Series
+		servers  []*etcdtest.Server
+		maxCount int
+		offset   time.Duration // of its runs within each hour, so that they interleave
 	}
-	slices.Sort(keys)
-	want := []string{"etcd/main-20260301T140000Z-r1.db", "etcd/main-20260301T150000Z-r1.db", "etcd/main-notes.txt"}
-	if !slices.Equal(keys, want) {
-		t.Fatalf("bucket holds %v, want %v", keys, want)
+	schedules := []schedule{
+		{backupplan.Series{Namespace: "team-a", Cluster: "main", Backup: "hourly", UID: "6f1c2a3b-0000-4000-8000-00000000000a"}, clusterA, 2, 0},
+		{backupplan.Series{Namespace: "team-a", Cluster: "main", Backup: "daily", UID: "6f1c2a3b-0000-4000-8000-00000000000b"}, clusterA, 3, 10 * time.Minute},
+		{backupplan.Series{Namespace: "team-a", Cluster: "main", Backup: "daily-2", UID: "6f1c2a3b-0000-4000-8000-00000000000c"}, clusterA, 1, 20 * time.Minute},
+		{backupplan.Series{Namespace: "team-b", Cluster: "main", Backup: "hourly", UID: "6f1c2a3b-0000-4000-8000-00000000000d"}, clusterB, 2, 30 * time.Minute},
 	}
-	if len(last.Pruned) != 1 || !strings.HasSuffix(last.Pruned[0], "main-20260301T130000Z-r1.db") {
-		t.Fatalf("last run reports pruning %v", last.Pruned)
+	const runs = 5
+	for name, dest := range bothDestinations(t) {
+		t.Run(name, func(t *testing.T) {
+			// What must survive: snapshots of the earlier key format (older than every new one,
+			// more of them than any maxCount) and objects that are not snapshots.
+			untouchable := []string{
+				"main-20260228T090000Z-r1.db", "main-20260228T100000Z-r1.db", "main-20260228T110000Z-r1.db", "main-20260228T120000Z-r1.db",
+				"main-notes.txt", "team-a/main/hourly_" + schedules[0].series.UID + "/notes.txt",
+			}
+			for i, key := range untouchable {
+				untouchable[i] = dest.Prefix() + key
+				if err := dest.Upload(t.Context(), untouchable[i], strings.NewReader("not this run's")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			written := map[string][]string{} // URIs per EtcdBackup, oldest first
+			lastPruned := map[string][]string{}
+			for run := range runs {
+				for _, s := range schedules {
+					now := t0.Add(time.Duration(run)*time.Hour + s.offset)
+					res, err := agent.Backup(t.Context(), agent.BackupConfig{
+						Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(s.servers)}, Series: s.series, Destination: dest,
+						MaxCount: s.maxCount, Now: func() time.Time { return now },
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if res.PruneError != "" {
+						t.Fatalf("%s: prune: %s", s.series.Backup, res.PruneError)
+					}
+					written[s.series.UID] = append(written[s.series.UID], res.URI)
+					lastPruned[s.series.UID] = res.Pruned
+				}
+			}
+
+			var want []string
+			for _, key := range untouchable {
+				want = append(want, dest.URI(key))
+			}
+			for _, s := range schedules {
+				own := written[s.series.UID]
+				kept := own[len(own)-s.maxCount:]
+				want = append(want, kept...)
+				// The last run pruned exactly one snapshot: its own that fell out of its maxCount.
+				if pruned := lastPruned[s.series.UID]; len(pruned) != 1 || pruned[0] != own[len(own)-s.maxCount-1] {
+					t.Errorf("%s/%s's last run pruned %v, want only its own %s", s.series.Namespace, s.series.Backup, pruned, own[len(own)-s.maxCount-1])
+				}
+			}
+			objects, err := dest.List(t.Context(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, o := range objects {
+				got = append(got, dest.URI(o.Key))
+			}
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("destination holds\n  %s\nwant each EtcdBackup's own maxCount and everything else untouched:\n  %s",
+					strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+			}
+		})
 	}
 }
 
@@ -123,9 +185,15 @@ func TestBackupFailuresLeaveNoObject(t *testing.T) {
 	servers := etcdtest.StartCluster(t, 1)
 	srv := s3test.Start(t)
 	dest := destination(t, srv, srv.Bucket(t, "backups"))
-	cfg := agent.BackupConfig{Cluster: "main", Destination: dest, Now: func() time.Time { return t0 }}
+	cfg := agent.BackupConfig{Series: nightly, Destination: dest, Now: func() time.Time { return t0 }}
 
 	cfg.Etcd = etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}
+	// Without the EtcdBackup's UID its snapshots could not be told from another's.
+	incomplete := cfg
+	incomplete.Series.UID = ""
+	if _, err := agent.Backup(t.Context(), incomplete); err == nil {
+		t.Fatal("a backup whose snapshots cannot be named its own succeeded")
+	}
 	servers[0].Stop()
 	if _, err := agent.Backup(t.Context(), cfg); err == nil {
 		t.Fatal("a backup of a stopped cluster succeeded")

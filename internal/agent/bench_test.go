@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/s3test"
@@ -82,7 +83,7 @@ func backupProcess(config string) int {
 	}
 	defer dest.Close()
 	res, err := agent.Backup(ctx, agent.BackupConfig{
-		Etcd: etcd.Config{Endpoints: cfg.Endpoints}, Cluster: "bench", Destination: dest, Now: time.Now,
+		Etcd: etcd.Config{Endpoints: cfg.Endpoints}, Series: backupplan.Series{Namespace: "bench", Cluster: "bench", Backup: "bench", UID: "bench"}, Destination: dest, Now: time.Now,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

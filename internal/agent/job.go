@@ -14,6 +14,7 @@ import (
 	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/certs"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/storage"
@@ -52,6 +53,11 @@ const (
 // JobConfig is everything a backup or restore Job needs that is not a secret.
 type JobConfig struct {
 	Cluster string `json:"cluster"`
+	// Backup: the namespace, name and UID of the EtcdBackup, which its snapshots' keys carry
+	// so that its retention deletes its own snapshots and no other.
+	Namespace string `json:"namespace,omitempty"`
+	Backup    string `json:"backup,omitempty"`
+	BackupUID string `json:"backupUID,omitempty"`
 	// Endpoints of the cluster's client Service: the agent asks it for the member list and
 	// then picks the member to stream from.
 	Endpoints []string `json:"endpoints"`
@@ -186,8 +192,10 @@ func backupFromEnvironment(ctx context.Context) (BackupResult, error) {
 	}
 	defer dest.Close()
 	return Backup(ctx, BackupConfig{
-		Etcd: etcdCfg, Cluster: cfg.Cluster, Destination: dest,
-		MaxCount: cfg.MaxCount, MaxAge: cfg.MaxAge, Now: time.Now,
+		Etcd:        etcdCfg,
+		Series:      backupplan.Series{Namespace: cfg.Namespace, Cluster: cfg.Cluster, Backup: cfg.Backup, UID: cfg.BackupUID},
+		Destination: dest,
+		MaxCount:    cfg.MaxCount, MaxAge: cfg.MaxAge, Now: time.Now,
 	})
 }
 

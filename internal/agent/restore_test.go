@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/s3test"
 )
@@ -62,6 +64,47 @@ func TestFetchRestoreInstall(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "member", "snap", "db")); err != nil {
 		t.Errorf("live data touched: %v", err)
+	}
+}
+
+// Restores find snapshots by the key after the destination's prefix, whatever its format: those
+// of the current format (in subdirectories, for a claim) and those written under the earlier
+// one, in both destinations.
+func TestFetchFindsSnapshotsOfBothKeyFormats(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	if _, err := servers[0].Client(t).Put(t.Context(), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	for name, dest := range bothDestinations(t) {
+		t.Run(name, func(t *testing.T) {
+			res, err := agent.Backup(t.Context(), agent.BackupConfig{
+				Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
+				Now: func() time.Time { return t0 },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			current := strings.TrimPrefix(res.URI, dest.URI(dest.Prefix()))
+			earlier := "main-20260228T120000Z-r1.db"
+			r, err := dest.Open(t.Context(), dest.Prefix()+current)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = dest.Upload(t.Context(), dest.Prefix()+earlier, r)
+			_ = r.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{current, earlier} {
+				got, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: key, SHA256: res.SHA256, Dir: filepath.Join(t.TempDir(), "restore")})
+				if err != nil {
+					t.Fatalf("fetch %s: %v", key, err)
+				}
+				if got.URI != dest.URI(dest.Prefix()+key) || got.Revision != res.Revision {
+					t.Errorf("fetched %+v from %s, backed up %+v", got, key, res)
+				}
+			}
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package backupplan holds the decisions of scheduled backups as pure functions of the clock:
 // when the next run is due (with at most one catch-up after downtime), how snapshots are named
-// so that they sort by time, and which snapshots retention deletes.
+// so that they sort by time and each EtcdBackup's are its own, and which snapshots retention
+// deletes.
 package backupplan
 
 import (
@@ -16,15 +17,46 @@ import (
 // timeLayout sorts lexically in time order and is safe in object keys and file names.
 const timeLayout = "20060102T150405Z"
 
-// ObjectName names a snapshot: <prefix><cluster>-<UTC time>-r<revision>.db.
-func ObjectName(prefix, cluster string, t time.Time, revision int64) string {
-	return fmt.Sprintf("%s%s-%s-r%d.db", prefix, cluster, t.UTC().Format(timeLayout), revision)
+// Series is the snapshots of one EtcdBackup. Its keys carry the EtcdBackup's UID, not only its
+// name: a name is reused after a deletion, and backups of same-named clusters in different
+// namespaces may share a bucket and prefix.
+type Series struct {
+	Namespace string
+	Cluster   string
+	Backup    string
+	UID       string
 }
 
-// ParseObjectName returns the time of a snapshot that ObjectName named for this cluster and
+// Validate refuses a series whose keys would not be its own: every part is needed, and none
+// may hold the "/" that separates them.
+func (s Series) Validate() error {
+	for _, part := range [][2]string{{"namespace", s.Namespace}, {"cluster", s.Cluster}, {"backup", s.Backup}, {"backup UID", s.UID}} {
+		if part[1] == "" || strings.Contains(part[1], "/") {
+			return fmt.Errorf("the %s %q cannot name snapshots: it must be set and hold no /", part[0], part[1])
+		}
+	}
+	return nil
+}
+
+// Dir is the "directory" of the series' snapshots under prefix:
+// <prefix><namespace>/<cluster>/<backup>_<UID>/. Kubernetes names never hold "_" or "/", so
+// under one prefix no other series' directory begins with this one (not even backup
+// "daily-2"'s with "daily"'s), and the UID tells an EtcdBackup from an earlier one of its name.
+func (s Series) Dir(prefix string) string {
+	return prefix + s.Namespace + "/" + s.Cluster + "/" + s.Backup + "_" + s.UID + "/"
+}
+
+// ObjectName names a snapshot of the series: <Dir><UTC time>-r<revision>.db, so that its
+// snapshots sort by time. The earlier format, <prefix><cluster>-<UTC time>-r<revision>.db,
+// named nothing but the cluster; ParseObjectName never accepts it.
+func ObjectName(prefix string, s Series, t time.Time, revision int64) string {
+	return fmt.Sprintf("%s%s-r%d.db", s.Dir(prefix), t.UTC().Format(timeLayout), revision)
+}
+
+// ParseObjectName returns the time of a snapshot that ObjectName named for this series and
 // prefix, and false for any other object: retention never touches what it did not write.
-func ParseObjectName(prefix, cluster, name string) (time.Time, bool) {
-	rest, ok := strings.CutPrefix(name, prefix+cluster+"-")
+func ParseObjectName(prefix string, s Series, name string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(name, s.Dir(prefix))
 	if !ok {
 		return time.Time{}, false
 	}

@@ -8,26 +8,70 @@ import (
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
+// daily is an EtcdBackup "daily" of cluster "main" in namespace "db".
+var daily = Series{Namespace: "db", Cluster: "main", Backup: "daily", UID: "0b6a6f3e-5c1d-4b8e-9f21-7d2c4a1e9b30"}
+
 func TestObjectNamesSortByTimeAndParseBack(t *testing.T) {
-	a := ObjectName("prod/", "main", t0, 99)
-	b := ObjectName("prod/", "main", t0.Add(time.Second), 7)
-	if a != "prod/main-20260301T120000Z-r99.db" || a > b {
+	a := ObjectName("prod/", daily, t0, 99)
+	b := ObjectName("prod/", daily, t0.Add(time.Second), 7)
+	if a != "prod/db/main/daily_0b6a6f3e-5c1d-4b8e-9f21-7d2c4a1e9b30/20260301T120000Z-r99.db" || a > b {
 		t.Fatalf("names %q, %q", a, b)
 	}
-	if got, ok := ParseObjectName("prod/", "main", a); !ok || !got.Equal(t0) {
+	if got, ok := ParseObjectName("prod/", daily, a); !ok || !got.Equal(t0) {
 		t.Fatalf("ParseObjectName(%q) = %v, %v", a, got, ok)
 	}
-	for _, foreign := range []string{
-		"prod/main-backup.db",                   // not ours
-		"prod/mainline-20260301T120000Z-r1.db",  // another cluster whose name extends ours
-		"prod/other-20260301T120000Z-r1.db",     // another cluster
-		"dev/main-20260301T120000Z-r1.db",       // another prefix
-		"prod/main-20260301T120000Z-r1.db.part", // an upload in progress
-		"prod/main-20260301T120000Z-rX.db",      // no revision
-		"prod/main-2026-03-01T12:00:00Z-r1.db",  // another time format
+	if pvc := ObjectName("", daily, t0, 99); pvc != "db/main/daily_0b6a6f3e-5c1d-4b8e-9f21-7d2c4a1e9b30/20260301T120000Z-r99.db" {
+		t.Fatalf("name without a prefix (a claim's directory) %q", pvc)
+	}
+}
+
+// Retention deletes only what ParseObjectName accepts: the snapshots of exactly this
+// EtcdBackup, never those of another whose names its own names could be a prefix of, nor
+// those written under the earlier key format.
+func TestParseObjectNameAcceptsOnlyThisEtcdBackupsSnapshots(t *testing.T) {
+	other := func(change func(*Series)) string {
+		s := daily
+		change(&s)
+		return ObjectName("prod/", s, t0, 1)
+	}
+	dir := "prod/db/main/daily_" + daily.UID + "/"
+	for what, foreign := range map[string]string{
+		"another EtcdBackup whose name extends ours": other(func(s *Series) { s.Backup, s.UID = "daily-2", "9d1e0c55-0000-4000-8000-000000000002" }),
+		"another EtcdBackup of the cluster":          other(func(s *Series) { s.Backup, s.UID = "hourly", "9d1e0c55-0000-4000-8000-000000000003" }),
+		"an earlier EtcdBackup of the same name":     other(func(s *Series) { s.UID = "9d1e0c55-0000-4000-8000-000000000004" }),
+		"the same-named cluster and EtcdBackup in another namespace": other(func(s *Series) {
+			s.Namespace, s.UID = "db-2", "9d1e0c55-0000-4000-8000-000000000005"
+		}),
+		"a same-named EtcdBackup of another cluster": other(func(s *Series) { s.Cluster = "mainline" }),
+		"the earlier key format":                     "prod/main-20260301T120000Z-r1.db",
+		"another prefix":                             "dev/db/main/daily_" + daily.UID + "/20260301T120000Z-r1.db",
+		"not a snapshot":                             dir + "notes.txt",
+		"deeper down":                                dir + "copy/20260301T120000Z-r1.db",
+		"an upload in progress":                      dir + "20260301T120000Z-r1.db.part",
+		"no revision":                                dir + "20260301T120000Z-rX.db",
+		"another time format":                        dir + "2026-03-01T12:00:00Z-r1.db",
 	} {
-		if _, ok := ParseObjectName("prod/", "main", foreign); ok {
-			t.Errorf("%q taken for one of our snapshots", foreign)
+		if _, ok := ParseObjectName("prod/", daily, foreign); ok {
+			t.Errorf("%s: %q taken for one of our snapshots", what, foreign)
+		}
+	}
+}
+
+func TestSeriesValidate(t *testing.T) {
+	if err := daily.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, change := range []func(*Series){
+		func(s *Series) { s.Namespace = "" },
+		func(s *Series) { s.Cluster = "" },
+		func(s *Series) { s.Backup = "" },
+		func(s *Series) { s.UID = "" },
+		func(s *Series) { s.Backup = "a/b" },
+	} {
+		s := daily
+		change(&s)
+		if err := s.Validate(); err == nil {
+			t.Errorf("%+v accepted", s)
 		}
 	}
 }
@@ -69,11 +113,13 @@ func TestToPrune(t *testing.T) {
 	snaps := func(ages ...int) []Snapshot {
 		var out []Snapshot
 		for _, h := range ages {
-			out = append(out, Snapshot{Key: ObjectName("", "c", t0.Add(-time.Duration(h)*time.Hour), 1), Time: t0.Add(-time.Duration(h) * time.Hour)})
+			out = append(out, Snapshot{Key: ObjectName("", daily, t0.Add(-time.Duration(h)*time.Hour), 1), Time: t0.Add(-time.Duration(h) * time.Hour)})
 		}
 		return out
 	}
-	key := func(h int) string { return ObjectName("", "c", t0.Add(-time.Duration(h)*time.Hour), 1) }
+	key := func(h int) string {
+		return ObjectName("", daily, t0.Add(-time.Duration(h)*time.Hour), 1)
+	}
 	cases := []struct {
 		name     string
 		snaps    []Snapshot

@@ -65,6 +65,9 @@ func jobName(base, suffix string) string {
 func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
 	cfg := agent.JobConfig{
 		Cluster:   c.Name,
+		Namespace: b.Namespace,
+		Backup:    b.Name,
+		BackupUID: string(b.UID),
 		Endpoints: []string{ClientEndpoint(c)},
 		TLS:       c.Spec.TLS != nil,
 		Auth:      c.Spec.Auth != nil,

@@ -16,7 +16,7 @@ import (
 
 func testBackup(dest etcdv1alpha1.StorageLocation) *etcdv1alpha1.EtcdBackup {
 	return &etcdv1alpha1.EtcdBackup{
-		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "db"},
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "db", UID: "3f9a1c20-7b4e-4d6a-9e15-c2b8d0f4a761"},
 		Spec: etcdv1alpha1.EtcdBackupSpec{
 			ClusterName: "prod", Destination: dest,
 			Retention: &etcdv1alpha1.BackupRetention{MaxCount: ptrInt32(3), MaxAge: &metav1.Duration{Duration: time.Hour}},
@@ -62,6 +62,10 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 	if !cfg.TLS || cfg.Cluster != "prod" || cfg.MaxCount != 3 || cfg.MaxAge != time.Hour ||
 		len(cfg.Endpoints) != 1 || !strings.HasPrefix(cfg.Endpoints[0], "https://prod-client.db.svc") || cfg.Storage.S3.Bucket != "snaps" {
 		t.Errorf("agent configuration %+v", cfg)
+	}
+	// The agent names the snapshots after the EtcdBackup, and prunes only those.
+	if cfg.Namespace != "db" || cfg.Backup != "nightly" || cfg.BackupUID != "3f9a1c20-7b4e-4d6a-9e15-c2b8d0f4a761" {
+		t.Errorf("agent configuration %+v: want the EtcdBackup's namespace, name and UID", cfg)
 	}
 	mounts := map[string]string{}
 	for _, m := range ctr.VolumeMounts {

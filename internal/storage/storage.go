@@ -136,13 +136,21 @@ func (d *Destination) Upload(ctx context.Context, key string, r io.Reader) error
 
 // syncToDisk makes a directory destination's new file durable: the library renames its
 // temporary file into place without syncing, and a snapshot reported complete must survive
-// the node losing power.
+// the node losing power. A key with slashes is a file in subdirectories the library may just
+// have made, so every directory from the file's up to the destination's is synced too.
 func (d *Destination) syncToDisk(key string) error {
 	if d.dir == "" {
 		return nil
 	}
 	file := filepath.Join(d.dir, filepath.FromSlash(key))
-	for _, path := range []string{file, filepath.Dir(file)} {
+	paths := []string{file}
+	for dir := filepath.Dir(file); ; dir = filepath.Dir(dir) {
+		paths = append(paths, dir)
+		if dir == filepath.Clean(d.dir) || dir == filepath.Dir(dir) {
+			break
+		}
+	}
+	for _, path := range paths {
 		f, err := os.Open(path)
 		if err != nil {
 			return fmt.Errorf("sync %s: %w", path, err)

@@ -140,7 +140,7 @@ func TestEtcdBackup(t *testing.T) {
 			t.Fatalf("backup failed: %+v", b.Status)
 		}
 		art := b.Status.LastBackup
-		wantPrefix := "s3://" + backupBucket + "/prod/" + f.cluster.Name + "-"
+		wantPrefix := "s3://" + backupBucket + "/prod/" + f.ns + "/" + f.cluster.Name + "/" + b.Name + "_" + string(b.UID) + "/"
 		if art == nil || !strings.HasPrefix(art.URI, wantPrefix) || !strings.HasSuffix(art.URI, fmt.Sprintf("-r%d.db", art.Revision)) {
 			t.Fatalf("lastBackup %+v: URI should be %s<time>-r<revision>.db", art, wantPrefix)
 		}
