@@ -62,24 +62,37 @@ func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	before := backup.DeepCopy()
 	backup.Status.ObservedGeneration = backup.Generation
 
-	result, err := r.reconcileRuns(ctx, backup)
+	result, err := r.reconcileRuns(ctx, backup, before)
 
-	if patchErr := patchStatusIfChanged(ctx, r.Client, backup, before, func(o client.Object) any {
-		return o.(*etcdv1alpha1.EtcdBackup).Status
-	}); patchErr != nil && err == nil {
+	if patchErr := patchStatusIfChanged(ctx, r.Client, backup, before, backupStatus); patchErr != nil && err == nil {
 		err = patchErr
 	}
 	return result, err
 }
 
-func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (ctrl.Result, error) {
+// reconcileRuns records the finished runs, then cleans up after them, then starts the run that
+// is due. before is the status as last written; it is updated when status is written early.
+func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) (ctrl.Result, error) {
 	jobs, err := r.ownedJobs(ctx, b)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	waitForReport, err := r.recordFinishedRuns(ctx, b, jobs)
+	finished, waitForReport, err := r.recordFinishedRuns(ctx, b, jobs)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if len(finished) > 0 {
+		// Record, then clean up: until status holds a run, its Job is the only record of it (a
+		// lost write would lose the snapshot's record, and run a one-shot backup again).
+		if err := writeStatusNow(ctx, r.Client, b, before, backupStatus); err != nil {
+			return ctrl.Result{}, err
+		}
+		b.DeepCopyInto(before)
+		for _, job := range finished {
+			if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("delete finished Job %s: %w", job.Name, err)
+			}
+		}
 	}
 	if active := activeJob(jobs); active != nil {
 		b.Status.ActiveJob, b.Status.Phase = active.Name, etcdv1alpha1.BackupRunning
@@ -122,10 +135,14 @@ func activeJob(jobs []batchv1.Job) *batchv1.Job {
 	return nil
 }
 
-// recordFinishedRuns turns each finished Job into a run in the history, then deletes the Job.
-// It returns how long to wait for a report that has not reached the cache yet.
-func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1alpha1.EtcdBackup, jobs []batchv1.Job) (time.Duration, error) {
+func backupStatus(o client.Object) any { return o.(*etcdv1alpha1.EtcdBackup).Status }
+
+// recordFinishedRuns turns each finished Job into a run in the history. It returns the Jobs
+// whose runs are in the history, to be deleted once it is written, and how long to wait for a
+// report that has not reached the cache yet.
+func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1alpha1.EtcdBackup, jobs []batchv1.Job) ([]*batchv1.Job, time.Duration, error) {
 	var wait time.Duration
+	var recorded []*batchv1.Job
 	for i := range jobs {
 		job := &jobs[i]
 		succeeded, finished := jobOutcome(job)
@@ -135,7 +152,7 @@ func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1
 		if !slices.ContainsFunc(b.Status.History, func(run etcdv1alpha1.BackupRun) bool { return run.Job == job.Name }) {
 			report, found, err := agentReport(ctx, r.Client, job, resources.BackupContainer)
 			if err != nil {
-				return 0, err
+				return nil, 0, err
 			}
 			if succeeded && !found {
 				if left := reportGrace - r.Now().Sub(jobFinishTime(job)); left > 0 {
@@ -145,13 +162,9 @@ func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1
 			}
 			r.record(b, job, succeeded, report)
 		}
-		// The run is in status (written before the Job goes, or again from the Job if that
-		// write fails), so the Job and its pod can go.
-		if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-			return 0, fmt.Errorf("delete finished Job %s: %w", job.Name, err)
-		}
+		recorded = append(recorded, job)
 	}
-	return wait, nil
+	return recorded, wait, nil
 }
 
 // record adds a run to the history, newest first, and reports it.

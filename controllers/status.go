@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,4 +23,18 @@ func patchStatusIfChanged(ctx context.Context, c client.Client, obj client.Objec
 		return nil
 	}
 	return err
+}
+
+// writeStatusNow writes obj's status at once, when it changed since before, under an optimistic
+// lock; the caller then makes before a copy of obj. Unlike patchStatusIfChanged it returns a conflict:
+// it comes before a step that must follow the record (deleting the Job that holds a run's
+// result), and the next reconcile, from fresh objects, must record again rather than go on.
+func writeStatusNow(ctx context.Context, c client.Client, obj, before client.Object, statusOf func(client.Object) any) error {
+	if equality.Semantic.DeepEqual(statusOf(before), statusOf(obj)) {
+		return nil
+	}
+	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("record status before cleaning up: %w", err)
+	}
+	return nil
 }
