@@ -24,6 +24,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,23 +45,89 @@ import (
 
 const benchImage = "127.0.0.1:5000/etcd:v" + etcdVersion
 
-// BenchmarkTimeToAvailable: an EtcdCluster of 3 until Available with 3 healthy voters, against
-// a StatefulSet of 3 until 3 pods are Ready.
+// BenchmarkTimeToAvailable: from the create call until the first linearizable read through a
+// client Service succeeds, for an EtcdCluster of 3 (its own client Service) and for a
+// StatefulSet of 3 (a ClusterIP Service of its own). Reported beside them, from the same start:
+// until the operator's status says Available with 3 healthy voters, and until the StatefulSet
+// has 3 Ready pods.
 func BenchmarkTimeToAvailable(b *testing.B) {
-	var op, sts time.Duration
+	var op, sts, opAvailable, stsReady time.Duration
 	for i := 0; i < b.N; i++ {
 		ns := benchNamespace(b)
 		start := time.Now()
 		c := benchCluster(b, ns, fmt.Sprintf("bench%d", i))
+		read := firstLinearizableRead(b, start, ns, resources.ClientServiceName(c.Name))
 		waitAvailableB(b, c, 3)
-		op += time.Since(start)
+		available := time.Since(start)
+		opRead := read()
 
 		start = time.Now()
 		s := benchStatefulSet(b, ns, fmt.Sprintf("sts%d", i))
+		read = firstLinearizableRead(b, start, ns, benchClientServiceName(s.Name))
 		waitStatefulSetReady(b, s, 3)
-		sts += time.Since(start)
+		ready := time.Since(start)
+		stsRead := read()
+
+		b.Logf("N=%d #%d: operator: first read %.2f s, status Available %.2f s; StatefulSet: first read %.2f s, 3 pods Ready %.2f s",
+			b.N, i, opRead.Seconds(), available.Seconds(), stsRead.Seconds(), ready.Seconds())
+		op, opAvailable, sts, stsReady = op+opRead, opAvailable+available, sts+stsRead, stsReady+ready
 	}
 	report(b, "operator-s", op, "statefulset-s", sts)
+	b.ReportMetric(opAvailable.Seconds()/float64(b.N), "operator-available-s")
+	b.ReportMetric(stsReady.Seconds()/float64(b.N), "statefulset-ready-s")
+}
+
+// firstLinearizableRead tries, in the background, a linearizable Get through the Service ns/name
+// (which may not exist yet) until one succeeds; the function it returns waits for that and gives
+// the time from start. The Service is reached at its cluster IP, which the node routes (the host
+// cannot resolve cluster DNS). gRPC reconnects every 50 ms rather than with its default backoff
+// of 1 s and growing, a Get waiting for a connection goes out as soon as there is one, and each
+// Get has half a second, so the polling itself adds little to the figure.
+func firstLinearizableRead(b *testing.B, start time.Time, ns, name string) func() time.Duration {
+	done, failed := make(chan time.Duration, 1), make(chan error, 1)
+	go func() {
+		var err error
+		var cl *clientv3.Client
+		defer func() {
+			if cl != nil {
+				cl.Close()
+			}
+		}()
+		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if cl == nil {
+				svc := &corev1.Service{}
+				if err = k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
+					continue
+				}
+				cl, err = clientv3.New(clientv3.Config{
+					Endpoints: []string{fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, resources.ClientPort)}, Logger: zap.NewNop(),
+					DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+						Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1, MaxDelay: 50 * time.Millisecond}})},
+				})
+				if err != nil {
+					continue
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			_, err = cl.Get(ctx, "bench")
+			cancel()
+			if err == nil {
+				done <- time.Since(start)
+				return
+			}
+		}
+		failed <- err
+	}()
+	return func() time.Duration {
+		b.Helper()
+		select {
+		case elapsed := <-done:
+			return elapsed
+		case err := <-failed:
+			b.Fatalf("no linearizable read through Service %s/%s within 5 minutes; last error: %v", ns, name, err)
+			return 0
+		}
+	}
 }
 
 // BenchmarkMemberPodKilled: a member pod deleted until the cluster is fully healthy again,
@@ -577,17 +645,24 @@ func benchCluster(b *testing.B, ns, name string) *etcdv1alpha1.EtcdCluster {
 }
 
 // benchStatefulSet is the textbook etcd StatefulSet: static bootstrap of all three members in
-// parallel, a claim each, the same image, probes and restricted security context.
+// parallel, a claim each, the same image, probes and restricted security context. Its headless
+// Service names the peers; clients use a ClusterIP Service of Ready pods, as the operator's do.
 func benchStatefulSet(b *testing.B, ns, name string) *appsv1.StatefulSet {
 	ctx := context.Background()
 	labels := map[string]string{"bench": name}
-	svc := &corev1.Service{
+	peers := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, PublishNotReadyAddresses: true, Selector: labels,
 			Ports: []corev1.ServicePort{{Name: "peer", Port: 2380}, {Name: "client", Port: 2379}}},
 	}
-	if err := k8sClient.Create(ctx, svc); err != nil {
-		b.Fatal(err)
+	clientSvc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: benchClientServiceName(name), Namespace: ns},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "client", Port: 2379}}},
+	}
+	for _, svc := range []*corev1.Service{peers, clientSvc} {
+		if err := k8sClient.Create(ctx, svc); err != nil {
+			b.Fatal(err)
+		}
 	}
 	var initial []string
 	for i := range 3 {
@@ -636,6 +711,8 @@ func benchStatefulSet(b *testing.B, ns, name string) *appsv1.StatefulSet {
 	}
 	return s
 }
+
+func benchClientServiceName(statefulSet string) string { return statefulSet + "-client" }
 
 func waitAvailableB(b *testing.B, c *etcdv1alpha1.EtcdCluster, size int) {
 	poll(b, "cluster "+c.Name+" Available", func(ctx context.Context) (bool, error) {
