@@ -48,6 +48,7 @@ const reportGrace = 30 * time.Second
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 
 // Reconcile records the runs that finished, then starts the run that is due, if any.

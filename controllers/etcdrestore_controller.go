@@ -48,7 +48,8 @@ const (
 	reasonTargetDeleted  = "TargetDeleted"
 )
 
-// +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch
+// +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores/finalizers,verbs=update
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups,verbs=get;list;watch
@@ -61,8 +62,14 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Get(ctx, req.NamespacedName, rs); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed || !rs.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+	if !rs.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, rs)
+	}
+	if restoreFinished(rs) {
+		return ctrl.Result{}, r.cleanUp(ctx, rs) // a record; what it set up goes
+	}
+	if added, err := r.ensureFinalizer(ctx, rs); err != nil || added {
+		return ctrl.Result{}, err
 	}
 	before := rs.DeepCopy()
 	rs.Status.ObservedGeneration = rs.Generation
@@ -77,13 +84,23 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.fail(rs, failed)
 		result, err = ctrl.Result{}, nil
 	}
+	if err == nil && restoreFinished(rs) {
+		// Record, then clean up: the outcome is in status before the Job, the hold on the
+		// cluster or a staged claim go, so a lost write cannot start the restore again.
+		if err := writeStatusNow(ctx, r.Client, rs, before, restoreStatus); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{}, r.cleanUp(ctx, rs)
+	}
 
-	if patchErr := patchStatusIfChanged(ctx, r.Client, rs, before, func(o client.Object) any {
-		return o.(*etcdv1alpha1.EtcdRestore).Status
-	}); patchErr != nil && err == nil {
+	if patchErr := patchStatusIfChanged(ctx, r.Client, rs, before, restoreStatus); patchErr != nil && err == nil {
 		err = patchErr
 	}
 	return result, err
+}
+
+func restoreFinished(rs *etcdv1alpha1.EtcdRestore) bool {
+	return rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed
 }
 
 // restoreFailure ends a restore: retrying cannot help.
@@ -206,6 +223,9 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	if tooOld(spec.Version, src.etcdVersion) {
 		return failed(reasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
 	}
+	if spec.Paused {
+		return failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.paused: a paused cluster would never form from the restored member")
+	}
 	if spec.Storage.Ephemeral {
 		return failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.storage.ephemeral: a restored member's data is prepared on its claim, so the cluster needs persistent storage")
 	}
@@ -255,7 +275,7 @@ func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha
 	if err != nil {
 		var failure *restoreFailure
 		if errors.As(err, &failure) {
-			if err := r.discardTarget(ctx, c, seed); err != nil {
+			if err := r.discardTarget(ctx, c); err != nil {
 				return ctrl.Result{}, err
 			}
 			return ctrl.Result{}, failed(failure.reason, "%s; EtcdCluster %s, which never held data, was deleted", failure.message, c.Name)
@@ -362,15 +382,12 @@ func (r *EtcdRestoreReconciler) jobFailure(ctx context.Context, job *batchv1.Job
 	return failureMessage(job, false, agent.Report{})
 }
 
-// discardTarget deletes the cluster this restore created, with its first member's claim,
-// before it ever formed: it holds nothing, and the name is free for another attempt.
-func (r *EtcdRestoreReconciler) discardTarget(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
-	if err := r.Delete(ctx, c); client.IgnoreNotFound(err) != nil {
+// discardTarget deletes the cluster this restore created, before it ever formed: it holds
+// nothing, and the name is free for another attempt. Its first member's claim follows the
+// cluster's claim retention policy, as any member's.
+func (r *EtcdRestoreReconciler) discardTarget(ctx context.Context, c *etcdv1alpha1.EtcdCluster) error {
+	if err := r.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("delete EtcdCluster %s: %w", c.Name, err)
-	}
-	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(seed)}}
-	if err := r.Delete(ctx, pvc); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete claim %s: %w", pvc.Name, err)
 	}
 	return nil
 }
@@ -383,18 +400,17 @@ func (r *EtcdRestoreReconciler) awaitAvailable(ctx context.Context, rs *etcdv1al
 			"EtcdCluster %s has %d of %d members ready", c.Name, c.Status.ReadyMembers, c.Spec.Size)
 		return ctrl.Result{}, nil // the cluster's status changes wake this reconciler
 	}
-	return ctrl.Result{}, r.complete(ctx, rs, c, "")
+	r.complete(rs, c, "")
+	return ctrl.Result{}, nil
 }
 
-// complete records a restore as done, once its cluster serves the restored data at its size,
-// and deletes its Job.
-func (r *EtcdRestoreReconciler) complete(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, how string) error {
+// complete records a restore as done, once its cluster serves the restored data at its size;
+// cleanUp takes down its Job and hold once that is in status.
+func (r *EtcdRestoreReconciler) complete(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, how string) {
 	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreCompleted, ptrTime(r.Now())
 	setRestoreCondition(rs, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
 		"EtcdCluster %s serves the snapshot's data from revision %d with %d members%s", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers, how)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s is Available with the restored data%s", c.Name, how)
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}}
-	return client.IgnoreNotFound(r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
 }
 
 func (r *EtcdRestoreReconciler) fail(rs *etcdv1alpha1.EtcdRestore, f *restoreFailure) {

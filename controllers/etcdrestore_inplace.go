@@ -35,6 +35,7 @@ const (
 	reasonTargetNotFound = "TargetNotFound"
 	reasonBackupRunning  = "BackupRunning"
 	reasonTargetHeld     = "TargetHeld"
+	reasonTargetPaused   = "TargetPaused"
 )
 
 // backupRetry is how soon a restore waiting for a backup of its cluster looks again.
@@ -49,12 +50,20 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 		return ctrl.Result{}, err
 	}
 	seed := resources.SeedMemberName(c.Name, string(rs.UID))
-	if c.Annotations[resources.AnnotationRestoreSeed] == seed {
+	given, err := r.seedClaimGiven(ctx, c, seed)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if c.Annotations[resources.AnnotationRestoreSeed] == seed || given {
+		// Cut over: the seed claim is the cluster's and may hold a live member's data. Never
+		// stage onto it again, even if the record of the cut-over was lost.
 		return r.awaitRestoredInPlace(ctx, rs, c, seed)
 	}
-	if holder := c.Annotations[resources.AnnotationRestorePending]; holder != "" && holder != rs.Name {
-		setRestoreCondition(rs, metav1.ConditionUnknown, reasonTargetHeld, "EtcdRestore %s is restoring EtcdCluster %s; this one waits", holder, c.Name)
-		return ctrl.Result{RequeueAfter: backupRetry}, nil
+	if c.Spec.Paused {
+		return ctrl.Result{}, failed(reasonTargetPaused, "EtcdCluster %s is paused (spec.paused): it could not carry out the cut-over; unpause it and create the EtcdRestore again", c.Name)
+	}
+	if err := r.holdCluster(ctx, rs, c); err != nil {
+		return ctrl.Result{}, err
 	}
 	if rs.Status.Phase == etcdv1alpha1.RestorePending {
 		if result, err := r.checkInPlaceStart(ctx, rs, c, src); err != nil || !result.IsZero() {
@@ -69,9 +78,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 	if err != nil {
 		var failure *restoreFailure
 		if errors.As(err, &failure) {
-			if err := r.Delete(ctx, stagedClaim(c, seed)); client.IgnoreNotFound(err) != nil {
-				return ctrl.Result{}, err
-			}
+			// cleanUp deletes the staged claim once the failure is recorded.
 			return ctrl.Result{}, failed(failure.reason, "%s; EtcdCluster %s was not touched", failure.message, c.Name)
 		}
 		return ctrl.Result{}, err
@@ -149,7 +156,7 @@ func (r *EtcdRestoreReconciler) giveClaim(ctx context.Context, c *etcdv1alpha1.E
 }
 
 // awaitRestoredInPlace completes the restore once the cluster serves the restored data at its
-// size, and releases the cluster.
+// size; cleanUp releases the cluster once that is recorded.
 func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	if err := r.giveClaim(ctx, c, seed); err != nil {
@@ -161,11 +168,6 @@ func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *et
 			"EtcdCluster %s is restarting from member %s: %d of %d members ready", c.Name, seed, c.Status.ReadyMembers, c.Spec.Size)
 		return ctrl.Result{}, nil // the cluster's status changes wake this reconciler
 	}
-	patch := client.MergeFrom(c.DeepCopy())
-	delete(c.Annotations, resources.AnnotationRestorePending)
-	delete(c.Annotations, resources.AnnotationRestoreSeed)
-	if err := r.Patch(ctx, c, patch); err != nil {
-		return ctrl.Result{}, fmt.Errorf("release EtcdCluster %s: %w", c.Name, err)
-	}
-	return ctrl.Result{}, r.complete(ctx, rs, c, ", in place under its own name and Services")
+	r.complete(rs, c, ", in place under its own name and Services") // cleanUp then releases the cluster
+	return ctrl.Result{}, nil
 }

@@ -1,0 +1,149 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+func inPlaceRestore(name string) *etcdv1alpha1.EtcdRestore {
+	return &etcdv1alpha1.EtcdRestore{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: k8stypes.UID("uid-" + name), Finalizers: []string{restoreFinalizer}},
+		Spec: etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Location: &etcdv1alpha1.SnapshotLocation{
+				StorageLocation: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}}, Key: "snap.db"}},
+			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: "c"},
+		},
+	}
+}
+
+func formedCluster(annotations map[string]string) *etcdv1alpha1.EtcdCluster {
+	c := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "cluster-uid", Annotations: annotations},
+		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 1, Version: "3.6.16"},
+		Status: etcdv1alpha1.EtcdClusterStatus{ClusterID: "new", ReadyMembers: 1,
+			Conditions: []metav1.Condition{{Type: etcdv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "QuorumHealthy", LastTransitionTime: metav1.Now()}}},
+	}
+	return c
+}
+
+func restoreReconciler(t *testing.T, objects ...client.Object) (*EtcdRestoreReconciler, client.Client) {
+	t.Helper()
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).
+		WithStatusSubresource(&etcdv1alpha1.EtcdRestore{}, &etcdv1alpha1.EtcdCluster{}).Build()
+	return &EtcdRestoreReconciler{Client: k8s, AgentImage: "registry.test/agent", DefaultRepository: "registry.test/etcd", Now: time.Now}, k8s
+}
+
+func reconcileRestore(t *testing.T, r *EtcdRestoreReconciler, rs *etcdv1alpha1.EtcdRestore) *etcdv1alpha1.EtcdRestore {
+	t.Helper()
+	if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}); err != nil {
+		t.Fatalf("reconcile: %v", err)
+	}
+	got := &etcdv1alpha1.EtcdRestore{}
+	if err := r.Get(t.Context(), client.ObjectKeyFromObject(rs), got); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// An in-place restore whose completion was not recorded (the cluster was released, the Job
+// deleted, then the status write lost) is looked at again: its seed claim is now a live
+// member's, and it must never stage a snapshot onto it again. Before, the missing Job was
+// started anew, writing the snapshot over the member's data.
+func TestRetriedInPlaceRestoreNeverRestagesOntoALiveMember(t *testing.T) {
+	rs := inPlaceRestore("r1")
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
+	c := formedCluster(nil)
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	claim := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+	r, k8s := restoreReconciler(t, rs, c, claim)
+
+	got := reconcileRestore(t, r, rs)
+	jobs := &batchv1.JobList{}
+	if err := k8s.List(t.Context(), jobs, client.InNamespace("ns")); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 0 {
+		t.Fatalf("a restore Job was started onto member %s's live claim", seed)
+	}
+	if got.Status.Phase != etcdv1alpha1.RestoreCompleted {
+		t.Fatalf("phase %q, want Completed: the cluster serves the restored data", got.Status.Phase)
+	}
+}
+
+// Two in-place restores of one cluster: while the first holds it, the second is refused with a
+// message, not left waiting (holding OLM upgrades back) or run against the other's data.
+func TestSecondInPlaceRestoreOfAClusterIsRefused(t *testing.T) {
+	first, second := inPlaceRestore("first"), inPlaceRestore("second")
+	c := formedCluster(nil)
+	r, k8s := restoreReconciler(t, first, second, c)
+	for _, rs := range []*etcdv1alpha1.EtcdRestore{first, second} {
+		rs.Status.Phase = ""
+		reconcileRestore(t, r, rs)
+	}
+	got := reconcileRestore(t, r, second)
+	cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+	if got.Status.Phase != etcdv1alpha1.RestoreFailed || cond == nil || cond.Reason != reasonTargetHeld {
+		t.Fatalf("second restore: phase %q, condition %+v; want Failed TargetHeld", got.Status.Phase, cond)
+	}
+	held := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), held); err != nil {
+		t.Fatal(err)
+	}
+	if holder := held.Annotations[resources.AnnotationRestorePending]; holder != "first" {
+		t.Fatalf("the cluster is held by %q, want the first restore", holder)
+	}
+}
+
+// A restore deleted before its cut-over takes back its hold on the cluster and its staged claim:
+// a hold left behind would stop a later restore, and the cluster's members, for good.
+func TestDeletedRestoreReleasesItsCluster(t *testing.T) {
+	rs := inPlaceRestore("gone")
+	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
+	rs.DeletionTimestamp = ptrTime(time.Now())
+	c := formedCluster(map[string]string{resources.AnnotationRestorePending: "gone"})
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	staged := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+	staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: "gone"}, nil
+	r, k8s := restoreReconciler(t, rs, c, staged)
+
+	reconcileRestore(t, r, rs)
+	released := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), released); err != nil {
+		t.Fatal(err)
+	}
+	if holder, held := released.Annotations[resources.AnnotationRestorePending]; held {
+		t.Fatalf("the deleted restore still holds the cluster (%q)", holder)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(staged), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("staged claim: %v, want it deleted", err)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(rs), &etcdv1alpha1.EtcdRestore{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the restore: %v, want it gone once its finalizer ran", err)
+	}
+}
+
+// A restore into a paused cluster, which could never carry out the cut-over, fails at once
+// with the reason, rather than holding OLM upgrades back indefinitely.
+func TestRestoreIntoAPausedClusterFails(t *testing.T) {
+	rs := inPlaceRestore("paused")
+	c := formedCluster(nil)
+	c.Spec.Paused = true
+	r, _ := restoreReconciler(t, rs, c)
+	got := reconcileRestore(t, r, rs)
+	if cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded); got.Status.Phase != etcdv1alpha1.RestoreFailed || cond.Reason != reasonTargetPaused {
+		t.Fatalf("phase %q, condition %+v", got.Status.Phase, cond)
+	}
+}
