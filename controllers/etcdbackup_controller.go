@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -285,32 +286,86 @@ func (r *EtcdBackupReconciler) checkReady(ctx context.Context, b *etcdv1alpha1.E
 	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, etcdv1alpha1.ConditionAvailable) {
 		return notReady(etcdv1alpha1.ReasonClusterNotAvailable, "EtcdCluster %s is not Available; the backup starts when it is", cluster.Name)
 	}
-	dest := b.Spec.Destination
-	if dest.S3 != nil {
-		for _, name := range []string{dest.S3.CredentialsSecretName, dest.S3.CASecretName} {
-			if name == "" {
-				continue
-			}
-			if missing, err := r.missing(ctx, &corev1.Secret{}, b.Namespace, name); missing || err != nil {
-				return notReady(etcdv1alpha1.ReasonSecretNotFound, "Secret %s does not exist in namespace %s", name, b.Namespace)
-			}
-		}
-	}
-	if dest.PVC != nil {
-		if missing, err := r.missing(ctx, &corev1.PersistentVolumeClaim{}, b.Namespace, dest.PVC.ClaimName); missing || err != nil {
-			return notReady(etcdv1alpha1.ReasonClaimNotFound, "PersistentVolumeClaim %s does not exist in namespace %s", dest.PVC.ClaimName, b.Namespace)
-		}
+	if reason, message := r.destinationProblem(ctx, b); reason != "" {
+		return notReady(reason, "%s", message)
 	}
 	setBackupCondition(b, etcdv1alpha1.ConditionReady, metav1.ConditionTrue, etcdv1alpha1.ReasonReady, "EtcdCluster %s is Available and the destination is configured", cluster.Name)
 	return cluster, true
 }
 
-func (r *EtcdBackupReconciler) missing(ctx context.Context, obj client.Object, namespace, name string) (bool, error) {
-	err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
-	if apierrors.IsNotFound(err) {
-		return true, nil
+// destinationProblem checks, before any Job is made, what the agent will need of the
+// destination, and returns the first problem as a condition reason and a message that says
+// what to fix, or "". A Job started without them would sit in CreateContainerConfigError, or
+// write a snapshot onto a member's data, and hold OLM upgrades back meanwhile.
+func (r *EtcdBackupReconciler) destinationProblem(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
+	for _, check := range []func(context.Context, *etcdv1alpha1.EtcdBackup) (string, string){
+		r.credentialsProblem, r.storageCAProblem, r.claimProblem,
+	} {
+		if reason, message := check(ctx, b); reason != "" {
+			return reason, message
+		}
 	}
-	return false, err
+	return "", ""
+}
+
+// credentialsProblem: the S3 credentials Secret exists with the keys the agent reads.
+func (r *EtcdBackupReconciler) credentialsProblem(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
+	s3 := b.Spec.Destination.S3
+	if s3 == nil || s3.CredentialsSecretName == "" {
+		return "", ""
+	}
+	return r.secretProblem(ctx, b.Namespace, s3.CredentialsSecretName, agent.AccessKeyIDEnv, agent.SecretAccessKeyEnv)
+}
+
+// storageCAProblem: the S3 server's CA Secret exists with its certificate.
+func (r *EtcdBackupReconciler) storageCAProblem(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
+	s3 := b.Spec.Destination.S3
+	if s3 == nil || s3.CASecretName == "" {
+		return "", ""
+	}
+	return r.secretProblem(ctx, b.Namespace, s3.CASecretName, agent.StorageCAKey)
+}
+
+// claimProblem: the destination claim exists and is not a member's data claim.
+func (r *EtcdBackupReconciler) claimProblem(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
+	dest := b.Spec.Destination.PVC
+	if dest == nil {
+		return "", ""
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: dest.ClaimName}, pvc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return etcdv1alpha1.ReasonClaimNotFound, fmt.Sprintf("PersistentVolumeClaim %s does not exist in namespace %s", dest.ClaimName, b.Namespace)
+		}
+		return etcdv1alpha1.ReasonClaimNotFound, fmt.Sprintf("read PersistentVolumeClaim %s: %v", dest.ClaimName, err)
+	}
+	if cluster, member := pvc.Labels[resources.LabelCluster], pvc.Labels[resources.LabelMember]; cluster != "" || member != "" {
+		return etcdv1alpha1.ReasonInvalidDestination, fmt.Sprintf(
+			"PersistentVolumeClaim %s holds the data of member %s of EtcdCluster %s: snapshots are never written onto a member's volume; give destination.pvc a claim of its own",
+			pvc.Name, member, cluster)
+	}
+	return "", ""
+}
+
+// secretProblem: the Secret exists and has every key, non-empty.
+func (r *EtcdBackupReconciler) secretProblem(ctx context.Context, namespace, name string, keys ...string) (string, string) {
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return etcdv1alpha1.ReasonSecretNotFound, fmt.Sprintf("Secret %s does not exist in namespace %s", name, namespace)
+		}
+		return etcdv1alpha1.ReasonSecretNotFound, fmt.Sprintf("read Secret %s: %v", name, err)
+	}
+	var missing []string
+	for _, key := range keys {
+		if len(secret.Data[key]) == 0 {
+			missing = append(missing, key)
+		}
+	}
+	if len(missing) > 0 {
+		return etcdv1alpha1.ReasonSecretKeysMissing, fmt.Sprintf("Secret %s has no %s: the backup Job reads the keys %s", name, strings.Join(missing, ", "), strings.Join(keys, ", "))
+	}
+	return "", ""
 }
 
 // startRun creates the Job of the run scheduled for the given time. Its name is derived from

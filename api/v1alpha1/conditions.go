@@ -68,12 +68,16 @@ const (
 	ReasonClusterNotAvailable = "ClusterNotAvailable"
 	ReasonSecretNotFound      = "SecretNotFound"
 	ReasonClaimNotFound       = "ClaimNotFound"
-	ReasonAgentImageUnknown   = "AgentImageUnknown"
-	ReasonInvalidSchedule     = "InvalidSchedule"
-	ReasonSuspended           = "Suspended"
-	ReasonRunning             = "Running"
-	ReasonCompleted           = "Completed"
-	ReasonFailed              = "Failed"
+	// ReasonSecretKeysMissing: a Secret the Job reads lacks a key it needs (named).
+	ReasonSecretKeysMissing = "SecretKeysMissing"
+	// ReasonInvalidDestination: the destination cannot be written to safely (a member's claim).
+	ReasonInvalidDestination = "InvalidDestination"
+	ReasonAgentImageUnknown  = "AgentImageUnknown"
+	ReasonInvalidSchedule    = "InvalidSchedule"
+	ReasonSuspended          = "Suspended"
+	ReasonRunning            = "Running"
+	ReasonCompleted          = "Completed"
+	ReasonFailed             = "Failed"
 	// ReasonPermanentFailure: retrying cannot help (credentials refused, no such bucket).
 	ReasonPermanentFailure = "PermanentFailure"
 )
