@@ -389,3 +389,19 @@ func TestIconIsTheSVGSource(t *testing.T) {
 		t.Error("the catalog package's icon is not config/manifests/icon.svg: run `make catalog`")
 	}
 }
+
+// Who may back up may read everything: the role that lets a user create EtcdBackups says so
+// where an administrator granting it reads (#14).
+func TestBackupEditorRoleSaysItGivesTheWholeKeyspace(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "bundle", "manifests", "etcd-operator-etcdbackup-editor-role_rbac.authorization.k8s.io_v1_clusterrole.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := sigsyaml.Unmarshal(raw, role); err != nil {
+		t.Fatal(err)
+	}
+	if d := role.Annotations["description"]; !strings.Contains(d, "whole keyspace") || !strings.Contains(d, "root credentials") {
+		t.Fatalf("the EtcdBackup editor role's description %q does not say that it gives access to the whole keyspace", d)
+	}
+}
