@@ -405,3 +405,45 @@ func TestBackupEditorRoleSaysItGivesTheWholeKeyspace(t *testing.T) {
 		t.Fatalf("the EtcdBackup editor role's description %q does not say that it gives access to the whole keyspace", d)
 	}
 }
+
+// The CSV's description tells what works, in step with the README's status table: no kind the
+// README calls working is described as a preview, and every limitation the README lists for
+// the EtcdCluster is stated in the CSV too.
+func TestCSVDescriptionIsInStepWithTheREADME(t *testing.T) {
+	csv := loadBundle(t).CSV
+	readme, err := os.ReadFile(repoPath("README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	description := csv.Spec.Description
+	for _, kind := range []string{"EtcdCluster", "EtcdBackup", "EtcdRestore"} {
+		row := readmeStatusRow(t, string(readme), kind)
+		if strings.Contains(row, "preview") {
+			t.Fatalf("README calls %s a preview; this test expects working kinds", kind)
+		}
+		if !strings.Contains(description, "**"+kind+" is operational**") {
+			t.Errorf("the CSV description does not say that %s is operational, as the README does", kind)
+		}
+	}
+	for _, stale := range []string{"preview", "not acted upon"} {
+		if strings.Contains(description, stale) {
+			t.Errorf("the CSV description still says %q", stale)
+		}
+	}
+	for _, limitation := range []string{"cert-manager", "quorum-loss recovery"} {
+		if !strings.Contains(readmeStatusRow(t, string(readme), "EtcdCluster"), limitation) || !strings.Contains(description, limitation) {
+			t.Errorf("the limitation %q must be stated in both the README's EtcdCluster row and the CSV description", limitation)
+		}
+	}
+}
+
+func readmeStatusRow(t *testing.T, readme, kind string) string {
+	t.Helper()
+	for _, line := range strings.Split(readme, "\n") {
+		if strings.HasPrefix(line, "| "+kind+" |") {
+			return line
+		}
+	}
+	t.Fatalf("README has no status row for %s", kind)
+	return ""
+}
