@@ -18,7 +18,6 @@ import (
 // missing key, or wrote the snapshot onto a member's data claim.
 func TestBackupDestinationIsCheckedBeforeAnyJob(t *testing.T) {
 	available := formedCluster(nil)
-	available.Name = "c"
 	memberClaim := resources.MemberPVC(available, resources.MemberSpec{Name: "c-abcde"})
 	s3 := func(creds, ca string) etcdv1alpha1.StorageLocation {
 		return etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{Bucket: "b", Endpoint: "https://s3", CredentialsSecretName: creds, CASecretName: ca}}

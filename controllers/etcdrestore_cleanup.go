@@ -28,9 +28,17 @@ const restoreFinalizer = "etcd.database.dev/restore-cleanup"
 // hold on the cluster, and a staged claim the cluster never took. It is idempotent, and runs on
 // every look at a finished restore, so that a cleanup cut short is completed.
 func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) error {
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}}
-	if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("delete restore Job %s: %w", job.Name, err)
+	// Read from the cache first: a finished restore is looked at on every status change of the
+	// cluster it restored, and must not send the API server a delete each time.
+	job := &batchv1.Job{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job)
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	if err == nil && job.DeletionTimestamp.IsZero() {
+		if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete restore Job %s: %w", job.Name, err)
+		}
 	}
 	if rs.Spec.Target.Mode != etcdv1alpha1.RestoreInPlace {
 		return nil

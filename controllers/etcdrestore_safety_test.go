@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/resources"
@@ -145,5 +147,26 @@ func TestRestoreIntoAPausedClusterFails(t *testing.T) {
 	got := reconcileRestore(t, r, rs)
 	if cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded); got.Status.Phase != etcdv1alpha1.RestoreFailed || cond.Reason != reasonTargetPaused {
 		t.Fatalf("phase %q, condition %+v", got.Status.Phase, cond)
+	}
+}
+
+// A finished restore is looked at again on every status change of the cluster it restored:
+// once its Job is gone, such a look sends the API server no delete.
+func TestFinishedRestoreLooksAtItsJobInTheCacheFirst(t *testing.T) {
+	rs := inPlaceRestore("done")
+	rs.Status.Phase = etcdv1alpha1.RestoreCompleted
+	c := formedCluster(nil)
+	deletes := 0
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(rs, c).
+		WithInterceptorFuncs(interceptor.Funcs{Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			deletes++
+			return cl.Delete(ctx, obj, opts...)
+		}}).Build()
+	r := &EtcdRestoreReconciler{Client: k8s, Now: time.Now}
+	for range 3 {
+		reconcileRestore(t, r, rs)
+	}
+	if deletes != 0 {
+		t.Fatalf("%d deletes sent for a finished restore whose Job is gone", deletes)
 	}
 }

@@ -15,26 +15,22 @@ import (
 // overwrite what a newer one wrote; that conflict is dropped, as the newer write's own watch
 // event brings the object back with the current status.
 func patchStatusIfChanged(ctx context.Context, c client.Client, obj client.Object, before client.Object, statusOf func(client.Object) any) error {
-	if equality.Semantic.DeepEqual(statusOf(before), statusOf(obj)) {
-		return nil
+	if err := writeStatusNow(ctx, c, obj, before, statusOf); !apierrors.IsConflict(err) {
+		return err
 	}
-	err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return nil
-	}
-	return err
+	return nil
 }
 
-// writeStatusNow writes obj's status at once, when it changed since before, under an optimistic
-// lock; the caller then makes before a copy of obj. Unlike patchStatusIfChanged it returns a conflict:
-// it comes before a step that must follow the record (deleting the Job that holds a run's
-// result), and the next reconcile, from fresh objects, must record again rather than go on.
+// writeStatusNow is patchStatusIfChanged that returns a conflict; the caller then makes before
+// a copy of obj. It comes before a step that must follow the record (deleting the Job that
+// holds a run's result), and the next reconcile, from fresh objects, must record again rather
+// than go on.
 func writeStatusNow(ctx context.Context, c client.Client, obj, before client.Object, statusOf func(client.Object) any) error {
 	if equality.Semantic.DeepEqual(statusOf(before), statusOf(obj)) {
 		return nil
 	}
 	if err := c.Status().Patch(ctx, obj, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("record status before cleaning up: %w", err)
+		return fmt.Errorf("write status: %w", err)
 	}
 	return nil
 }

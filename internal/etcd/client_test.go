@@ -151,11 +151,14 @@ func eventually(t *testing.T, timeout time.Duration, f func() error) {
 	}
 }
 
-// Turning auth on is resumable: a root user left by an interrupted attempt is reused.
-func TestEnableAuthAgainstRealEtcd(t *testing.T) {
+// Turning auth on is resumable, and the root password can be changed: a root user left by an
+// interrupted attempt with another password (the Secret was changed meanwhile) gets the password
+// asked for; with authentication on, the password changes under a client authenticated with
+// the old one, which is refused from then on.
+func TestRootPasswordIsSetAndChangedAgainstRealEtcd(t *testing.T) {
 	servers := etcdtest.StartCluster(t, 1)
 	endpoints := etcdtest.ClientURLs(servers)
-	if _, err := servers[0].Client(t).UserAdd(t.Context(), "root", "s3cret"); err != nil {
+	if _, err := servers[0].Client(t).UserAdd(t.Context(), "root", "earlier"); err != nil {
 		t.Fatal(err)
 	}
 	c, err := etcd.New(etcd.Config{Endpoints: endpoints})
@@ -175,7 +178,7 @@ func TestEnableAuthAgainstRealEtcd(t *testing.T) {
 
 	root, err := etcd.New(etcd.Config{Endpoints: endpoints, Username: "root", Password: "s3cret"})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("root with the password auth was enabled with: %v", err)
 	}
 	defer root.Close()
 	if on, err := root.AuthEnabled(t.Context()); err != nil || !on {
@@ -186,6 +189,21 @@ func TestEnableAuthAgainstRealEtcd(t *testing.T) {
 	}
 	if _, err := servers[0].Client(t).Put(t.Context(), "k", "v"); err == nil {
 		t.Fatal("an anonymous client could write with auth on")
+	}
+
+	if err := root.SetRootPassword(t.Context(), "rotated"); err != nil {
+		t.Fatalf("change the password with auth on: %v", err)
+	}
+	if _, err := etcd.New(etcd.Config{Endpoints: endpoints, Username: "root", Password: "s3cret"}); !errors.Is(err, etcd.ErrAuthFailed) {
+		t.Fatalf("the old password after the change: %v, want ErrAuthFailed", err)
+	}
+	rotated, err := etcd.New(etcd.Config{Endpoints: endpoints, Username: "root", Password: "rotated"})
+	if err != nil {
+		t.Fatalf("root with the new password: %v", err)
+	}
+	defer rotated.Close()
+	if _, _, err := rotated.Members(t.Context()); err != nil {
+		t.Fatalf("root with the new password cannot list members: %v", err)
 	}
 }
 
@@ -242,47 +260,5 @@ func TestNoSpaceRecoveryAgainstRealEtcd(t *testing.T) {
 	}
 	if _, err := raw.Put(ctx, "after", "ok"); err != nil {
 		t.Fatalf("write after disarming: %v", err)
-	}
-}
-
-// A root user left by an interrupted attempt with another password (the Secret was changed
-// meanwhile) gets the password asked for; and with authentication on, the password changes
-// under a client authenticated with the old one: the old password is refused from then on.
-func TestRootPasswordIsSetAndChangedAgainstRealEtcd(t *testing.T) {
-	servers := etcdtest.StartCluster(t, 1)
-	endpoints := etcdtest.ClientURLs(servers)
-	if _, err := servers[0].Client(t).UserAdd(t.Context(), "root", "earlier"); err != nil {
-		t.Fatal(err)
-	}
-	c, err := etcd.New(etcd.Config{Endpoints: endpoints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.SetRootPassword(t.Context(), "current"); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.EnableAuth(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	root, err := etcd.New(etcd.Config{Endpoints: endpoints, Username: "root", Password: "current"})
-	if err != nil {
-		t.Fatalf("root with the password auth was enabled with: %v", err)
-	}
-	defer root.Close()
-
-	if err := root.SetRootPassword(t.Context(), "rotated"); err != nil {
-		t.Fatalf("change the password with auth on: %v", err)
-	}
-	if _, err := etcd.New(etcd.Config{Endpoints: endpoints, Username: "root", Password: "current"}); !errors.Is(err, etcd.ErrAuthFailed) {
-		t.Fatalf("the old password after the change: %v, want ErrAuthFailed", err)
-	}
-	rotated, err := etcd.New(etcd.Config{Endpoints: endpoints, Username: "root", Password: "rotated"})
-	if err != nil {
-		t.Fatalf("root with the new password: %v", err)
-	}
-	defer rotated.Close()
-	if _, _, err := rotated.Members(t.Context()); err != nil {
-		t.Fatalf("root with the new password cannot list members: %v", err)
 	}
 }

@@ -40,8 +40,11 @@ type Cluster struct {
 	// Fail makes the named call fail with the given error.
 	Fail map[string]error
 	// Hold makes the named call wait, before it takes effect, until the channel is closed: a
-	// call that takes long, such as a defragmentation.
+	// call that takes long, such as a defragmentation. A member held in Defragment answers no
+	// Status, as a real one rewriting its database does not.
 	Hold map[string]chan struct{}
+
+	busy map[string]bool // client URLs of members held in Defragment: they answer no Status
 }
 
 // Dial connects as etcd.New would: with a user name, it authenticates first.
@@ -88,7 +91,7 @@ func (c *client) Status(_ context.Context, clientURL string) (etcd.MemberStatus,
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
 	st, ok := c.f.Statuses[clientURL]
-	if c.f.Unreachable || !ok {
+	if c.f.Unreachable || !ok || c.f.busy[clientURL] {
 		return etcd.MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, ErrUnreachable)
 	}
 	return st, nil
@@ -173,11 +176,22 @@ func (c *client) onMember(name string, id uint64, change func(*etcd.Member)) err
 
 func (c *client) MoveLeader(context.Context, string, uint64) error { return c.locked("MoveLeader") }
 
-func (c *client) Defragment(ctx context.Context, _ string) error {
+func (c *client) Defragment(ctx context.Context, clientURL string) error {
 	c.f.mu.Lock()
 	hold := c.f.Hold["Defragment"]
+	if hold != nil {
+		if c.f.busy == nil {
+			c.f.busy = map[string]bool{}
+		}
+		c.f.busy[clientURL] = true
+	}
 	c.f.mu.Unlock()
 	if hold != nil {
+		defer func() {
+			c.f.mu.Lock()
+			delete(c.f.busy, clientURL)
+			c.f.mu.Unlock()
+		}()
 		select {
 		case <-hold:
 		case <-ctx.Done():
