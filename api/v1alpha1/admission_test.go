@@ -54,6 +54,9 @@ var invalidObjects = []struct {
 	{"backup bucket name invalid", backup("clusterName: e\ndestination:\n  s3: {bucket: My_Bucket, credentialsSecretName: c}"), "spec.destination.s3.bucket in body should match"},
 	{"backup s3 without credentials", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt}"), "spec.destination.s3.credentialsSecretName: Required value"},
 	{"backup endpoint without scheme", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'minio:9000'}"), "spec.destination.s3.endpoint in body should match"},
+	{"backup endpoint plain http without opt-in", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000'}"), "an http:// endpoint sends the credentials and the snapshot"},
+	{"backup endpoint plain http opted out", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000', allowPlainHTTP: false}"), "set allowPlainHTTP: true"},
+	{"restore endpoint plain http without opt-in", restore("source:\n  location: {key: k, s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000'}}\ntarget: {mode: InPlace, clusterName: r}"), "an http:// endpoint sends the credentials"},
 	{"backup prefix absolute", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, prefix: /etcd}"), "s3.prefix must not start with /"},
 	{"backup pvc path escapes", backup("clusterName: e\ndestination:\n  pvc: {claimName: b, subPath: a/../../etc}"), "pvc.subPath must be a relative path without '..'"},
 	{"backup retention without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nretention: {maxCount: 3}"), "retention applies to scheduled backups only: set schedule too"},
@@ -123,4 +126,10 @@ func named(kind, name, body string) string {
 
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+// The refusal of http:// endpoints is an opt-in, not a ban: a trusted in-cluster server works.
+func TestPlainHTTPEndpointIsAcceptedWhenOptedIn(t *testing.T) {
+	create(t, object(t, backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000', allowPlainHTTP: true}")))
+	create(t, object(t, backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'https://minio:9000'}")))
 }

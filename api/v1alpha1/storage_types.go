@@ -15,6 +15,7 @@ type StorageLocation struct {
 }
 
 // S3Location is a bucket and a key prefix in an S3-compatible object store.
+// +kubebuilder:validation:XValidation:rule="!has(self.endpoint) || !self.endpoint.startsWith('http://') || (has(self.allowPlainHTTP) && self.allowPlainHTTP)",fieldPath=".endpoint",message="an http:// endpoint sends the credentials and the snapshot, which holds the whole keyspace, unencrypted: use https://, or set allowPlainHTTP: true to accept that on a network you trust"
 type S3Location struct {
 	// Bucket name.
 	// +kubebuilder:validation:MinLength=3
@@ -31,11 +32,17 @@ type S3Location struct {
 	Prefix string `json:"prefix,omitempty"`
 
 	// Endpoint of an S3-compatible server, such as https://minio.storage.svc:9000. Empty
-	// means AWS S3.
+	// means AWS S3. An http:// endpoint is refused unless allowPlainHTTP is true.
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:Pattern=`^https?://[^\s/]+(/.*)?$`
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
+
+	// AllowPlainHTTP accepts an http:// endpoint. Over plain HTTP the credentials and every
+	// snapshot (the whole keyspace) cross the network unencrypted, so it is off by default;
+	// set it only for a server on a network you trust, such as a test server in the cluster.
+	// +optional
+	AllowPlainHTTP bool `json:"allowPlainHTTP,omitempty"`
 
 	// Region of the bucket.
 	// +kubebuilder:validation:MaxLength=64

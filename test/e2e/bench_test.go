@@ -382,7 +382,7 @@ func BenchmarkRestoreToAvailable(b *testing.B) {
 	backup := &etcdv1alpha1.EtcdBackup{
 		ObjectMeta: metav1.ObjectMeta{Name: "source", Namespace: ns},
 		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: source.Name, Destination: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
-			Bucket: backupBucket, Prefix: "bench/", Endpoint: s3srv.Endpoint, ForcePathStyle: true, CredentialsSecretName: s3srv.CredentialsSecret,
+			Bucket: backupBucket, Prefix: "bench/", Endpoint: s3srv.Endpoint, ForcePathStyle: true, AllowPlainHTTP: true, CredentialsSecretName: s3srv.CredentialsSecret,
 		}}},
 	}
 	if err := k8sClient.Create(ctx, backup); err != nil {

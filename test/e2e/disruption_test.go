@@ -225,7 +225,7 @@ func startStuckBackup(t *testing.T, c *etcdv1alpha1.EtcdCluster) *corev1.Pod {
 	backup := &etcdv1alpha1.EtcdBackup{
 		ObjectMeta: metav1.ObjectMeta{Name: "stuck", Namespace: c.Namespace},
 		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: c.Name, Destination: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
-			Bucket: "backups", Endpoint: fmt.Sprintf("http://%s:9000", silent.Status.PodIP), ForcePathStyle: true,
+			Bucket: "backups", Endpoint: fmt.Sprintf("http://%s:9000", silent.Status.PodIP), ForcePathStyle: true, AllowPlainHTTP: true,
 			CredentialsSecretName: secret.Name,
 		}}},
 	}

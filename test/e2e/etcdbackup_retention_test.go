@@ -149,7 +149,7 @@ func retentionBackup(namespace, name string, maxCount int32, s3srv *s3Server, pr
 		Spec: etcdv1alpha1.EtcdBackupSpec{
 			ClusterName: "data",
 			Destination: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
-				Bucket: backupBucket, Prefix: prefix, Endpoint: s3srv.Endpoint, ForcePathStyle: true,
+				Bucket: backupBucket, Prefix: prefix, Endpoint: s3srv.Endpoint, ForcePathStyle: true, AllowPlainHTTP: true,
 				CredentialsSecretName: s3srv.CredentialsSecret,
 			}},
 			Schedule:  "@every 20s",

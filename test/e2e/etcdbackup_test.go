@@ -87,7 +87,7 @@ func putDataset(t *testing.T, endpoint, prefix string, n, size int) {
 
 func (f *backupFixture) s3Destination(prefix, credentialsSecret string) etcdv1alpha1.StorageLocation {
 	return etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
-		Bucket: backupBucket, Prefix: prefix, Endpoint: f.s3.Endpoint, ForcePathStyle: true,
+		Bucket: backupBucket, Prefix: prefix, Endpoint: f.s3.Endpoint, ForcePathStyle: true, AllowPlainHTTP: true,
 		CredentialsSecretName: credentialsSecret,
 	}}
 }

@@ -220,7 +220,7 @@ func expectUpgradeableWhileBackupRuns(t *testing.T, cluster *etcdv1alpha1.EtcdCl
 	backup := &etcdv1alpha1.EtcdBackup{
 		ObjectMeta: metav1.ObjectMeta{Name: "during-upgrade-window", Namespace: cluster.Namespace},
 		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: cluster.Name, Destination: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
-			Bucket: "nowhere", Endpoint: "http://no-such-store." + cluster.Namespace + ".svc:9000", ForcePathStyle: true,
+			Bucket: "nowhere", Endpoint: "http://no-such-store." + cluster.Namespace + ".svc:9000", ForcePathStyle: true, AllowPlainHTTP: true,
 			CredentialsSecretName: credentials.Name,
 		}}},
 	}
