@@ -79,7 +79,7 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	finished, waitForReport, err := r.recordFinishedRuns(ctx, b, jobs)
+	finished, recheck, err := r.recordFinishedRuns(ctx, b, jobs)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -96,14 +96,15 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 			}
 		}
 	}
-	if active := activeJob(jobs); active != nil {
+	if active := activeJob(jobs, finished); active != nil {
 		b.Status.ActiveJob, b.Status.Phase = active.Name, etcdv1alpha1.BackupRunning
 		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionUnknown, etcdv1alpha1.ReasonRunning, "Job %s is taking a snapshot", active.Name)
-		return ctrl.Result{}, nil // the Job's completion wakes this reconciler
+		// The Job's completion wakes this reconciler; a pod that never starts does not.
+		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	b.Status.ActiveJob = ""
-	if waitForReport > 0 {
-		return ctrl.Result{RequeueAfter: waitForReport}, nil
+	if recheck > 0 {
+		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 
 	scheduledFor, wait, err := r.nextRun(b)
@@ -128,8 +129,12 @@ func (r *EtcdBackupReconciler) ownedJobs(ctx context.Context, b *etcdv1alpha1.Et
 	return jobs, nil
 }
 
-func activeJob(jobs []batchv1.Job) *batchv1.Job {
+// activeJob is the unfinished Job whose run is not already recorded, if any.
+func activeJob(jobs []batchv1.Job, recorded []*batchv1.Job) *batchv1.Job {
 	for i := range jobs {
+		if slices.Contains(recorded, &jobs[i]) {
+			continue
+		}
 		if _, finished := jobOutcome(&jobs[i]); !finished && jobs[i].DeletionTimestamp.IsZero() {
 			return &jobs[i]
 		}
@@ -139,26 +144,43 @@ func activeJob(jobs []batchv1.Job) *batchv1.Job {
 
 func backupStatus(o client.Object) any { return o.(*etcdv1alpha1.EtcdBackup).Status }
 
-// recordFinishedRuns turns each finished Job into a run in the history. It returns the Jobs
-// whose runs are in the history, to be deleted once it is written, and how long to wait for a
-// report that has not reached the cache yet.
+// recordFinishedRuns turns each finished Job, and each whose pod did not start in time, into a
+// run in the history. It returns the Jobs whose runs are in the history, to be deleted once it
+// is written, and how soon to look again: for a report that has not reached the cache yet, or
+// for a pod that may still start.
 func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1alpha1.EtcdBackup, jobs []batchv1.Job) ([]*batchv1.Job, time.Duration, error) {
-	var wait time.Duration
+	var recheck time.Duration
 	var recorded []*batchv1.Job
 	for i := range jobs {
 		job := &jobs[i]
-		succeeded, finished := jobOutcome(job)
-		if !finished || !job.DeletionTimestamp.IsZero() {
+		if !job.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if !slices.ContainsFunc(b.Status.History, func(run etcdv1alpha1.BackupRun) bool { return run.Job == job.Name }) {
+		inHistory := slices.ContainsFunc(b.Status.History, func(run etcdv1alpha1.BackupRun) bool { return run.Job == job.Name })
+		succeeded, finished := jobOutcome(job)
+		if !finished {
+			notStarting, wait, err := jobNotStarting(ctx, r.Client, job, r.Now())
+			if err != nil {
+				return nil, 0, err
+			}
+			if notStarting == "" {
+				recheck = sooner(recheck, wait)
+				continue
+			}
+			if !inHistory {
+				r.recordFailure(b, job, etcdv1alpha1.ReasonJobNotStarting, notStarting)
+			}
+			recorded = append(recorded, job)
+			continue
+		}
+		if !inHistory {
 			report, found, err := agentReport(ctx, r.Client, job, resources.BackupContainer)
 			if err != nil {
 				return nil, 0, err
 			}
 			if succeeded && !found {
 				if left := reportGrace - r.Now().Sub(jobFinishTime(job)); left > 0 {
-					wait = max(wait, left)
+					recheck = sooner(recheck, left)
 					continue
 				}
 			}
@@ -166,41 +188,60 @@ func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1
 		}
 		recorded = append(recorded, job)
 	}
-	return recorded, wait, nil
+	return recorded, recheck, nil
+}
+
+// sooner is the shorter of two waits, where zero means no wait at all.
+func sooner(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // record adds a run to the history, newest first, and reports it.
 func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.Job, succeeded bool, report agent.Report) {
-	run := etcdv1alpha1.BackupRun{Job: job.Name, StartTime: job.Status.StartTime, CompletionTime: ptrTime(jobFinishTime(job))}
-	switch {
-	case succeeded && report.Backup != nil:
-		res := report.Backup
-		run.Phase = etcdv1alpha1.BackupCompleted
-		run.Artifact = &etcdv1alpha1.BackupArtifact{
-			URI: res.URI, SizeBytes: res.SizeBytes, SHA256: res.SHA256, Revision: res.Revision,
-			EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID,
-			StartTime: metav1.NewTime(res.StartTime), CompletionTime: metav1.NewTime(res.CompletionTime),
-		}
-		b.Status.LastBackup = run.Artifact
-		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
-			"%s: %d bytes at revision %d, sha256 verified in the destination", res.URI, res.SizeBytes, res.Revision)
-		postEvent(r.Recorder, b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s)", res.URI, res.SizeBytes, res.Revision, res.SHA256)
-		if n := len(res.Pruned) + res.PrunedCount; n > 0 {
-			postEvent(r.Recorder, b, corev1.EventTypeNormal, "SnapshotsPruned", "Prune", "retention deleted %d older snapshot(s): %v", n, res.Pruned)
-		}
-		if res.PruneError != "" {
-			postEvent(r.Recorder, b, corev1.EventTypeWarning, "PruneFailed", "Prune", "retention could not delete every older snapshot: %s", res.PruneError)
-		}
-	default:
-		run.Phase = etcdv1alpha1.BackupFailed
-		run.Message = failureMessage(job, succeeded, report)
+	if !succeeded || report.Backup == nil {
 		reason := etcdv1alpha1.ReasonFailed
 		if report.Permanent {
 			reason = etcdv1alpha1.ReasonPermanentFailure
 		}
-		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, "%s", run.Message)
-		postEvent(r.Recorder, b, corev1.EventTypeWarning, "BackupFailed", "Backup", "%s", run.Message)
+		r.recordFailure(b, job, reason, failureMessage(job, succeeded, report))
+		return
 	}
+	res := report.Backup
+	run := etcdv1alpha1.BackupRun{Job: job.Name, StartTime: job.Status.StartTime, CompletionTime: ptrTime(jobFinishTime(job)), Phase: etcdv1alpha1.BackupCompleted}
+	run.Artifact = &etcdv1alpha1.BackupArtifact{
+		URI: res.URI, SizeBytes: res.SizeBytes, SHA256: res.SHA256, Revision: res.Revision,
+		EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID,
+		StartTime: metav1.NewTime(res.StartTime), CompletionTime: metav1.NewTime(res.CompletionTime),
+	}
+	b.Status.LastBackup = run.Artifact
+	setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
+		"%s: %d bytes at revision %d, sha256 verified in the destination", res.URI, res.SizeBytes, res.Revision)
+	postEvent(r.Recorder, b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s)", res.URI, res.SizeBytes, res.Revision, res.SHA256)
+	if n := len(res.Pruned) + res.PrunedCount; n > 0 {
+		postEvent(r.Recorder, b, corev1.EventTypeNormal, "SnapshotsPruned", "Prune", "retention deleted %d older snapshot(s): %v", n, res.Pruned)
+	}
+	if res.PruneError != "" {
+		postEvent(r.Recorder, b, corev1.EventTypeWarning, "PruneFailed", "Prune", "retention could not delete every older snapshot: %s", res.PruneError)
+	}
+	appendRun(b, run)
+}
+
+// recordFailure adds a failed run to the history and reports it.
+func (r *EtcdBackupReconciler) recordFailure(b *etcdv1alpha1.EtcdBackup, job *batchv1.Job, reason, message string) {
+	run := etcdv1alpha1.BackupRun{Job: job.Name, StartTime: job.Status.StartTime, CompletionTime: ptrTime(r.Now()), Phase: etcdv1alpha1.BackupFailed, Message: message}
+	if _, finished := jobOutcome(job); finished {
+		run.CompletionTime = ptrTime(jobFinishTime(job))
+	}
+	setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, "%s", message)
+	postEvent(r.Recorder, b, corev1.EventTypeWarning, "BackupFailed", "Backup", "%s", message)
+	appendRun(b, run)
+}
+
+// appendRun adds a run to the history, newest first, within spec.historyLimit.
+func appendRun(b *etcdv1alpha1.EtcdBackup, run etcdv1alpha1.BackupRun) {
 	limit := int(b.Spec.HistoryLimit)
 	if limit <= 0 {
 		limit = 10

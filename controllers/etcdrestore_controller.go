@@ -271,7 +271,7 @@ func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha
 	if err := r.ensureSeedClaim(ctx, c, seed, ""); err != nil {
 		return ctrl.Result{}, err
 	}
-	report, done, err := r.runSeedJob(ctx, rs, c, seed, src)
+	wait, done, err := r.runSeedJob(ctx, rs, c, seed, src)
 	if err != nil {
 		var failure *restoreFailure
 		if errors.As(err, &failure) {
@@ -283,7 +283,7 @@ func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha
 		return ctrl.Result{}, err
 	}
 	if !done {
-		return ctrl.Result{RequeueAfter: report}, nil
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	patch := client.MergeFrom(c.DeepCopy())
 	delete(c.Annotations, resources.AnnotationRestorePending)
@@ -309,8 +309,16 @@ func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1
 	succeeded, finished := jobOutcome(job)
 	switch {
 	case !finished:
+		notStarting, recheck, err := jobNotStarting(ctx, r.Client, job, r.Now())
+		if err != nil {
+			return 0, false, err
+		}
+		if notStarting != "" {
+			return 0, false, failed(etcdv1alpha1.ReasonJobNotStarting, "%s", notStarting)
+		}
 		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
-		return 0, false, nil // the Job's completion wakes this reconciler
+		// The Job's completion wakes this reconciler; a pod that never starts does not.
+		return recheck, false, nil
 	case !succeeded:
 		return 0, false, failed(etcdv1alpha1.ReasonFailed, "%s", r.jobFailure(ctx, job))
 	}

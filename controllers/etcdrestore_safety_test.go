@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,5 +169,52 @@ func TestFinishedRestoreLooksAtItsJobInTheCacheFirst(t *testing.T) {
 	}
 	if deletes != 0 {
 		t.Fatalf("%d deletes sent for a finished restore whose Job is gone", deletes)
+	}
+}
+
+// A restore whose Job's pod never starts (its snapshot claim attached to another node, an
+// image that cannot be pulled) fails after agentStartDeadline with what holds the pod, and lets
+// go of the cluster it had not touched, instead of holding it and OLM upgrades back for the
+// Job's two hours. Before, it stayed Restoring, with no requeue.
+func TestRestoreWhoseJobNeverStartsFailsAndReleasesTheCluster(t *testing.T) {
+	rs := inPlaceRestore("stuck")
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now().Add(-time.Hour)),
+		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "new"}}
+	c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name})
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	staged := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+	staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: rs.Name}, nil
+	created := metav1.NewTime(time.Now().Add(-agentStartDeadline - time.Minute))
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", CreationTimestamp: created}}
+	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns", CreationTimestamp: created, Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "registry.test/agent: not found"}}}}},
+	}
+	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	r, k8s := restoreReconciler(t, rs, c, staged, job, pod)
+
+	got := reconcileRestore(t, r, rs)
+	cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+	if got.Status.Phase != etcdv1alpha1.RestoreFailed || cond == nil || cond.Reason != etcdv1alpha1.ReasonJobNotStarting {
+		t.Fatalf("phase %q, condition %+v; want Failed JobNotStarting", got.Status.Phase, cond)
+	}
+	if !strings.Contains(cond.Message, "ErrImagePull") || !strings.Contains(cond.Message, "was not touched") {
+		t.Errorf("message %q does not say what holds the pod and that the cluster is as it was", cond.Message)
+	}
+	released := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), released); err != nil {
+		t.Fatal(err)
+	}
+	if holder, held := released.Annotations[resources.AnnotationRestorePending]; held {
+		t.Errorf("the failed restore still holds the cluster (%q)", holder)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(staged), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		t.Errorf("staged claim: %v, want it deleted", err)
 	}
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -42,6 +43,59 @@ func jobFinishTime(job *batchv1.Job) time.Time {
 	return job.CreationTimestamp.Time
 }
 
+// agentStartDeadline bounds how long an agent Job's pod may take to start running. Past it the
+// run is failed, naming what holds the pod: a Job left Pending (unschedulable, an image that
+// cannot be pulled, a claim attached to another node) would otherwise hold the next run and OLM
+// upgrades back until the Job's own two-hour deadline.
+const agentStartDeadline = 10 * time.Minute
+
+// jobNotStarting says why an unfinished Job's newest pod (or, before it has one, the Job) has
+// not started running within agentStartDeadline of its creation, or, while it still may, how
+// soon to look again. A pod that runs and fails is the Job's retries' business, not this.
+func jobNotStarting(ctx context.Context, c client.Client, job *batchv1.Job, now time.Time) (string, time.Duration, error) {
+	pods, err := jobPods(ctx, c, job)
+	if err != nil {
+		return "", 0, err
+	}
+	since, why := job.CreationTimestamp.Time, "the Job created no pod"
+	if len(pods) > 0 {
+		newest := &pods[len(pods)-1]
+		if podStarted(newest) {
+			return "", 0, nil
+		}
+		since, why = newest.CreationTimestamp.Time, podPendingReason(newest)
+	}
+	if left := agentStartDeadline - now.Sub(since); left > 0 {
+		return "", left, nil
+	}
+	return fmt.Sprintf("Job %s did not start running within %s: %s", job.Name, agentStartDeadline, why), 0, nil
+}
+
+// podStarted: a container of the pod (an init container included) runs or has run.
+func podStarted(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodRunning || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	return slices.ContainsFunc(append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...), func(st corev1.ContainerStatus) bool {
+		return st.State.Running != nil || st.State.Terminated != nil
+	})
+}
+
+// podPendingReason is what a pending pod's status says holds it.
+func podPendingReason(pod *corev1.Pod) string {
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+			return fmt.Sprintf("pod %s is not scheduled (%s): %s", pod.Name, cond.Reason, cond.Message)
+		}
+	}
+	for _, st := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+		if w := st.State.Waiting; w != nil && (w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" || w.Message != "") {
+			return fmt.Sprintf("container %s of pod %s is waiting (%s): %s", st.Name, pod.Name, w.Reason, w.Message)
+		}
+	}
+	return fmt.Sprintf("pod %s is still being created; `kubectl describe pod %s` shows its events (a volume attached to another node shows as FailedAttachVolume Multi-Attach)", pod.Name, pod.Name)
+}
+
 // agentReport reads the report an agent container of the Job's last pod left as its
 // termination message.
 func agentReport(ctx context.Context, c client.Client, job *batchv1.Job, container string) (agent.Report, bool, error) {
@@ -63,27 +117,32 @@ func agentReport(ctx context.Context, c client.Client, job *batchv1.Job, contain
 // lastPodTerminations are the terminated containers, init containers included, of the Job's
 // newest pod, by name.
 func lastPodTerminations(ctx context.Context, c client.Client, job *batchv1.Job) (map[string]corev1.ContainerStateTerminated, error) {
-	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
-		return nil, fmt.Errorf("list pods of Job %s: %w", job.Name, err)
-	}
-	var newest *corev1.Pod
-	for i := range pods.Items {
-		pod := &pods.Items[i]
-		if metav1.IsControlledBy(pod, job) && (newest == nil || newest.CreationTimestamp.Before(&pod.CreationTimestamp)) {
-			newest = pod
-		}
+	pods, err := jobPods(ctx, c, job)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]corev1.ContainerStateTerminated{}
-	if newest == nil {
+	if len(pods) == 0 {
 		return out, nil
 	}
+	newest := pods[len(pods)-1]
 	for _, st := range append(newest.Status.InitContainerStatuses, newest.Status.ContainerStatuses...) {
 		if st.State.Terminated != nil {
 			out[st.Name] = *st.State.Terminated
 		}
 	}
 	return out, nil
+}
+
+// jobPods are the pods of the Job, oldest first.
+func jobPods(ctx context.Context, c client.Client, job *batchv1.Job) ([]corev1.Pod, error) {
+	list := &corev1.PodList{}
+	if err := c.List(ctx, list, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
+		return nil, fmt.Errorf("list pods of Job %s: %w", job.Name, err)
+	}
+	pods := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return !metav1.IsControlledBy(&p, job) })
+	slices.SortStableFunc(pods, func(x, y corev1.Pod) int { return x.CreationTimestamp.Compare(y.CreationTimestamp.Time) })
+	return pods, nil
 }
 
 func ptrTime(t time.Time) *metav1.Time {

@@ -80,4 +80,11 @@ const (
 	ReasonFailed             = "Failed"
 	// ReasonPermanentFailure: retrying cannot help (credentials refused, no such bucket).
 	ReasonPermanentFailure = "PermanentFailure"
+	// ReasonJobNotStarting: the Job's pod did not start running in time (unschedulable, an
+	// image it cannot pull, a volume attached elsewhere); the run is failed rather than left
+	// holding the next run and OLM upgrades back.
+	ReasonJobNotStarting = "JobNotStarting"
+	// ReasonClusterNotServing: a restore's data is installed, but its cluster has not been
+	// Available at its size for a long while; the restore no longer holds OLM upgrades back.
+	ReasonClusterNotServing = "ClusterNotServing"
 )
