@@ -403,13 +403,49 @@ func (r *EtcdRestoreReconciler) discardTarget(ctx context.Context, c *etcdv1alph
 // awaitAvailable completes the restore once the cluster serves with all its members.
 func (r *EtcdRestoreReconciler) awaitAvailable(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
-	if !meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) || c.Status.ReadyMembers < c.Spec.Size {
-		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
-			"EtcdCluster %s has %d of %d members ready", c.Name, c.Status.ReadyMembers, c.Spec.Size)
-		return ctrl.Result{}, nil // the cluster's status changes wake this reconciler
+	if !servesAtSize(c) {
+		return r.awaitServing(rs, c, fmt.Sprintf("EtcdCluster %s has %d of %d members ready", c.Name, c.Status.ReadyMembers, c.Spec.Size)), nil
 	}
 	r.complete(rs, c, "")
 	return ctrl.Result{}, nil
+}
+
+// servesAtSize: the cluster is Available with as many ready members as its spec asks for.
+func servesAtSize(c *etcdv1alpha1.EtcdCluster) bool {
+	return meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) && c.Status.ReadyMembers >= c.Spec.Size
+}
+
+// restoreServeDeadline bounds how long a restore whose data is installed waits for its cluster
+// to serve before it says so and stops holding OLM upgrades back. It is not failed: the data
+// is the cluster's now, and the cluster reconciler goes on bringing it up.
+const restoreServeDeadline = 15 * time.Minute
+
+// awaitServing reports a restore waiting, after its data was installed, for its cluster to
+// serve at its size: as progress until restoreServeDeadline, then as ClusterNotServing, with a
+// Warning event when that starts.
+func (r *EtcdRestoreReconciler) awaitServing(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, progress string) ctrl.Result {
+	if rs.Status.InstallTime == nil {
+		rs.Status.InstallTime = ptrTime(r.Now())
+	}
+	left := restoreServeDeadline - r.Now().Sub(rs.Status.InstallTime.Time)
+	if left > 0 {
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "%s", progress)
+		return ctrl.Result{RequeueAfter: left} // the cluster's status changes wake this reconciler sooner
+	}
+	if !restoreNotServing(rs) {
+		postEvent(r.Recorder, rs, corev1.EventTypeWarning, etcdv1alpha1.ReasonClusterNotServing, "Restore",
+			"EtcdCluster %s has not served at its size for %s since the restored data was installed; see its conditions", c.Name, restoreServeDeadline)
+	}
+	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonClusterNotServing,
+		"%s, %s after the restored data was installed: see EtcdCluster %s's conditions and events. The restore completes when it serves; OLM upgrades no longer wait for it",
+		progress, restoreServeDeadline, c.Name)
+	return ctrl.Result{}
+}
+
+// restoreNotServing: the restore waits past restoreServeDeadline for its cluster to serve.
+func restoreNotServing(rs *etcdv1alpha1.EtcdRestore) bool {
+	cond := meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+	return cond != nil && cond.Reason == etcdv1alpha1.ReasonClusterNotServing
 }
 
 // complete records a restore as done, once its cluster serves the restored data at its size;

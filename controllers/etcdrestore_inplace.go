@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -163,10 +162,8 @@ func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *et
 		return ctrl.Result{}, err
 	}
 	restored := c.Status.ClusterID != "" && (rs.Status.Replaced == nil || c.Status.ClusterID != rs.Status.Replaced.ClusterID)
-	if !restored || !meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) || c.Status.ReadyMembers < c.Spec.Size {
-		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
-			"EtcdCluster %s is restarting from member %s: %d of %d members ready", c.Name, seed, c.Status.ReadyMembers, c.Spec.Size)
-		return ctrl.Result{}, nil // the cluster's status changes wake this reconciler
+	if !restored || !servesAtSize(c) {
+		return r.awaitServing(rs, c, fmt.Sprintf("EtcdCluster %s is restarting from member %s: %d of %d members ready", c.Name, seed, c.Status.ReadyMembers, c.Spec.Size)), nil
 	}
 	r.complete(rs, c, ", in place under its own name and Services") // cleanUp then releases the cluster
 	return ctrl.Result{}, nil

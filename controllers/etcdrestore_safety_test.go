@@ -218,3 +218,50 @@ func TestRestoreWhoseJobNeverStartsFailsAndReleasesTheCluster(t *testing.T) {
 		t.Errorf("staged claim: %v, want it deleted", err)
 	}
 }
+
+// A restore whose data is installed waits for its cluster to serve; past restoreServeDeadline
+// it says so (ClusterNotServing, a Warning event) and no longer holds OLM upgrades back, but is
+// not failed: the data is the cluster's now. Before, it stayed Restoring without a word, and
+// Upgradeable stayed False, for as long as the cluster did not serve.
+func TestRestoreWaitingLongForItsClusterStopsHoldingUpgrades(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		installedAgo  time.Duration
+		wantReason    string
+		wantUpgrades  bool
+		wantRequeueIn time.Duration
+	}{
+		{"just cut over", time.Minute, etcdv1alpha1.ReasonRestoring, false, restoreServeDeadline - time.Minute},
+		{"long after the cut-over", restoreServeDeadline + time.Minute, etcdv1alpha1.ReasonClusterNotServing, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := inPlaceRestore("slow")
+			rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, InstallTime: ptrTime(time.Now().Add(-tc.installedAgo)),
+				Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
+			seed := resources.SeedMemberName("c", string(rs.UID))
+			c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name, resources.AnnotationRestoreSeed: seed})
+			c.Status.ReadyMembers, c.Status.Conditions = 0, nil
+			claim := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+			r, _ := restoreReconciler(t, rs, c, claim)
+
+			result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := &etcdv1alpha1.EtcdRestore{}
+			if err := r.Get(t.Context(), client.ObjectKeyFromObject(rs), got); err != nil {
+				t.Fatal(err)
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+			if got.Status.Phase != etcdv1alpha1.RestoreRestoring || cond == nil || cond.Reason != tc.wantReason {
+				t.Fatalf("phase %q, condition %+v; want Restoring, reason %s", got.Status.Phase, cond, tc.wantReason)
+			}
+			if up := upgradeable(nil, []etcdv1alpha1.EtcdRestore{*got}); (up.Status == metav1.ConditionTrue) != tc.wantUpgrades {
+				t.Errorf("Upgradeable %s (%s), want upgrades allowed: %v", up.Status, up.Message, tc.wantUpgrades)
+			}
+			if d := result.RequeueAfter - tc.wantRequeueIn; d < -2*time.Second || d > 2*time.Second {
+				t.Errorf("requeue after %s, want about %s", result.RequeueAfter, tc.wantRequeueIn)
+			}
+		})
+	}
+}

@@ -147,6 +147,9 @@ func restoreRunning(rs *etcdv1alpha1.EtcdRestore) bool {
 	if !rs.DeletionTimestamp.IsZero() {
 		return false // the reconciler leaves a restore being deleted alone
 	}
+	if restoreNotServing(rs) {
+		return false // its data is installed and its cluster will not serve soon: an upgrade may be the cure
+	}
 	return rs.Status.Phase != etcdv1alpha1.RestoreCompleted && rs.Status.Phase != etcdv1alpha1.RestoreFailed
 }
 

@@ -156,6 +156,12 @@ type EtcdRestoreStatus struct {
 	// +optional
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 
+	// InstallTime is when the restored data was handed to the cluster: the cut-over of an
+	// in-place restore, or the start of a new cluster's first member. From then on the restore
+	// cannot be undone by failing it; it waits for the cluster to serve at its size.
+	// +optional
+	InstallTime *metav1.Time `json:"installTime,omitempty"`
+
 	// CompletionTime is when the restored cluster became Available, or the restore failed.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`

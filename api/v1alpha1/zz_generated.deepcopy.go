@@ -525,6 +525,10 @@ func (in *EtcdRestoreStatus) DeepCopyInto(out *EtcdRestoreStatus) {
 		in, out := &in.StartTime, &out.StartTime
 		*out = (*in).DeepCopy()
 	}
+	if in.InstallTime != nil {
+		in, out := &in.InstallTime, &out.InstallTime
+		*out = (*in).DeepCopy()
+	}
 	if in.CompletionTime != nil {
 		in, out := &in.CompletionTime, &out.CompletionTime
 		*out = (*in).DeepCopy()
