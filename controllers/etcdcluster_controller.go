@@ -120,7 +120,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	step := membership.Next(obs.decisionInput(cluster, r.now()))
 	result, actErr := r.act(ctx, cluster, obs, step)
 
-	report(cluster, obs, step, actErr)
+	report(cluster, obs, step, actErr, r.now())
 	r.announceDegraded(cluster, before)
 	if actErr != nil {
 		return result, actErr

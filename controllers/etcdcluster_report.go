@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,7 +23,7 @@ import (
 // report writes into status what this reconcile observed and decided. Nothing in it is
 // assumed: a member that did not answer is reported unhealthy, an unreachable cluster keeps
 // its last known membership with every member unhealthy.
-func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, actErr error) {
+func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, actErr error, now time.Time) {
 	s := &c.Status
 	s.ObservedGeneration = c.Generation
 	s.Selector = labels.SelectorFromSet(resources.Selector(c)).String()
@@ -59,6 +60,34 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 		s.CurrentVersion = v
 	}
 	setConditions(c, obs, voters, step, actErr)
+	s.Operation = operation(s.Operation, step, now)
+}
+
+// operation reports the change under way, keeping its start time while its type stays.
+func operation(previous *etcdv1alpha1.OperationStatus, step membership.Step, now time.Time) *etcdv1alpha1.OperationStatus {
+	if !underway(step) {
+		return nil
+	}
+	op := &etcdv1alpha1.OperationStatus{Type: reasonOf(step), Action: string(step.Action), Members: step.Members, StartTime: metav1.NewTime(now)}
+	if step.Member != "" {
+		op.Members = []string{step.Member}
+	}
+	if previous != nil && previous.Type == op.Type {
+		op.StartTime = previous.StartTime
+	}
+	return op
+}
+
+// underway: the step belongs to a change being carried out, rather than a wait in a steady,
+// paused or stuck state.
+func underway(step membership.Step) bool {
+	switch {
+	case step.Operation == membership.OpPaused:
+		return false
+	case step.Action == membership.Wait:
+		return !slices.Contains([]string{membership.OpNone, membership.OpUnhealthy, membership.OpQuorumLost, membership.OpNoSpace}, step.Operation)
+	}
+	return true
 }
 
 func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha1.MemberStatus {
@@ -144,7 +173,7 @@ func setProgressing(c *etcdv1alpha1.EtcdCluster, step membership.Step, actErr er
 		setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, reasonOf(step), fmt.Sprintf("%s failed, will retry: %v", step.Action, actErr))
 	case step.Operation == membership.OpPaused:
 		setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionFalse, etcdv1alpha1.ReasonPaused, step.Reason)
-	case step.Action == membership.Wait && slices.Contains([]string{membership.OpNone, membership.OpUnhealthy, membership.OpQuorumLost, membership.OpNoSpace}, step.Operation):
+	case !underway(step):
 		setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionFalse, etcdv1alpha1.ReasonReconciled, "no change under way")
 	default:
 		setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, reasonOf(step), step.Reason+membersSuffix(step))

@@ -3,6 +3,7 @@ package controllers
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -207,5 +208,39 @@ func TestStatusNamesEveryOutdatedMember(t *testing.T) {
 	}
 	if p := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionProgressing); p == nil || p.Reason != etcdv1alpha1.ReasonRollingOut {
 		t.Fatalf("Progressing %+v, want RollingOut", p)
+	}
+}
+
+// status.operation says what is under way and since when: its start stays while the operation
+// does, a new one starts afresh, and a steady cluster shows none. Before, nothing wrote it,
+// although the API documented it.
+func TestStatusReportsTheOperationUnderWayAndSinceWhen(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{}
+	c.Status.ClusterID = "abc"
+	obs := &observation{reachable: true, access: &access{}}
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	steps := []struct {
+		step      membership.Step
+		at        time.Time
+		wantType  string
+		wantSince time.Time
+	}{
+		{membership.Step{Action: membership.AddLearner, Member: "c-d", Operation: membership.OpScalingUp}, t0, membership.OpScalingUp, t0},
+		{membership.Step{Action: membership.PromoteLearner, Member: "c-d", Operation: membership.OpScalingUp}, t0.Add(time.Minute), membership.OpScalingUp, t0},
+		{membership.Step{Action: membership.RollMember, Member: "c-a", Operation: membership.OpUpgrading}, t0.Add(2 * time.Minute), membership.OpUpgrading, t0.Add(2 * time.Minute)},
+		{membership.Step{Action: membership.Wait, Operation: membership.OpNone}, t0.Add(3 * time.Minute), "", time.Time{}},
+	}
+	for i, s := range steps {
+		report(c, obs, s.step, nil, s.at)
+		op := c.Status.Operation
+		if s.wantType == "" {
+			if op != nil {
+				t.Fatalf("step %d: a steady cluster reports operation %+v", i, op)
+			}
+			continue
+		}
+		if op == nil || op.Type != s.wantType || !op.StartTime.Time.Equal(s.wantSince) || op.Action != string(s.step.Action) || len(op.Members) != 1 || op.Members[0] != s.step.Member {
+			t.Fatalf("step %d: operation %+v, want %s %s on %s since %s", i, op, s.wantType, s.step.Action, s.step.Member, s.wantSince)
+		}
 	}
 }

@@ -472,34 +472,23 @@ type CertificateStatus struct {
 	RenewalTime *metav1.Time `json:"renewalTime,omitempty"`
 }
 
-// OperationType is the kind of change the operator is carrying out.
-type OperationType string
-
-const (
-	OperationBootstrap     OperationType = "Bootstrap"
-	OperationScaleUp       OperationType = "ScaleUp"
-	OperationScaleDown     OperationType = "ScaleDown"
-	OperationReplaceMember OperationType = "ReplaceMember"
-	OperationUpgrade       OperationType = "Upgrade"
-	OperationRestore       OperationType = "Restore"
-	OperationQuorumRecover OperationType = "QuorumRecovery"
-)
-
-// OperationStatus latches the target of a multi-step change, so that a spec edit in the middle
-// of it cannot leave the cluster half-changed.
+// OperationStatus is the change under way: what the operator is doing, to which members, and
+// since when. It is a report, made again by every reconcile from the step it decided, not a
+// latch: each step is decided afresh from what is observed, and each is safe to take whatever
+// the spec says next (a spec edit mid-way changes the next step, never half-does one), so there
+// is no target to hold on to.
 type OperationStatus struct {
-	// Type of the operation.
-	Type OperationType `json:"type"`
-	// Member the current step acts on, if any.
+	// Type is the operation, as the Progressing condition's reason names it: Bootstrapping,
+	// ScalingUp, ScalingDown, ReplacingMember, PromotingLearner, Upgrading, RollingOut,
+	// RecoveringMembers, Restoring, EnablingAuth, ChangingRootPassword, Defragmenting.
+	Type string `json:"type"`
+	// Action is the step under way, such as AddLearner, PromoteLearner or RemoveMember.
 	// +optional
-	Member string `json:"member,omitempty"`
-	// TargetSize latched when the operation started.
+	Action string `json:"action,omitempty"`
+	// Members the step acts on, if any.
 	// +optional
-	TargetSize int32 `json:"targetSize,omitempty"`
-	// TargetVersion latched when the operation started.
-	// +optional
-	TargetVersion string `json:"targetVersion,omitempty"`
-	// StartTime of the operation.
+	Members []string `json:"members,omitempty"`
+	// StartTime is when the operation of this type began; it stays while the type does.
 	StartTime metav1.Time `json:"startTime"`
 }
 
@@ -557,7 +546,7 @@ type EtcdClusterStatus struct {
 	// +optional
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
 
-	// Operation is the multi-step change in progress, if any.
+	// Operation is the change under way, if any (a report, not a latch).
 	// +optional
 	Operation *OperationStatus `json:"operation,omitempty"`
 
@@ -600,6 +589,7 @@ type EtcdClusterStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`
 // +kubebuilder:printcolumn:name="Leader",type=string,JSONPath=`.status.leader`,priority=1
 // +kubebuilder:printcolumn:name="Available",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].status`
+// +kubebuilder:printcolumn:name="Operation",type=string,JSONPath=`.status.operation.type`
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Available")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +operator-sdk:csv:customresourcedefinitions:displayName="etcd Cluster",resources={{Pod,v1},{PersistentVolumeClaim,v1},{Service,v1},{Secret,v1},{PodDisruptionBudget,v1}}
