@@ -137,10 +137,10 @@ func (r *EtcdClusterReconciler) connect(c *etcdv1alpha1.EtcdCluster, a *access, 
 // answered whether authentication is on, it is the password etcd accepted, or, before
 // authentication is on (any password is accepted then), the user's. The agent Jobs read it.
 func (r *EtcdClusterReconciler) recordRootPassword(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
-	root := obs.access.root
-	if root == nil || !obs.reachable || !obs.authKnown {
+	if !obs.authAnswered() {
 		return nil
 	}
+	root := obs.access.root
 	password := root.desired
 	if obs.authEnabled {
 		password = obs.rootPassword

@@ -310,6 +310,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		}
 		m.IsLeader = em.ID == obs.leaderID
 	}
+	specHash := resources.MemberPodSpecHash(c)
 	for name, pod := range obs.pods {
 		m := get(name)
 		m.PodExists = true
@@ -317,7 +318,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m.PodCreated = pod.CreationTimestamp.Time
 		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
 		m.PodProblem = obs.podProblems[name]
-		m.PodOutdated, m.PodSpecUnrecorded = podSpecOutdated(c, pod)
+		m.PodOutdated, m.PodSpecUnrecorded = podSpecOutdated(specHash, pod)
 	}
 	wantSize := resources.MemberStorageSize(c)
 	for name, pvc := range obs.pvcs {
@@ -338,24 +339,23 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 	})
 
 	return membership.Observed{
-		Now:             now,
-		Reachable:       obs.reachable,
-		EverFormed:      obs.reachable || c.Status.ClusterID != "",
-		BootstrapPlan:   obs.bootstrapPlan(c),
-		Members:         members,
-		DesiredSize:     int(c.Spec.Size),
-		DesiredVersion:  c.Spec.Version,
-		DataSurvivesPod: !c.Spec.Storage.Ephemeral,
-		Paused:          c.Spec.Paused,
-		AwaitingRestore: c.Annotations[resources.AnnotationRestorePending],
-		RestoreSeed:     c.Annotations[resources.AnnotationRestoreSeed],
-		Defragmenting:   obs.defragmenting,
-		AuthPending:     obs.access.root != nil && obs.reachable && obs.authKnown && !obs.authEnabled,
-		RootPasswordOutdated: obs.access.root != nil && obs.reachable && obs.authKnown && obs.authEnabled &&
-			obs.rootPassword != obs.access.root.desired,
-		Defrag:       defragPolicy(c),
-		NoSpaceAlarm: obs.hasAlarm("NOSPACE"),
-		QuotaBytes:   obs.quotaBytes(),
+		Now:                  now,
+		Reachable:            obs.reachable,
+		EverFormed:           obs.reachable || c.Status.ClusterID != "",
+		BootstrapPlan:        obs.bootstrapPlan(c),
+		Members:              members,
+		DesiredSize:          int(c.Spec.Size),
+		DesiredVersion:       c.Spec.Version,
+		DataSurvivesPod:      !c.Spec.Storage.Ephemeral,
+		Paused:               c.Spec.Paused,
+		AwaitingRestore:      c.Annotations[resources.AnnotationRestorePending],
+		RestoreSeed:          c.Annotations[resources.AnnotationRestoreSeed],
+		Defragmenting:        obs.defragmenting,
+		AuthPending:          obs.authAnswered() && !obs.authEnabled,
+		RootPasswordOutdated: obs.authAnswered() && obs.authEnabled && obs.rootPassword != obs.access.root.desired,
+		Defrag:               defragPolicy(c),
+		NoSpaceAlarm:         obs.hasAlarm("NOSPACE"),
+		QuotaBytes:           obs.quotaBytes(),
 	}
 }
 
@@ -414,11 +414,17 @@ func (obs *observation) annotationsOfMembers() []map[string]string {
 	return out
 }
 
-// podSpecOutdated says whether pod was made from an earlier spec than c's (pod template,
-// tuning, repository), and whether it predates the record of its spec (an earlier operator).
-func podSpecOutdated(c *etcdv1alpha1.EtcdCluster, pod *corev1.Pod) (outdated, unrecorded bool) {
+// authAnswered: the spec asks for authentication and etcd has said whether it is on.
+func (obs *observation) authAnswered() bool {
+	return obs.access.root != nil && obs.reachable && obs.authKnown
+}
+
+// podSpecOutdated says whether pod was made from an earlier spec than the one whose
+// resources.MemberPodSpecHash is specHash (pod template, tuning, repository), and whether it
+// predates the record of its spec (an earlier operator).
+func podSpecOutdated(specHash string, pod *corev1.Pod) (outdated, unrecorded bool) {
 	recorded, ok := pod.Annotations[resources.AnnotationPodSpecHash]
-	return ok && recorded != resources.MemberPodSpecHash(c), !ok
+	return ok && recorded != specHash, !ok
 }
 
 // claimTooSmall says whether pvc requests less than spec.storage.size.

@@ -92,6 +92,7 @@ func underway(step membership.Step) bool {
 
 func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha1.MemberStatus {
 	out := make([]etcdv1alpha1.MemberStatus, 0, len(obs.members))
+	specHash := resources.MemberPodSpecHash(c)
 	for _, em := range obs.members {
 		name := memberName(c, em)
 		if name == "" {
@@ -111,7 +112,7 @@ func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha
 			ms.Errors = []string{why}
 		}
 		if pod := obs.pods[name]; pod != nil {
-			ms.Outdated, _ = podSpecOutdated(c, pod)
+			ms.Outdated, _ = podSpecOutdated(specHash, pod)
 		}
 		if pvc := obs.pvcs[name]; pvc != nil && claimTooSmall(c, pvc) {
 			ms.Outdated = true

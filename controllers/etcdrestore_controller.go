@@ -153,7 +153,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 	var src snapshotSource
 	if loc := rs.Spec.Source.Location; loc != nil {
 		src.Storage, src.Key, src.SHA256 = loc.StorageLocation, loc.Key, loc.SHA256
-		src.uri = storageURIBase(loc.StorageLocation) + loc.Key
+		src.uri = agent.LocationURIBase(loc.StorageLocation) + loc.Key
 	} else {
 		ref := rs.Spec.Source.Backup
 		backup := &etcdv1alpha1.EtcdBackup{}
@@ -170,7 +170,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 			}
 			return src, failed(reasonSourceNotFound, "EtcdBackup %s has no completed snapshot %s in its status", ref.Name, ref.URI)
 		}
-		base := storageURIBase(backup.Spec.Destination)
+		base := agent.LocationURIBase(backup.Spec.Destination)
 		if !strings.HasPrefix(artifact.URI, base) {
 			return src, failed(reasonSourceNotFound, "snapshot %s is not under EtcdBackup %s's destination %s", artifact.URI, ref.Name, base)
 		}
@@ -203,14 +203,6 @@ func chooseArtifact(b *etcdv1alpha1.EtcdBackup, uri string) *etcdv1alpha1.Backup
 		}
 	}
 	return nil
-}
-
-// storageURIBase is how snapshot URIs under a storage location begin, prefix included.
-func storageURIBase(loc etcdv1alpha1.StorageLocation) string {
-	if loc.PVC != nil {
-		return agent.ClaimURIBase(loc.PVC)
-	}
-	return "s3://" + loc.S3.Bucket + "/" + loc.S3.Prefix
 }
 
 // createTarget creates the new EtcdCluster, held back from forming until its first member's

@@ -277,6 +277,15 @@ func openStorage(ctx context.Context, loc etcdv1alpha1.StorageLocation) (*storag
 	return storage.OpenS3(ctx, cfg)
 }
 
+// LocationURIBase is how the URIs of snapshots at a storage location begin, the S3 prefix
+// included: s3://bucket/prefix or pvc://claim/subpath/.
+func LocationURIBase(loc etcdv1alpha1.StorageLocation) string {
+	if loc.PVC != nil {
+		return ClaimURIBase(loc.PVC)
+	}
+	return storage.BucketURI(loc.S3.Bucket) + loc.S3.Prefix
+}
+
 // ClaimURIBase names a claim's directory in URIs: pvc://claim/subpath/.
 func ClaimURIBase(pvc *etcdv1alpha1.PVCLocation) string {
 	sub := strings.Trim(path.Clean("/"+pvc.SubPath), "/")

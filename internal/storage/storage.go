@@ -84,8 +84,11 @@ func OpenS3(ctx context.Context, cfg S3) (*Destination, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Destination{bucket: bucket, prefix: cfg.Prefix, uriBase: "s3://" + cfg.Bucket + "/"}, nil
+	return &Destination{bucket: bucket, prefix: cfg.Prefix, uriBase: BucketURI(cfg.Bucket)}, nil
 }
+
+// BucketURI names a bucket in URIs: s3://bucket/, to which object keys are appended.
+func BucketURI(bucket string) string { return "s3://" + bucket + "/" }
 
 // OpenDir opens a directory, such as a mounted PersistentVolumeClaim; uriBase names it in URIs
 // (pvc://claim/subpath/).
