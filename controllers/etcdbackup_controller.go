@@ -107,8 +107,8 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 
-	scheduledFor, wait, err := r.nextRun(b)
-	if err != nil || scheduledFor.IsZero() {
+	scheduledFor, wait := r.nextRun(b)
+	if scheduledFor.IsZero() {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	cluster, ready := r.checkReady(ctx, b)
@@ -267,25 +267,26 @@ func failureMessage(job *batchv1.Job, succeeded bool, report agent.Report) strin
 	return fmt.Sprintf("Job %s failed", job.Name)
 }
 
-// nextRun says which run is due now (zero time: none) and, if none, how long until one is.
-func (r *EtcdBackupReconciler) nextRun(b *etcdv1alpha1.EtcdBackup) (time.Time, time.Duration, error) {
+// nextRun says which run is due now (zero time: none) and, if none, how long until one is. A
+// schedule it cannot parse is reported in status; nothing runs until the spec is fixed.
+func (r *EtcdBackupReconciler) nextRun(b *etcdv1alpha1.EtcdBackup) (time.Time, time.Duration) {
 	if b.Spec.Schedule == "" {
 		if len(b.Status.History) > 0 {
 			b.Status.Phase = b.Status.History[0].Phase // a one-shot backup runs once: its record is final
-			return time.Time{}, 0, nil
+			return time.Time{}, 0
 		}
-		return b.CreationTimestamp.Time, 0, nil
+		return b.CreationTimestamp.Time, 0
 	}
 	if b.Spec.Suspend {
 		b.Status.Phase, b.Status.NextScheduleTime = etcdv1alpha1.BackupSuspended, nil
 		setBackupCondition(b, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonSuspended, "spec.suspend is set: no new runs start")
-		return time.Time{}, 0, nil
+		return time.Time{}, 0
 	}
 	sched, err := backupplan.ParseSchedule(b.Spec.Schedule)
 	if err != nil {
 		b.Status.Phase = etcdv1alpha1.BackupFailed
 		setBackupCondition(b, etcdv1alpha1.ConditionReady, metav1.ConditionFalse, etcdv1alpha1.ReasonInvalidSchedule, "%v", err)
-		return time.Time{}, 0, err
+		return time.Time{}, 0
 	}
 	since := b.CreationTimestamp.Time
 	if b.Status.LastScheduleTime != nil {
@@ -297,9 +298,9 @@ func (r *EtcdBackupReconciler) nextRun(b *etcdv1alpha1.EtcdBackup) (time.Time, t
 	if !runNow {
 		b.Status.Phase = etcdv1alpha1.BackupScheduled
 		// Cron times are whole seconds; a little past them avoids waking just before.
-		return time.Time{}, next.Sub(now) + 100*time.Millisecond, nil
+		return time.Time{}, next.Sub(now) + 100*time.Millisecond
 	}
-	return scheduledFor, 0, nil
+	return scheduledFor, 0
 }
 
 // checkReady sees that the cluster can be backed up and that what the Job will mount exists,

@@ -42,10 +42,7 @@ func TestNextRun(t *testing.T) {
 				b.Status.History = append(b.Status.History, etcdv1alpha1.BackupRun{Phase: etcdv1alpha1.BackupFailed})
 			}
 			r := &EtcdBackupReconciler{Now: func() time.Time { return tc.now }}
-			run, wait, err := r.nextRun(b)
-			if err != nil {
-				t.Fatal(err)
-			}
+			run, wait := r.nextRun(b)
 			if !run.Equal(tc.wantRun) || wait != tc.wantWait || b.Status.Phase != tc.wantPhase {
 				t.Errorf("run %v wait %v phase %q; want %v, %v, %q", run, wait, b.Status.Phase, tc.wantRun, tc.wantWait, tc.wantPhase)
 			}

@@ -137,7 +137,7 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 	case cluster.Annotations[resources.AnnotationRestorePending] != "":
 		return r.prepareSeed(ctx, rs, cluster, src)
 	default:
-		return r.awaitAvailable(ctx, rs, cluster)
+		return r.awaitAvailable(rs, cluster)
 	}
 }
 
@@ -393,7 +393,7 @@ func (r *EtcdRestoreReconciler) discardTarget(ctx context.Context, c *etcdv1alph
 }
 
 // awaitAvailable completes the restore once the cluster serves with all its members.
-func (r *EtcdRestoreReconciler) awaitAvailable(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
+func (r *EtcdRestoreReconciler) awaitAvailable(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	if !servesAtSize(c) {
 		return r.awaitServing(rs, c, fmt.Sprintf("EtcdCluster %s has %d of %d members ready", c.Name, c.Status.ReadyMembers, c.Spec.Size)), nil

@@ -154,7 +154,7 @@ func TestTLSDefaultsToOperatorIssuedCertificates(t *testing.T) {
 	}
 	create(t, c)
 	tls := c.Spec.TLS
-	if tls.Provider != etcdv1alpha1.TLSProviderOperator || tls.Validity.Duration.Hours() != 8760 || tls.RenewBefore.Duration.Hours() != 720 {
+	if tls.Provider != etcdv1alpha1.TLSProviderOperator || tls.Validity.Hours() != 8760 || tls.RenewBefore.Hours() != 720 {
 		t.Fatalf("tls defaults: provider %q validity %v renewBefore %v", tls.Provider, tls.Validity, tls.RenewBefore)
 	}
 }
@@ -236,6 +236,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 
 // kubectl explain is how users discover the API: every field must be documented there.
 func TestKubectlExplainShowsDocumentedFields(t *testing.T) {
+	//nolint:staticcheck // the admin kubectl is what a user runs; AddUser would only add RBAC to set up
 	stdout, stderr, err := testEnv.ControlPlane.KubeCtl().Run("explain", "etcdcluster.spec")
 	if err != nil {
 		errText, _ := io.ReadAll(stderr)

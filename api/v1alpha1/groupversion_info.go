@@ -15,6 +15,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "etcd.database.dev", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the kinds of this package with a runtime.Scheme.
+	//nolint:staticcheck // the kubebuilder layout's builder; this package already imports controller-runtime for it alone
 	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
 
 	// AddToScheme adds the kinds of this package to a runtime.Scheme.

@@ -3,6 +3,7 @@ package resources
 import (
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,8 +55,8 @@ func CertificateRequest(c *etcdv1alpha1.EtcdCluster, kind certs.Kind) certs.Requ
 	case certs.Server:
 		client := ClientServiceName(c.Name)
 		req.CommonName = c.Name + "-server"
-		req.DNSNames = append(members,
-			client, client+"."+c.Namespace, client+"."+c.Namespace+".svc", client+"."+c.Namespace+".svc.cluster.local", "localhost")
+		req.DNSNames = slices.Concat(members, []string{
+			client, client + "." + c.Namespace, client + "." + c.Namespace + ".svc", client + "." + c.Namespace + ".svc.cluster.local", "localhost"})
 		req.IPs = []net.IP{net.IPv4(127, 0, 0, 1)}
 	case certs.Client:
 		// With authentication on, etcd takes a client certificate's common name as the user.

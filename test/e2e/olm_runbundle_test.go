@@ -171,7 +171,7 @@ func expectUpgradeHeldWhileBackupRuns(t *testing.T, running *unstructured.Unstru
 	waitForLong(t, "CSV "+next+" held Pending by OLM (OperatorConditionNotUpgradeable)", func(ctx context.Context) (bool, error) {
 		if len(upgraded) > 0 {
 			ended := <-upgraded
-			return false, fmt.Errorf("run bundle-upgrade ended while the backup runs (error: %v):\n%s", ended.err, ended.out)
+			return false, fmt.Errorf("run bundle-upgrade ended while the backup runs (error: %w):\n%s", ended.err, ended.out)
 		}
 		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(held), held); err != nil {
 			return false, ignoreNotFound(err)

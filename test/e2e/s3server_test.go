@@ -238,7 +238,7 @@ func (s *s3Server) waitServing(t testing.TB) {
 	waitFor(t, "S3 server answering at "+s.HostEndpoint, func(context.Context) (bool, error) {
 		resp, err := health.Get(s.HostEndpoint + s3HealthPath)
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // not answering yet is what this waits out
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
