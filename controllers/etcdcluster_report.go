@@ -36,7 +36,7 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 
 	if obs.reachable {
 		s.ClusterID = etcd.FormatID(obs.clusterID)
-		s.Members = memberStatuses(c, obs)
+		s.Members = reportedMembers(c, obs)
 	} else {
 		for i := range s.Members {
 			s.Members[i].Healthy, s.Members[i].IsLeader = false, false
@@ -90,7 +90,8 @@ func underway(step membership.Step) bool {
 	return true
 }
 
-func memberStatuses(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha1.MemberStatus {
+// reportedMembers is status.members: etcd's member list, each with what was observed of it.
+func reportedMembers(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alpha1.MemberStatus {
 	out := make([]etcdv1alpha1.MemberStatus, 0, len(obs.members))
 	specHash := resources.MemberPodSpecHash(c)
 	for _, em := range obs.members {

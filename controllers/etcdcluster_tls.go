@@ -68,7 +68,12 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CACreated", "IssueCertificate", "made the cluster's CA")
 	}
 	names := resources.TLSSecrets(c)
-	for kind, name := range map[certs.Kind]string{certs.Peer: names.Peer, certs.Server: names.Server, certs.Client: names.Client} {
+	// In a fixed order, so that events and a failure part-way read the same on every run.
+	for _, issue := range []struct {
+		kind certs.Kind
+		name string
+	}{{certs.Peer, names.Peer}, {certs.Server, names.Server}, {certs.Client, names.Client}} {
+		kind, name := issue.kind, issue.name
 		secret, err := r.getSecret(ctx, c.Namespace, name)
 		if err != nil {
 			return err
