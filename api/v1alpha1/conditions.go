@@ -53,6 +53,8 @@ const (
 	ReasonPromotingLearner  = "PromotingLearner"
 	ReasonUpgrading         = "Upgrading"
 	ReasonRestoring         = "Restoring"
+	// ReasonRecoveringQuorum: a quorum lost for good is being recovered from a survivor.
+	ReasonRecoveringQuorum = "RecoveringQuorum"
 	ReasonPaused            = "Paused"
 	ReasonReconciled        = "Reconciled"
 	ReasonAlarm             = "Alarm"
@@ -88,3 +90,9 @@ const (
 	// Available at its size for a long while; the restore no longer holds OLM upgrades back.
 	ReasonClusterNotServing = "ClusterNotServing"
 )
+
+// AnnotationRecoverFrom, set by a user on an EtcdCluster whose quorum is lost for good, names
+// the surviving member to recover it from (quorumLossRecovery policy Manual). The operator
+// keeps a copy of that member's data, restarts it alone with its data, and grows the cluster
+// back; writes that only the lost members had are gone.
+const AnnotationRecoverFrom = "etcd.database.dev/recover-from"

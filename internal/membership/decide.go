@@ -10,6 +10,9 @@
 //   - "healthy" means what the next step needs of the members that remain: etcd answers with
 //     no error, the member has applied the log to within MaxLagEntries of the leader, and its
 //     pod is ready (clients reach it);
+//   - quorum lost for good (a majority of the last voters' data is gone) is recovered only by
+//     the policy's or the user's leave, from the surviving member with the most recent log,
+//     only once a copy of its data is kept, and never while another member runs forced;
 //   - nothing waits forever on a member that cannot start: a learner whose pod never starts is
 //     removed after LearnerStartTimeout (learners do not count towards quorum), and a member
 //     stuck on a new version can be rolled back to the running one.
@@ -19,6 +22,7 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -56,6 +60,9 @@ type Member struct {
 	// PodSpecUnrecorded: the pod predates the spec hash (made by an older operator).
 	PodSpecUnrecorded bool
 	PVCExists         bool
+	// ForcedNewCluster: the pod restarts the member with --force-new-cluster, as a cluster of
+	// its own, to recover a lost quorum.
+	ForcedNewCluster bool
 	// PVCUnboundOutdated: the claim was never bound and asks for another storage class or
 	// size than the spec now does: it holds no data and can be made again.
 	PVCUnboundOutdated bool
@@ -105,6 +112,22 @@ type Observed struct {
 	NoSpaceAlarm bool
 	// QuotaBytes is the backend quota the members run with.
 	QuotaBytes int64
+
+	// LastVoters are the voting members etcd listed when it last answered: what a lost quorum
+	// is counted against while it does not.
+	LastVoters []string
+	// Recovery says what may be done when quorum is lost for good.
+	Recovery RecoveryPolicy
+}
+
+// RecoveryPolicy is what the user allows once quorum is lost for good.
+type RecoveryPolicy struct {
+	// Automatic: spec.quorumLossRecovery.policy is ForceNewCluster.
+	Automatic bool
+	// From is the member the user asked to recover from (the recover-from annotation), or "".
+	From string
+	// Preserved is the member a copy of whose data has been kept, or "".
+	Preserved string
 }
 
 // DefragPolicy says when a member's database is worth defragmenting.
@@ -166,6 +189,10 @@ const (
 	RecordPodSpec Action = "RecordPodSpec"
 	// ExpandClaims: raise Members' claims to spec.storage.size.
 	ExpandClaims Action = "ExpandClaims"
+	// PreserveData: keep a copy of Member's data before a recovery rewrites it.
+	PreserveData Action = "PreserveData"
+	// ForceNewCluster: restart Member with --force-new-cluster, a cluster of one with its data.
+	ForceNewCluster Action = "ForceNewCluster"
 )
 
 // Step is the one thing to do next.
@@ -205,6 +232,7 @@ const (
 	OpDefragmenting        = etcdv1alpha1.ReasonDefragmenting
 	OpNoSpace              = etcdv1alpha1.ReasonAlarm
 	OpRollingOut           = etcdv1alpha1.ReasonRollingOut
+	OpRecoveringQuorum     = etcdv1alpha1.ReasonRecoveringQuorum
 	OpNone                 = ""
 )
 
@@ -235,6 +263,12 @@ func Next(o Observed) Step {
 	}
 	if !o.Reachable {
 		return nextWithoutQuorum(o)
+	}
+	if forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists && !m.PodTerminating }); len(forced) > 0 {
+		// Before anything joins: restarted with the flag again, it would drop every member
+		// added since.
+		return Step{Action: RollMember, Member: forced[0], Operation: OpRecoveringQuorum,
+			Reason: "the member serves as a cluster of its own: restarting it without --force-new-cluster before members are added back"}
 	}
 	if o.Defragmenting != "" {
 		return Step{Action: Wait, Member: o.Defragmenting, Operation: OpDefragmenting,
@@ -319,8 +353,89 @@ func nextWithoutQuorum(o Observed) Step {
 				Reason: "recreating the pods of members whose data is intact"}
 		}
 	}
+	if step, ok := recoverQuorum(o); ok {
+		return step
+	}
 	return Step{Action: Wait, Operation: OpQuorumLost,
 		Reason: "a majority of members is unavailable; no destructive action is taken"}
+}
+
+// recoverQuorum decides the recovery of a quorum lost for good: fewer of the last voters have
+// data left than a quorum, so waiting cannot bring it back. The survivor is the member whose
+// log reaches furthest (the highest committed raft index); a copy of its data is kept, then it
+// restarts alone with --force-new-cluster. Only with the policy's or the user's leave: writes
+// that only the lost members had are gone.
+func recoverQuorum(o Observed) (Step, bool) {
+	if forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists }); len(forced) > 0 {
+		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
+			Reason: "the member restarts as a cluster of its own from its data"}, true
+	}
+	if !o.DataSurvivesPod || len(o.LastVoters) == 0 {
+		return Step{}, false
+	}
+	byName := index(o.Members)
+	var survivors, lost []string
+	for _, name := range o.LastVoters {
+		if byName[name].PVCExists {
+			survivors = append(survivors, name)
+		} else {
+			lost = append(lost, name)
+		}
+	}
+	if len(survivors) >= Quorum(len(o.LastVoters)) {
+		return Step{}, false // a quorum's data is there: its pods come back
+	}
+	lostWhat := "members " + strings.Join(lost, ", ") + " lost their data"
+	if len(survivors) == 0 {
+		return Step{Action: Wait, Operation: OpQuorumLost,
+			Reason: "quorum is lost for good: every member lost its data; restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
+	}
+	best, unread := furthestLog(o.Members, survivors)
+	if len(unread) > 0 && len(survivors) > 1 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Members: unread,
+			Reason: "quorum is lost for good (" + lostWhat + "); waiting for every surviving member to report its raft index, to recover from the most recent"}, true
+	}
+	from := best
+	if o.Recovery.From != "" {
+		if !slices.Contains(survivors, o.Recovery.From) {
+			return Step{Action: Wait, Operation: OpQuorumLost,
+				Reason: "recover-from names " + o.Recovery.From + ", which is not a member whose data survives; name one of " + strings.Join(survivors, ", ")}, true
+		}
+		from = o.Recovery.From
+	}
+	if !o.Recovery.Automatic && o.Recovery.From == "" {
+		return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
+			Reason: "quorum is lost for good (" + lostWhat + "); member " + best + " has the most recent data. " +
+				"To recover from it, losing the writes only the lost members had, annotate the EtcdCluster with " +
+				etcdv1alpha1.AnnotationRecoverFrom + "=" + best}, true
+	}
+	if o.Recovery.Preserved != from {
+		return Step{Action: PreserveData, Member: from, Operation: OpRecoveringQuorum,
+			Reason: "quorum is lost for good (" + lostWhat + "); keeping a copy of member " + from + "'s data before recovering from it"}, true
+	}
+	return Step{Action: ForceNewCluster, Member: from, Operation: OpRecoveringQuorum,
+		Reason: "quorum is lost for good (" + lostWhat + "); restarting member " + from + " alone with its data (--force-new-cluster)"}, true
+}
+
+// furthestLog is the member among names with the highest committed raft index, and those that
+// did not report one (their pod does not run, or etcd does not answer).
+func furthestLog(members []Member, candidates []string) (best string, unread []string) {
+	var bestIndex uint64
+	byName := index(members)
+	for _, name := range candidates {
+		m := byName[name]
+		if m.RaftIndex == 0 {
+			unread = append(unread, name)
+			continue
+		}
+		if best == "" || m.RaftIndex > bestIndex {
+			best, bestIndex = name, m.RaftIndex
+		}
+	}
+	if best == "" {
+		best = candidates[0]
+	}
+	return best, unread
 }
 
 func nextBootstrapStep(o Observed) Step {

@@ -1,0 +1,80 @@
+package membership
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+// lostQuorum is a cluster whose etcd does not answer, with the members given and the voters
+// etcd last listed.
+func lostQuorum(lastVoters []string, members ...Member) Observed {
+	return Observed{EverFormed: true, Members: members, DesiredSize: len(lastVoters), DesiredVersion: "3.6.16",
+		DataSurvivesPod: true, LastVoters: lastVoters}
+}
+
+// survivor runs on its claim but, without a quorum, only reports its own raft index.
+func survivor(name string, raftIndex uint64) Member {
+	return Member{Name: name, PodExists: true, PVCExists: true, RaftIndex: raftIndex, PodVersion: "3.6.16"}
+}
+
+func TestQuorumLostForGood(t *testing.T) {
+	abc := []string{"a", "b", "c"}
+	abcde := []string{"a", "b", "c", "d", "e"}
+	automatic := func(o Observed) Observed { o.Recovery.Automatic = true; return o }
+	preserved := func(name string, o Observed) Observed { o.Recovery.Preserved = name; return o }
+	from := func(name string, o Observed) Observed { o.Recovery.From = name; return o }
+	cases := []struct {
+		name     string
+		observed Observed
+		want     Step
+		reason   string // a part of the reason, when it matters
+	}{
+		{"manual: names the survivor and the one command", lostQuorum(abc, survivor("a", 100)),
+			Step{Action: Wait, Member: "a", Operation: OpQuorumLost}, etcdv1alpha1.AnnotationRecoverFrom + "=a"},
+		{"automatic: a copy of the survivor's data first", automatic(lostQuorum(abc, survivor("a", 100))),
+			Step{Action: PreserveData, Member: "a", Operation: OpRecoveringQuorum}, "members b, c lost their data"},
+		{"automatic, data kept: force a new cluster from it", preserved("a", automatic(lostQuorum(abc, survivor("a", 100)))),
+			Step{Action: ForceNewCluster, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"the survivor with the furthest log is chosen", preserved("b", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 120)))),
+			Step{Action: ForceNewCluster, Member: "b", Operation: OpRecoveringQuorum}, ""},
+		{"a copy of another member's data does not count", preserved("a", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 120)))),
+			Step{Action: PreserveData, Member: "b", Operation: OpRecoveringQuorum}, ""},
+		{"a survivor that reports no index holds the choice", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 0))),
+			Step{Action: Wait, Members: []string{"b"}, Operation: OpQuorumLost}, "report its raft index"},
+		{"the user's choice is followed", from("a", lostQuorum(abcde, survivor("a", 90), survivor("b", 120))),
+			Step{Action: PreserveData, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"the user's choice must be a survivor", from("c", lostQuorum(abc, survivor("a", 100))),
+			Step{Action: Wait, Operation: OpQuorumLost}, "not a member whose data survives; name one of a"},
+		{"a quorum's data survives: its pods come back, nothing is forced", automatic(lostQuorum(abc, survivor("a", 100), survivor("b", 0))),
+			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
+		{"a survivor without a pod is restarted first", automatic(lostQuorum(abc, noPod(survivor("a", 0)))),
+			Step{Action: RestartMembers, Members: []string{"a"}, Operation: OpRecovering}, ""},
+		{"no member's data survives: a restore is the way", automatic(lostQuorum(abc)),
+			Step{Action: Wait, Operation: OpQuorumLost}, "restore the cluster from a backup"},
+		{"ephemeral members: nothing to recover from", func() Observed { o := automatic(lostQuorum(abc, survivor("a", 100))); o.DataSurvivesPod = false; return o }(),
+			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
+		{"never forced twice: the forced member is waited for", automatic(lostQuorum(abc, with(survivor("a", 100), func(m *Member) { m.ForcedNewCluster = true }))),
+			Step{Action: Wait, Members: []string{"a"}, Operation: OpRecoveringQuorum}, ""},
+		{"the forced member serves: it restarts normally before anything joins",
+			func() Observed {
+				o := formed(with(leader(healthy("a", 1)), func(m *Member) { m.ForcedNewCluster = true }))
+				o.DesiredSize = 3
+				return o
+			}(),
+			Step{Action: RollMember, Member: "a", Operation: OpRecoveringQuorum}, "without --force-new-cluster"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Next(tc.observed)
+			if got.Action != tc.want.Action || got.Member != tc.want.Member || !slices.Equal(got.Members, tc.want.Members) || got.Operation != tc.want.Operation {
+				t.Fatalf("Next = %+v\nwant %+v", got, tc.want)
+			}
+			if !strings.Contains(got.Reason, tc.reason) {
+				t.Errorf("reason %q does not say %q", got.Reason, tc.reason)
+			}
+		})
+	}
+}
