@@ -54,7 +54,11 @@ func TestQuorumLostForGood(t *testing.T) {
 			Step{Action: RestartMembers, Members: []string{"a"}, Operation: OpRecovering}, ""},
 		{"no member's data survives: a restore is the way", automatic(lostQuorum(abc)),
 			Step{Action: Wait, Operation: OpQuorumLost}, "restore the cluster from a backup"},
-		{"ephemeral members: nothing to recover from", func() Observed { o := automatic(lostQuorum(abc, survivor("a", 100))); o.DataSurvivesPod = false; return o }(),
+		{"ephemeral members: nothing to recover from", func() Observed {
+			o := automatic(lostQuorum(abc, survivor("a", 100)))
+			o.DataSurvivesPod = false
+			return o
+		}(),
 			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
 		{"never forced twice: the forced member is waited for", automatic(lostQuorum(abc, with(survivor("a", 100), func(m *Member) { m.ForcedNewCluster = true }))),
 			Step{Action: Wait, Members: []string{"a"}, Operation: OpRecoveringQuorum}, ""},
