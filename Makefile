@@ -8,6 +8,9 @@ IMG ?= $(REGISTRY)/etcd-operator:v$(VERSION)
 
 # Pinned versions (see README "Versions").
 KUBERNETES_VERSION ?= v1.36.3
+# The oldest Kubernetes the bundle installs on, pinned in one place: hack/tools/kube-min/go.mod.
+# The CSV's minKubeVersion must name its minor version; test/minkube fails otherwise.
+KUBERNETES_MIN_VERSION := $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3 }' hack/tools/kube-min/go.mod)
 ETCD_VERSION ?= v3.6.16
 ETCD_NEXT_VERSION ?= v3.7.3
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
@@ -28,6 +31,8 @@ K8S_BIN ?= $(LOCALBIN)/k8s
 ETCD_BIN ?= $(LOCALBIN)/etcd/$(ETCD_VERSION)
 ETCD_NEXT_BIN ?= $(LOCALBIN)/etcd/$(ETCD_NEXT_VERSION)
 ENVTEST_ASSETS ?= $(LOCALBIN)/envtest
+K8S_MIN_BIN ?= $(LOCALBIN)/k8s-min/$(KUBERNETES_MIN_VERSION)
+ENVTEST_MIN_ASSETS ?= $(LOCALBIN)/envtest-min
 KUBECTL ?= $(K8S_BIN)/kubectl
 
 GO_TEST_FLAGS ?= -count=1
@@ -57,16 +62,22 @@ vet: ## go vet, including the build-tagged e2e tests.
 	go vet -tags e2e ./...
 
 .PHONY: test
-test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW) vet lint ## Unit and envtest tests against a real kube-apiserver and etcd; fails if generated files are stale.
+test: envtest-assets envtest-min-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW) vet lint ## Unit and envtest tests against a real kube-apiserver and etcd, the CRDs also on the oldest supported one; fails if generated files are stale.
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
-	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \
+	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MIN_KUBE_ASSETS="$(ENVTEST_MIN_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \
 		go test $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS="$(ENVTEST_MIN_ASSETS)" go test $(GO_TEST_FLAGS) ./api/...
 	cd hack/tools/imagebuilder && go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## golangci-lint (.golangci.yml) over every package, the e2e suite and the image builder included.
 	$(GOLANGCI_LINT) run --build-tags e2e ./...
 	cd hack/tools/imagebuilder && $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
+
+.PHONY: test-minkube
+test-minkube: envtest-min-assets ## Only the oldest-Kubernetes part of `make test`: test/minkube, and api/'s contract tests against that kube-apiserver.
+	MIN_KUBE_ASSETS="$(ENVTEST_MIN_ASSETS)" go test $(GO_TEST_FLAGS) ./test/minkube
+	KUBEBUILDER_ASSETS="$(ENVTEST_MIN_ASSETS)" go test $(GO_TEST_FLAGS) ./api/...
 
 .PHONY: bench
 bench: $(ETCD_BIN)/etcd $(VERSITYGW) ## Benchmarks against real etcd and S3 servers on loopback (backup throughput and memory); figures for docs/performance.md.
@@ -129,9 +140,17 @@ $(GOLANGCI_LINT):
 # build; kube-apiserver alone is what envtest needs. The version is stamped as Kubernetes'
 # own build does: without it they report v0.0.0 and version checks (OLM's minKubeVersion,
 # kubectl version) fail.
-KUBE_LDFLAGS = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(KUBERNETES_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=36 -X $(p).gitTreeState=clean)
+kube_ldflags = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(1) -X $(p).gitMajor=$(word 1,$(subst ., ,$(1:v%=%))) -X $(p).gitMinor=$(word 2,$(subst ., ,$(1))) -X $(p).gitTreeState=clean)
+KUBE_LDFLAGS = $(call kube_ldflags,$(KUBERNETES_VERSION))
 $(K8S_BIN)/%:
 	cd hack/tools/kube && go build -ldflags "$(KUBE_LDFLAGS)" -o $(K8S_BIN)/ k8s.io/kubernetes/cmd/$*
+
+# The oldest Kubernetes the bundle installs on (the CSV's minKubeVersion), for test/minkube:
+# kube-apiserver alone, from its own tools module, stamped as above. The stamp matters twice here:
+# it is the version the test compares with minKubeVersion, and the API server derives from it
+# which CEL libraries new CRDs may use.
+$(K8S_MIN_BIN)/kube-apiserver:
+	cd hack/tools/kube-min && go build -ldflags "$(call kube_ldflags,$(KUBERNETES_MIN_VERSION))" -o $(K8S_MIN_BIN)/ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(ETCD_BIN)/etcd $(ETCD_NEXT_BIN)/etcd: $(LOCALBIN)/etcd/%/etcd:
 	cd hack/tools/etcd/$(basename $*) && CGO_ENABLED=0 go build -o $(LOCALBIN)/etcd/$*/ ./etcd go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
@@ -144,6 +163,12 @@ $(VERSITYGW): hack/tools/versitygw/go.mod
 envtest-assets: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd ## Build envtest's kube-apiserver, etcd and kubectl (first time ~10 min).
 	mkdir -p $(ENVTEST_ASSETS)
 	ln -sf $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd $(ENVTEST_ASSETS)/
+
+.PHONY: envtest-min-assets
+# kubectl is the current one (api/'s tests run `kubectl explain`): only kube-apiserver is judged.
+envtest-min-assets: $(K8S_MIN_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd ## Build the oldest kube-apiserver the bundle installs on (pinned in hack/tools/kube-min) for test/minkube (first time ~4-7 min).
+	mkdir -p $(ENVTEST_MIN_ASSETS)
+	ln -sf $(K8S_MIN_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd $(ENVTEST_MIN_ASSETS)/
 
 
 -include hack/cluster.mk
