@@ -315,6 +315,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m := get(name)
 		m.PodExists = true
 		m.PodTerminating = !pod.DeletionTimestamp.IsZero()
+		m.ForcedNewCluster = pod.Annotations[resources.AnnotationForceNewCluster] != ""
 		m.PodCreated = pod.CreationTimestamp.Time
 		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
 		m.PodProblem = obs.podProblems[name]

@@ -40,6 +40,8 @@ const (
 	AnnotationRestoreSeed = "etcd.database.dev/restore-seed"
 	// AnnotationRestoredBy, on an EtcdCluster, names the EtcdRestore that created it.
 	AnnotationRestoredBy = "etcd.database.dev/restored-by"
+	// AnnotationForceNewCluster marks the pod of a member restarted with --force-new-cluster.
+	AnnotationForceNewCluster = "etcd.database.dev/force-new-cluster"
 
 	managerName = "etcd-operator"
 )

@@ -93,6 +93,11 @@ type MemberSpec struct {
 	// directory is empty, i.e. on the member's first start.
 	InitialCluster string
 	State          string // "new" or "existing"
+	// ForceNewCluster restarts the member with --force-new-cluster: a cluster of one from its
+	// own data, to recover a quorum lost for good. The pod says so (AnnotationForceNewCluster)
+	// and is replaced by a normal one as soon as it serves: restarted with the flag again, it
+	// would drop every member added since.
+	ForceNewCluster bool
 }
 
 // MemberPod is the pod of one member.
@@ -111,6 +116,9 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository stri
 	annotations[AnnotationInitialCluster] = m.InitialCluster
 	annotations[AnnotationClusterState] = m.State
 	annotations[AnnotationPodSpecHash] = MemberPodSpecHash(c)
+	if m.ForceNewCluster {
+		annotations[AnnotationForceNewCluster] = "true"
+	}
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -266,6 +274,9 @@ func etcdArgs(c *etcdv1alpha1.EtcdCluster, m MemberSpec) []string {
 		// The cluster's UID: two clusters of the same name, one deleted and one new, can
 		// never mistake each other's members for their own.
 		"--initial-cluster-token=" + string(c.UID),
+	}
+	if m.ForceNewCluster {
+		args = append(args, "--force-new-cluster")
 	}
 	args = append(args, tlsArgs(c)...)
 	args = append(args, "--quota-backend-bytes="+strconv.FormatInt(QuotaBackendBytes(c), 10))

@@ -58,6 +58,20 @@ func TestInitialClusterRoundTrip(t *testing.T) {
 	}
 }
 
+// A member forced to a new cluster says so on its pod and runs with the flag; no other pod ever
+// has it.
+func TestOnlyAForcedMemberRunsWithForceNewCluster(t *testing.T) {
+	c := testCluster()
+	normal := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", State: "existing"}, "registry/etcd", nil)
+	forced := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", State: "existing", ForceNewCluster: true}, "registry/etcd", nil)
+	if slices.Contains(normal.Spec.Containers[0].Args, "--force-new-cluster") || normal.Annotations[AnnotationForceNewCluster] != "" {
+		t.Fatalf("a normal member pod is forced: %v %v", normal.Spec.Containers[0].Args, normal.Annotations)
+	}
+	if !slices.Contains(forced.Spec.Containers[0].Args, "--force-new-cluster") || forced.Annotations[AnnotationForceNewCluster] != "true" {
+		t.Fatalf("the forced pod lacks the flag or the annotation: %v %v", forced.Spec.Containers[0].Args, forced.Annotations)
+	}
+}
+
 func TestMemberPodRunsEtcdSafely(t *testing.T) {
 	c := testCluster()
 	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", InitialCluster: "x", State: "new"}, "registry/etcd", nil)
