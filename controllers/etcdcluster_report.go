@@ -313,10 +313,11 @@ func first(s []string) string {
 // setAccessError reports certificates or credentials the operator could not issue or read.
 func setAccessError(c *etcdv1alpha1.EtcdCluster, err error) {
 	c.Status.ObservedGeneration = c.Generation
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: etcdv1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: accessErrorReason(err),
-		Message: err.Error(), ObservedGeneration: c.Generation,
-	})
+	reason := accessErrorReason(err)
+	setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, err.Error())
+	// Unobserved, not assumed: the cluster may still serve its clients, or may not.
+	setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionUnknown, reason,
+		"the operator cannot reach etcd to tell whether clients are served: "+err.Error())
 }
 
 // announceDegraded posts a Warning event when Degraded turns True or says something new, so

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -242,5 +243,18 @@ func TestStatusReportsTheOperationUnderWayAndSinceWhen(t *testing.T) {
 		if op == nil || op.Type != s.wantType || !op.StartTime.Time.Equal(s.wantSince) || op.Action != string(s.step.Action) || len(op.Members) != 1 || op.Members[0] != s.step.Member {
 			t.Fatalf("step %d: operation %+v, want %s %s on %s since %s", i, op, s.wantType, s.step.Action, s.step.Member, s.wantSince)
 		}
+	}
+}
+
+// When the operator cannot reach etcd (credentials refused, TLS material unusable), Available
+// is Unknown, not the last value it saw: status says only what was observed. Before, a cluster
+// last seen Available stayed True however long the operator was locked out.
+func TestLockedOutOperatorDoesNotClaimTheClusterAvailable(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{}
+	setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumHealthy, "3 of 3")
+	setAccessError(c, &accessError{reason: etcdv1alpha1.ReasonCredentialsRejected, err: errors.New("etcd refuses the root password")})
+	available := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable)
+	if available.Status != metav1.ConditionUnknown || available.Reason != etcdv1alpha1.ReasonCredentialsRejected {
+		t.Fatalf("Available = %+v, want Unknown CredentialsRejected", available)
 	}
 }
