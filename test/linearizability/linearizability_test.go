@@ -48,6 +48,26 @@ func TestWorkloadAcrossAnEtcdRestartIsLinearizable(t *testing.T) {
 	}
 }
 
+// Three members, each killed and restarted in turn under the workload, its clients spread over
+// all of them: reads served by followers, writes through leader changes, indeterminate writes
+// from members that died with them in flight — linearizable.
+func TestWorkloadOnAThreeMemberClusterLosingMembersIsLinearizable(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 3)
+	cfg := Config{Endpoints: etcdtest.ClientURLs(servers), Prefix: "/lin", Clients: 6, OpTimeout: time.Second}
+	h := runWorkload(t, cfg, 600, func() {
+		for _, s := range servers {
+			time.Sleep(500 * time.Millisecond)
+			s.Stop()
+			time.Sleep(time.Second)
+			s.Start(t, "new", etcdtest.InitialCluster(servers...))
+			s.WaitReady(t)
+		}
+	})
+	if r := Verify(t, h, time.Minute); r.Verdict != porcupine.Ok {
+		t.Fatalf("verdict %s", r.Verdict)
+	}
+}
+
 // A real history with one read made stale — after a put completed, the read returns the value
 // that put replaced — is not linearizable, and the failure is written as a visualization.
 func TestStaleReadInARealHistoryIsIllegal(t *testing.T) {
