@@ -2,6 +2,7 @@ package linearizability
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,7 +70,8 @@ func TestWorkloadOnAThreeMemberClusterLosingMembersIsLinearizable(t *testing.T) 
 }
 
 // A real history with one read made stale — after a put completed, the read returns the value
-// that put replaced — is not linearizable, and the failure is written as a visualization.
+// that put replaced — is not linearizable: Verify fails the test and writes the visualization
+// under $ARTIFACTS.
 func TestStaleReadInARealHistoryIsIllegal(t *testing.T) {
 	server := etcdtest.StartCluster(t, 1)[0]
 	h := runWorkload(t, Config{Endpoints: []string{server.ClientURL}, Prefix: "/lin"}, 200, nil)
@@ -78,22 +80,34 @@ func TestStaleReadInARealHistoryIsIllegal(t *testing.T) {
 	}
 
 	stale := staleReadAfterPut(t, h)
-	r := Check(h, time.Minute)
+	artifacts := t.TempDir()
+	t.Setenv("ARTIFACTS", artifacts)
+	verified := &recordingT{T: t}
+	r := Verify(verified, h, time.Minute)
 	t.Logf("with %s made stale: %v", describeOperation(stale.Input, stale.Output), r)
-	if r.Verdict != porcupine.Illegal || r.Err() == nil {
-		t.Fatalf("a stale read after a completed put: verdict %s, error %v; want Illegal and an error", r.Verdict, r.Err())
+	if r.Verdict != porcupine.Illegal || r.Err() == nil || len(verified.errors) == 0 {
+		t.Fatalf("a stale read after a completed put: verdict %s, error %v, test failed with %q; want Illegal, an error and a failed test",
+			r.Verdict, r.Err(), verified.errors)
 	}
-	path := filepath.Join(t.TempDir(), "linearizability.html")
-	if err := r.Visualize(path); err != nil {
-		t.Fatal(err)
-	}
-	html, err := os.ReadFile(path)
+	html, err := os.ReadFile(filepath.Join(artifacts, t.Name(), "linearizability.html"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(html), "<html") || !strings.Contains(string(html), stale.Input.(input).Key) {
 		t.Fatalf("the visualization (%d bytes) is not an HTML page about key %s", len(html), stale.Input.(input).Key)
 	}
+}
+
+// recordingT keeps the errors Verify reports instead of failing the test.
+type recordingT struct {
+	*testing.T
+	errors []string
+}
+
+func (r *recordingT) Error(args ...any) { r.errors = append(r.errors, fmt.Sprint(args...)) }
+
+func (r *recordingT) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
 }
 
 // staleReadAfterPut finds a get that read what a completed put wrote, called after that put
