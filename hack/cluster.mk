@@ -156,6 +156,9 @@ cluster-status: ## Show which cluster processes run, and the nodes and pods.
 CLUSTER_OPERATOR_NAMESPACE ?= etcd-operator-system
 CLUSTER_OPERATOR_DEPLOYMENT ?= etcd-operator-controller-manager
 CLUSTER_E2E_GO_TEST_FLAGS ?= -count=1 -v -timeout 30m
+# Files the tests keep for after the run, such as the visualization of a non-linearizable history
+# (test/linearizability); CI systems that collect $ARTIFACTS set it.
+ARTIFACTS ?= $(CLUSTER_BIN)/e2e-artifacts
 
 # The image under test is tagged with its binary's hash, so a changed operator always rolls out
 # and an unchanged one is not restarted. Expanded when test-e2e's recipe runs, after build.
@@ -176,7 +179,7 @@ cluster-deploy: cluster-up build $(CLUSTER_IMAGEBUILDER) ## Bring the cluster up
 test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator image built from this tree and run test/e2e.
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_OPERATOR_IMAGE=$(CLUSTER_E2E_IMAGE) E2E_OPERATOR_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
 		E2E_OPERATOR_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) E2E_S3_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) E2E_BUSYBOX_IMAGE=$(CLUSTER_BUSYBOX_IMAGE) \
-		E2E_ETCDUTL=$(ETCD_BIN)/etcdutl E2E_KUBECTL=$(CLUSTER_KUBECTL) \
+		E2E_ETCDUTL=$(ETCD_BIN)/etcdutl E2E_KUBECTL=$(CLUSTER_KUBECTL) ARTIFACTS=$(ARTIFACTS) \
 		E2E_OPERATOR_SDK=$(OPERATOR_SDK) E2E_REGISTRY_CA=$(CLUSTER_CA) \
 		E2E_OLM_BUNDLE_REPOSITORY=$(CLUSTER_REGISTRY_TLS)/etcd-operator-bundle \
 		E2E_OLM_NEXT_BUNDLE_IMAGE=$(subst $(CLUSTER_REGISTRY)/,$(CLUSTER_REGISTRY_TLS)/,$(OLM_RUNTIME_NEXT_BUNDLE_IMAGE)) \

@@ -30,7 +30,8 @@ const (
 
 // One cluster goes through the life users give it — create, scale out and in, pods killed, a
 // member's volume lost, an upgrade, deletion — under a writer that records every acknowledged
-// write. Not one may be lost.
+// write, and concurrent clients whose history is checked. Not one acknowledged write may be
+// lost, and what the clients saw must be linearizable.
 func TestEtcdClusterLifecycleUnderWriteLoad(t *testing.T) {
 	ctx := context.Background()
 	ns := testNamespace(t, "e2e-cluster-")
@@ -48,7 +49,10 @@ func TestEtcdClusterLifecycleUnderWriteLoad(t *testing.T) {
 	waitAvailable(t, c, 3)
 
 	w := startWriter(t, clientServiceEndpoint(t, c), "/e2e/life")
-	waitFor(t, "the writer's first acknowledged writes", func(context.Context) (bool, error) { return w.ackedCount() > 10, nil })
+	clients := startWorkload(t, clientServiceEndpoint(t, c))
+	waitFor(t, "the writer's and the clients' first operations", func(context.Context) (bool, error) {
+		return w.ackedCount() > 10 && clients.Completed() > 10, nil
+	})
 
 	t.Run("scale 3 to 5", func(t *testing.T) { scaleTo(t, c, 5) })
 	t.Run("scale 5 to 3", func(t *testing.T) { scaleTo(t, c, 3) })
@@ -101,6 +105,7 @@ func TestEtcdClusterLifecycleUnderWriteLoad(t *testing.T) {
 	})
 
 	t.Run("no acknowledged write lost", func(t *testing.T) { w.verify(t) })
+	t.Run("the clients' history is linearizable", func(t *testing.T) { checkLinearizable(t, clients) })
 
 	t.Run("deleting the cluster removes what it owns and keeps the data", func(t *testing.T) {
 		if err := k8sClient.Delete(ctx, c); err != nil {

@@ -63,12 +63,12 @@ var (
 // and once that plan is approved replaces the old CSV by the new one, rolling the operator's
 // Deployment to the new image. The CRDs, upgraded with it, stay established.
 //
-// Meanwhile the old release runs a 3-member EtcdCluster under a writer. Upgrading the operator
-// must not touch it: it keeps serving, on the same member pods, with no container restarted and
-// no acknowledged write lost, and the new release reconciles it (a scale-out to 4). The cluster
-// is in the operator's own namespace, the one its OperatorGroup targets (OwnNamespace); make
-// deploy's operator, which watches every namespace, is stopped for the test so that only one
-// operator acts on it.
+// Meanwhile the old release runs a 3-member EtcdCluster under a writer and concurrent clients.
+// Upgrading the operator must not touch it: it keeps serving, on the same member pods, with no
+// container restarted, no acknowledged write lost and a linearizable history of what the clients
+// saw, and the new release reconciles it (a scale-out to 4). The cluster is in the operator's own
+// namespace, the one its OperatorGroup targets (OwnNamespace); make deploy's operator, which
+// watches every namespace, is stopped for the test so that only one operator acts on it.
 func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 	if os.Getenv("E2E_OLM") != "1" {
 		t.Skip("set E2E_OLM=1 (after make olm-catalog) to install and upgrade the operator through OLM")
@@ -139,7 +139,10 @@ func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 	t.Cleanup(func() { patchSpec(t, cluster, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Paused = true }) })
 	waitAvailable(t, cluster, 3)
 	writes := startWriter(t, clientServiceEndpoint(t, cluster), "/e2e/olm")
-	waitFor(t, "the writer's first acknowledged writes", func(context.Context) (bool, error) { return writes.ackedCount() > 10, nil })
+	clients := startWorkload(t, clientServiceEndpoint(t, cluster))
+	waitFor(t, "the writer's and the clients' first operations", func(context.Context) (bool, error) {
+		return writes.ackedCount() > 10 && clients.Completed() > 10, nil
+	})
 	specBefore := cluster.Spec.DeepCopy()
 	membersBefore := incarnations(memberPods(t, cluster))
 	ackedBefore := writes.ackedCount()
@@ -202,6 +205,7 @@ func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 		}
 	}
 	writes.verify(t)
+	checkLinearizable(t, clients)
 
 	expectUpgradeableWhileBackupRuns(t, cluster, head)
 }
