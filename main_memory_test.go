@@ -34,8 +34,10 @@ import (
 // The manager's memory with many objects in the cluster that are not the operator's, measured
 // side by side in the same run: the manager as it runs (controllers.CacheOptions) and the same
 // manager with controller-runtime's default cache, which holds every object of each kind it
-// watches (what the operator did before). Each runs as a process of its own (this test binary
-// started again), against one envtest API server; figures for docs/performance.md.
+// watches (what the operator did before), each run as a process of its own (this test binary
+// started again, so that it can report its heap); and the operator's own binary, as the image
+// runs it, whose resident set is what its memory limit must hold. All run against one envtest
+// API server; figures for docs/performance.md.
 const (
 	// memoryChildEnv makes the test binary a manager that reports its memory: "operator" or
 	// "default", the cache it is given.
@@ -54,17 +56,22 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if unrelated.env != nil {
 		_ = unrelated.env.Stop()
-		_ = os.RemoveAll(filepath.Dir(unrelated.kubeconfig))
+	}
+	for _, file := range []string{unrelated.kubeconfig, unrelated.binary} {
+		if file != "" {
+			_ = os.RemoveAll(filepath.Dir(file))
+		}
 	}
 	os.Exit(code)
 }
 
-// unrelated is the API server the benchmark's managers run against, filled once: the testing
-// package calls a benchmark more than once.
+// unrelated is the API server the benchmark's managers run against, filled once, and the
+// operator's binary: the testing package calls a benchmark more than once.
 var unrelated struct {
 	once       sync.Once
 	env        *envtest.Environment
 	kubeconfig string
+	binary     string
 	err        error
 }
 
@@ -72,6 +79,7 @@ var unrelated struct {
 type managerMemory struct {
 	HeapLive uint64 // heap in use after a full collection: what the cache and the rest hold
 	RSS      uint64 // resident set before that collection (VmRSS)
+	AnonRSS  uint64 // its anonymous part (RssAnon): the heap and stacks, not the binary's pages
 	PeakRSS  uint64 // high-water mark of the resident set (VmHWM)
 }
 
@@ -79,38 +87,106 @@ func BenchmarkManagerMemory(b *testing.B) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		b.Skip("KUBEBUILDER_ASSETS is not set: run with make bench")
 	}
-	unrelated.once.Do(func() { unrelated.kubeconfig, unrelated.err = startUnrelatedCluster(b) })
+	unrelated.once.Do(func() {
+		if unrelated.binary, unrelated.err = buildManager(); unrelated.err == nil {
+			unrelated.kubeconfig, unrelated.err = startUnrelatedCluster(b)
+		}
+	})
 	if unrelated.err != nil {
 		b.Fatal(unrelated.err)
 	}
-	sums := map[string]*managerMemory{"operator": {}, "default": {}}
+	sums := map[string]*managerMemory{"operator": {}, "default": {}, "binary": {}}
 	b.ResetTimer()
 	for i := range b.N {
-		// The order alternates, so that neither always runs on a warmer API server.
-		order := []string{"operator", "default"}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
+		// The order rotates, so that none always runs on a warmer API server.
+		order := []string{"operator", "default", "binary"}
+		order = append(order[i%3:], order[:i%3]...)
 		for _, kind := range order {
-			m := runMeasuredManager(b, kind, unrelated.kubeconfig)
-			b.Logf("%-8s cache: heap %5.1f MiB live after GC, RSS %5.1f MiB, peak RSS %5.1f MiB",
-				kind, mib(m.HeapLive), mib(m.RSS), mib(m.PeakRSS))
+			var m managerMemory
+			if kind == "binary" {
+				m = runManagerBinary(b, unrelated.binary, unrelated.kubeconfig)
+				b.Logf("%-8s       : RSS %5.1f MiB (anonymous %5.1f), peak RSS %5.1f MiB", kind, mib(m.RSS), mib(m.AnonRSS), mib(m.PeakRSS))
+			} else {
+				m = runMeasuredManager(b, kind, unrelated.kubeconfig)
+				b.Logf("%-8s cache: heap %5.1f MiB live after GC, RSS %5.1f MiB (anonymous %5.1f), peak RSS %5.1f MiB",
+					kind, mib(m.HeapLive), mib(m.RSS), mib(m.AnonRSS), mib(m.PeakRSS))
+			}
 			sums[kind].HeapLive += m.HeapLive
 			sums[kind].RSS += m.RSS
+			sums[kind].AnonRSS += m.AnonRSS
 			sums[kind].PeakRSS += m.PeakRSS
 		}
 	}
 	for kind, sum := range sums {
-		b.ReportMetric(mib(sum.HeapLive)/float64(b.N), kind+"-heap-MiB")
+		if kind != "binary" {
+			b.ReportMetric(mib(sum.HeapLive)/float64(b.N), kind+"-heap-MiB")
+		}
 		b.ReportMetric(mib(sum.RSS)/float64(b.N), kind+"-rss-MiB")
+		b.ReportMetric(mib(sum.AnonRSS)/float64(b.N), kind+"-anon-rss-MiB")
 		b.ReportMetric(mib(sum.PeakRSS)/float64(b.N), kind+"-peak-rss-MiB")
 	}
+}
+
+// buildManager builds the operator's binary as `make build` does, into a directory of its own.
+func buildManager() (string, error) {
+	dir, err := os.MkdirTemp("", "manager-binary-")
+	if err != nil {
+		return "", err
+	}
+	binary := filepath.Join(dir, "manager")
+	cmd := exec.Command("go", "build", "-o", binary, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return binary, nil
+}
+
+// runManagerBinary runs the operator's binary until its three controllers have started their
+// workers (after their caches synced) and it has settled, and reads its memory from /proc.
+func runManagerBinary(b *testing.B, binary, kubeconfig string) managerMemory {
+	b.Helper()
+	cmd := exec.Command(binary, "--metrics-bind-address=0", "--health-probe-bind-address=0")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	logs, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}()
+	started := make(chan struct{})
+	go func() {
+		workers := 0
+		s := bufio.NewScanner(logs)
+		s.Buffer(make([]byte, 1<<20), 1<<20)
+		for s.Scan() {
+			if strings.Contains(s.Text(), "Starting workers") {
+				if workers++; workers == 3 {
+					close(started)
+				}
+			}
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(3 * time.Minute):
+		b.Fatal("the manager's three controllers did not start their workers within 3 minutes")
+	}
+	time.Sleep(settle)
+	status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
+	return managerMemory{RSS: procStatus(status, "VmRSS"), AnonRSS: procStatus(status, "RssAnon"), PeakRSS: procStatus(status, "VmHWM")}
 }
 
 func mib(bytes uint64) float64 { return float64(bytes) / (1 << 20) }
 
 // startUnrelatedCluster starts an API server with the operator's CRDs and objects that are not
-// the operator's, and returns the path of a kubeconfig for it.
+// the operator's, and returns the path of a kubeconfig for it (once written, also with an error,
+// so that it is removed).
 func startUnrelatedCluster(b *testing.B) (string, error) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
 	unrelated.env = &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
@@ -132,11 +208,11 @@ func startUnrelatedCluster(b *testing.B) (string, error) {
 	}
 	file := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(file, kubeconfig, 0o600); err != nil {
-		return "", err
+		return file, err
 	}
 	start := time.Now()
 	if err := createUnrelatedObjects(cfg); err != nil {
-		return "", err
+		return file, err
 	}
 	b.Logf("%d Secrets and %d Pods of %d KiB each, in a namespace of their own, made in %s",
 		unrelatedObjects, unrelatedObjects, unrelatedSize>>10, time.Since(start).Round(time.Second))
@@ -264,7 +340,7 @@ func reportManagerMemory(cacheKind string) int {
 	}
 	time.Sleep(settle)
 	var m managerMemory
-	m.RSS, m.PeakRSS = procStatus("VmRSS"), procStatus("VmHWM")
+	m.RSS, m.AnonRSS, m.PeakRSS = procStatus("/proc/self/status", "VmRSS"), procStatus("/proc/self/status", "RssAnon"), procStatus("/proc/self/status", "VmHWM")
 	runtime.GC()
 	var stats runtime.MemStats
 	runtime.ReadMemStats(&stats)
@@ -275,9 +351,9 @@ func reportManagerMemory(cacheKind string) int {
 	return 0
 }
 
-// procStatus is a size field of /proc/self/status, in bytes.
-func procStatus(field string) uint64 {
-	f, err := os.Open("/proc/self/status")
+// procStatus is a size field of a process's status file, in bytes.
+func procStatus(file, field string) uint64 {
+	f, err := os.Open(file)
 	if err != nil {
 		return 0
 	}
