@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -90,11 +91,22 @@ func main() {
 }
 
 func run(opts options) error {
+	mgr, err := newManager(ctrl.GetConfigOrDie(), opts, controllers.CacheOptions(splitNamespaces(opts.watchNamespaces)))
+	if err != nil {
+		return err
+	}
+	ctrl.Log.Info("starting manager", "watchNamespaces", opts.watchNamespaces, "leaderElection", opts.leaderElect)
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// newManager is the operator's manager with every reconciler and probe, its informers set up
+// by cacheOptions.
+func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctrl.Manager, error) {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOptions(opts),
 		HealthProbeBindAddress:  opts.probeAddr,
@@ -104,15 +116,15 @@ func run(opts options) error {
 		// Released on a clean shutdown, so an upgraded operator takes over at once instead of
 		// waiting out the lease.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(opts.watchNamespaces),
+		Cache:                         cacheOptions,
 	})
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
+		return nil, fmt.Errorf("create manager: %w", err)
 	}
 
 	upgradeable, err := controllers.OLMUpgradeableCondition(mgr.GetConfig())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := controllers.SetupWithManager(mgr, controllers.Options{
 		DefaultEtcdRepository: etcdRepository(os.Getenv(relatedImageEtcdEnv)),
@@ -120,17 +132,15 @@ func run(opts options) error {
 		PodEnv:                proxy.ReadProxyVarsFromEnv(),
 		UpgradeableCondition:  upgradeable,
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("add health check: %w", err)
+		return nil, fmt.Errorf("add health check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return fmt.Errorf("add ready check: %w", err)
+		return nil, fmt.Errorf("add ready check: %w", err)
 	}
-
-	ctrl.Log.Info("starting manager", "watchNamespaces", opts.watchNamespaces, "leaderElection", opts.leaderElect)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr, nil
 }
 
 func metricsOptions(opts options) metricsserver.Options {
@@ -142,20 +152,6 @@ func metricsOptions(opts options) metricsserver.Options {
 		m.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return m
-}
-
-// cacheOptions limits the informers to the watched namespaces; with none given the operator
-// watches the whole cluster (OLM's AllNamespaces install mode).
-func cacheOptions(watchNamespaces string) cache.Options {
-	namespaces := splitNamespaces(watchNamespaces)
-	if len(namespaces) == 0 {
-		return cache.Options{}
-	}
-	defaults := make(map[string]cache.Config, len(namespaces))
-	for _, ns := range namespaces {
-		defaults[ns] = cache.Config{}
-	}
-	return cache.Options{DefaultNamespaces: defaults}
 }
 
 // etcdRepository is the repository part of an image reference: what precedes the tag or digest.

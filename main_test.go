@@ -3,6 +3,8 @@ package main
 import (
 	"reflect"
 	"testing"
+
+	"github.com/etcd-database/etcd-operator/controllers"
 )
 
 func TestWatchNamespacesFollowOLMTargetNamespaces(t *testing.T) {
@@ -15,7 +17,7 @@ func TestWatchNamespacesFollowOLMTargetNamespaces(t *testing.T) {
 		{"team-a,team-b", []string{"team-a", "team-b"}},
 		{" team-a , ,team-b ", []string{"team-a", "team-b"}},
 	} {
-		got := cacheOptions(tc.annotation).DefaultNamespaces
+		got := controllers.CacheOptions(splitNamespaces(tc.annotation)).DefaultNamespaces
 		var names []string
 		for ns := range got {
 			names = append(names, ns)

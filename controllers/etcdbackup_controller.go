@@ -29,7 +29,8 @@ import (
 // agent, in the backup's namespace, whose report becomes the backup's status.
 type EtcdBackupReconciler struct {
 	client.Client
-	// APIReader reads past the cache, to make sure a run is started from current state.
+	// APIReader reads past the cache, to make sure a run is started from current state, and
+	// reads the user's Secrets and claim a destination names, which the cache does not hold.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// AgentImage is the operator's own image, which the Jobs run.
@@ -375,7 +376,7 @@ func (r *EtcdBackupReconciler) claimProblem(ctx context.Context, b *etcdv1alpha1
 		return "", ""
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: dest.ClaimName}, pvc); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: dest.ClaimName}, pvc); err != nil {
 		if apierrors.IsNotFound(err) {
 			return etcdv1alpha1.ReasonClaimNotFound, fmt.Sprintf("PersistentVolumeClaim %s does not exist in namespace %s", dest.ClaimName, b.Namespace)
 		}
@@ -392,7 +393,7 @@ func (r *EtcdBackupReconciler) claimProblem(ctx context.Context, b *etcdv1alpha1
 // secretProblem: the Secret exists and has every key, non-empty.
 func (r *EtcdBackupReconciler) secretProblem(ctx context.Context, namespace, name string, keys ...string) (string, string) {
 	secret := &corev1.Secret{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return etcdv1alpha1.ReasonSecretNotFound, fmt.Sprintf("Secret %s does not exist in namespace %s", name, namespace)
 		}

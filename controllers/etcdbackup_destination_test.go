@@ -47,7 +47,7 @@ func TestBackupDestinationIsCheckedBeforeAnyJob(t *testing.T) {
 			k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(available, memberClaim,
 				secret("creds-half", "AWS_ACCESS_KEY_ID"), secret("creds", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
 				secret("ca-empty"), secret("ca", "ca.crt")).Build()
-			r := &EtcdBackupReconciler{Client: k8s, AgentImage: "registry.test/agent"}
+			r := &EtcdBackupReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent"}
 			_, ready := r.checkReady(t.Context(), b)
 			cond := meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionReady)
 			if cond == nil || cond.Reason != tc.wantReason || !strings.Contains(cond.Message, tc.wantMessage) || ready != (tc.wantReason == etcdv1alpha1.ReasonReady) {

@@ -83,7 +83,7 @@ func (r *EtcdClusterReconciler) etcdAccess(ctx context.Context, c *etcdv1alpha1.
 	if c.Spec.Auth == nil {
 		return a, nil
 	}
-	secret, err := r.getSecret(ctx, c.Namespace, c.Spec.Auth.RootSecretName)
+	secret, err := getSecret(ctx, r.APIReader, c.Namespace, c.Spec.Auth.RootSecretName)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func (r *EtcdClusterReconciler) etcdAccess(ctx context.Context, c *etcdv1alpha1.
 		return nil, &accessError{reason: etcdv1alpha1.ReasonInvalidSpec, err: fmt.Errorf(
 			"spec.auth.rootSecretName: Secret %s with a non-empty %q key is required", c.Spec.Auth.RootSecretName, rootPasswordKey)}
 	}
-	record, err := r.getSecret(ctx, c.Namespace, resources.RootCredentialsSecretName(c.Name))
+	record, err := getSecret(ctx, r.Client, c.Namespace, resources.RootCredentialsSecretName(c.Name))
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,8 @@ const (
 type EtcdClusterReconciler struct {
 	client.Client
 	// APIReader reads from the API server, not the cache: a bootstrap, which cannot be taken
-	// back, is confirmed against it (deletes carry preconditions instead).
+	// back, is confirmed against it (deletes carry preconditions instead), and the user's
+	// Secrets a spec names, which the cache does not hold, are read through it.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 	// Clock is time.Now, replaced in tests.

@@ -44,7 +44,7 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 	if c.Spec.TLS.RenewBefore != nil {
 		renewBefore = c.Spec.TLS.RenewBefore.Duration
 	}
-	caSecret, err := r.getSecret(ctx, c.Namespace, resources.CASecretName(c.Name))
+	caSecret, err := getSecret(ctx, r.Client, c.Namespace, resources.CASecretName(c.Name))
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		name string
 	}{{certs.Peer, names.Peer}, {certs.Server, names.Server}, {certs.Client, names.Client}} {
 		kind, name := issue.kind, issue.name
-		secret, err := r.getSecret(ctx, c.Namespace, name)
+		secret, err := getSecret(ctx, r.Client, c.Namespace, name)
 		if err != nil {
 			return err
 		}
@@ -99,9 +99,15 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 }
 
 // loadTLSState reads the client certificate and the CA, and the expiry of every certificate.
+// The operator's own Secrets are in the cache; the user's (provider Secrets) are not, and are
+// read from the API server.
 func (r *EtcdClusterReconciler) loadTLSState(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*tlsState, error) {
 	names := resources.TLSSecrets(c)
 	state := &tlsState{}
+	var from client.Reader = r.Client
+	if c.Spec.TLS.Provider != etcdv1alpha1.TLSProviderOperator {
+		from = r.APIReader
+	}
 	kinds := []struct {
 		kind certs.Kind
 		name string
@@ -113,7 +119,7 @@ func (r *EtcdClusterReconciler) loadTLSState(ctx context.Context, c *etcdv1alpha
 		}{{certs.CA, resources.CASecretName(c.Name)}}, kinds...)
 	}
 	for _, k := range kinds {
-		secret, err := r.getSecret(ctx, c.Namespace, k.name)
+		secret, err := getSecret(ctx, from, c.Namespace, k.name)
 		if err != nil {
 			return nil, err
 		}
@@ -151,9 +157,12 @@ func clientTLSConfig(secret *corev1.Secret) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }
 
-func (r *EtcdClusterReconciler) getSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
+// getSecret reads a Secret, or nil if there is none. from is the cached client for the
+// operator's own Secrets, the API reader for the user's: the cache holds only the operator's
+// (CacheOptions), and would report any other as missing.
+func getSecret(ctx context.Context, from client.Reader, namespace, name string) (*corev1.Secret, error) {
 	secret := &corev1.Secret{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
+	if err := from.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			return nil, nil
 		}
@@ -165,7 +174,7 @@ func (r *EtcdClusterReconciler) getSecret(ctx context.Context, namespace, name s
 // writeSecret creates or replaces an operator-owned certificate Secret.
 func (r *EtcdClusterReconciler) writeSecret(ctx context.Context, c *etcdv1alpha1.EtcdCluster, name string, secretType corev1.SecretType, kp certs.KeyPair, caPEM []byte) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}}
-	existing, err := r.getSecret(ctx, c.Namespace, name)
+	existing, err := getSecret(ctx, r.Client, c.Namespace, name)
 	if err != nil {
 		return err
 	}

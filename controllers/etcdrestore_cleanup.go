@@ -82,7 +82,7 @@ func (r *EtcdRestoreReconciler) releaseCluster(ctx context.Context, rs *etcdv1al
 // labelled as the cluster's holds a member's data and is never deleted here.
 func (r *EtcdRestoreReconciler) deleteStagedClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if claimGiven(c, pvc) {
@@ -104,7 +104,7 @@ func claimGiven(c *etcdv1alpha1.EtcdCluster, pvc *corev1.PersistentVolumeClaim) 
 // cut-over happened, and the claim may hold a live member's data.
 func (r *EtcdRestoreReconciler) seedClaimGiven(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) (bool, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
 	return claimGiven(c, pvc), nil

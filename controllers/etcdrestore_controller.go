@@ -31,7 +31,11 @@ import (
 // member and grow as usual.
 type EtcdRestoreReconciler struct {
 	client.Client
-	Recorder events.EventRecorder
+	// APIReader reads what the cache does not hold: the user's Secrets a source names, and
+	// claims staged for an in-place restore by an operator that did not yet label them as
+	// its own.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 	// AgentImage is the operator's own image, which the restore Jobs run.
 	AgentImage string
 	// DefaultRepository is the etcd image repository for clusters that name none.
@@ -182,7 +186,9 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 			if name == "" {
 				continue
 			}
-			if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, &corev1.Secret{}); apierrors.IsNotFound(err) {
+			// Only whether it exists matters here: its metadata is read, not its keys.
+			secret := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}}
+			if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, secret); apierrors.IsNotFound(err) {
 				return src, failed(reasonSourceNotFound, "Secret %s does not exist in namespace %s", name, rs.Namespace)
 			} else if err != nil {
 				return src, err
@@ -331,13 +337,14 @@ func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1
 
 // ensureSeedClaim creates the first member's claim with a bootstrap plan of that member alone:
 // the EtcdCluster reconciler starts it on the restored data and adds the others as learners.
-// Staged for an in-place restore, the claim is not yet labelled as the cluster's: until the
-// cut-over the cluster's reconciler does not see it, and would otherwise delete it as an
-// orphan.
+// Staged for an in-place restore, the claim is labelled as the operator's and the restore's,
+// not yet as the cluster's: until the cut-over the cluster's reconciler does not see it, and
+// would otherwise delete it as an orphan.
 func (r *EtcdRestoreReconciler) ensureSeedClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed, stagedFor string) error {
 	pvc := resources.MemberPVC(c, resources.MemberSpec{Name: seed, InitialCluster: resources.InitialCluster(c, []string{seed}), State: "new"})
 	if stagedFor != "" {
-		pvc.Labels, pvc.OwnerReferences = map[string]string{resources.LabelRestore: stagedFor}, nil
+		pvc.Labels, pvc.OwnerReferences = resources.ManagedBy(), nil
+		pvc.Labels[resources.LabelRestore] = stagedFor
 	}
 	if err := r.Create(ctx, pvc); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("create claim %s: %w", pvc.Name, err)

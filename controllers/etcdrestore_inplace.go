@@ -140,7 +140,7 @@ func (r *EtcdRestoreReconciler) cutOver(ctx context.Context, rs *etcdv1alpha1.Et
 // giveClaim labels the staged claim as the seed member's, once the cluster is annotated.
 func (r *EtcdRestoreReconciler) giveClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
 		return err
 	}
 	if pvc.Labels[resources.LabelCluster] == c.Name {

@@ -46,7 +46,7 @@ func restoreReconciler(t *testing.T, objects ...client.Object) (*EtcdRestoreReco
 	t.Helper()
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).
 		WithStatusSubresource(&etcdv1alpha1.EtcdRestore{}, &etcdv1alpha1.EtcdCluster{}).Build()
-	return &EtcdRestoreReconciler{Client: k8s, AgentImage: "registry.test/agent", DefaultRepository: "registry.test/etcd", Now: time.Now}, k8s
+	return &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultRepository: "registry.test/etcd", Now: time.Now}, k8s
 }
 
 func reconcileRestore(t *testing.T, r *EtcdRestoreReconciler, rs *etcdv1alpha1.EtcdRestore) *etcdv1alpha1.EtcdRestore {
@@ -163,12 +163,42 @@ func TestFinishedRestoreLooksAtItsJobInTheCacheFirst(t *testing.T) {
 			deletes++
 			return cl.Delete(ctx, obj, opts...)
 		}}).Build()
-	r := &EtcdRestoreReconciler{Client: k8s, Now: time.Now}
+	r := &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, Now: time.Now}
 	for range 3 {
 		reconcileRestore(t, r, rs)
 	}
 	if deletes != 0 {
 		t.Fatalf("%d deletes sent for a finished restore whose Job is gone", deletes)
+	}
+}
+
+// The S3 credentials and CA a restore's source names are the user's Secrets, which the
+// manager's cache does not hold: they are found all the same (read past the cache), and one
+// that is missing is still reported as missing.
+func TestRestoreFindsTheUsersS3Secrets(t *testing.T) {
+	usersSecret := func(name string) client.Object {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Data: map[string][]byte{"k": []byte("v")}}
+	}
+	for _, tc := range []struct {
+		name        string
+		secrets     []client.Object
+		wantMissing string
+	}{
+		{"both present", []client.Object{usersSecret("creds"), usersSecret("ca")}, ""},
+		{"CA missing", []client.Object{usersSecret("creds")}, "Secret ca does not exist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := inPlaceRestore("s3")
+			rs.Spec.Source.Location.StorageLocation = etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
+				Bucket: "b", Endpoint: "https://s3", CredentialsSecretName: "creds", CASecretName: "ca"}}
+			r, _ := restoreReconciler(t, append(tc.secrets, rs, formedCluster(nil))...)
+			got := reconcileRestore(t, r, rs)
+			cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+			missing := cond != nil && cond.Reason == reasonSourceNotFound
+			if missing != (tc.wantMissing != "") || (missing && !strings.Contains(cond.Message, tc.wantMissing)) {
+				t.Fatalf("phase %q, condition %+v; want a missing Secret reported: %q", got.Status.Phase, cond, tc.wantMissing)
+			}
+		})
 	}
 }
 

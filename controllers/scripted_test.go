@@ -66,7 +66,7 @@ func newScriptedCluster(t *testing.T, size int, mutate func(*etcdv1alpha1.EtcdCl
 	}
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).WithStatusSubresource(cluster).Build()
 	recorder := events.NewFakeRecorder(100)
-	r := &EtcdClusterReconciler{Client: k8s, Etcd: etcd.NewCacheWith(fakeEtcd.Dial), Recorder: recorder, DefaultRepository: "registry.test/etcd"}
+	r := &EtcdClusterReconciler{Client: cacheView(k8s), APIReader: k8s, Etcd: etcd.NewCacheWith(fakeEtcd.Dial), Recorder: recorder, DefaultRepository: "registry.test/etcd"}
 	return &scriptedCluster{cluster: cluster, members: names, k8s: k8s, etcd: fakeEtcd, r: r, recorder: recorder}
 }
 

@@ -48,6 +48,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		},
 		&EtcdRestoreReconciler{
 			Client:            mgr.GetClient(),
+			APIReader:         mgr.GetAPIReader(),
 			Recorder:          mgr.GetEventRecorder("etcdrestore-controller"),
 			AgentImage:        opts.AgentImage,
 			DefaultRepository: opts.DefaultEtcdRepository,

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -21,8 +22,14 @@ import (
 	"github.com/etcd-database/etcd-operator/controllers"
 )
 
-// The reconcilers run in a real manager against a real kube-apiserver (envtest).
-var k8sClient client.Client
+// The reconcilers run in a real manager against a real kube-apiserver (envtest), with the
+// cache the operator runs with. The tests read and write through a client of their own, past
+// that cache, as users do.
+var (
+	k8sClient client.Client
+	// managerCache is the manager's cache, to see what the operator holds in memory.
+	managerCache cache.Cache
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(runWithManager(m))
@@ -53,7 +60,9 @@ func runWithManager(m *testing.M) int {
 	if err := etcdv1alpha1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Cache: controllers.CacheOptions(nil),
+	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "manager: %v\n", err)
 		return 1
@@ -71,7 +80,11 @@ func runWithManager(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "manager stopped: %v\n", err)
 		}
 	}()
-	k8sClient = mgr.GetClient()
+	if k8sClient, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintf(os.Stderr, "client: %v\n", err)
+		return 1
+	}
+	managerCache = mgr.GetCache()
 	return m.Run()
 }
 

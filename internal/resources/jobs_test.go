@@ -157,3 +157,40 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 		t.Errorf("the Jobs themselves still say which cluster they serve: %v, %v", backup.Labels, restore.Labels)
 	}
 }
+
+// The manager caches, of these kinds, only objects with the ManagedBy label: whatever a
+// builder makes without it the operator would create and then never see again. A pod
+// template's own labels cannot take it away.
+func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
+	c := testCluster()
+	c.Spec.PodTemplate.Metadata.Labels = map[string]string{LabelManagedBy: "someone-else"}
+	backup, err := BackupJob(testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}), c, "img", time.Now(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
+		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", "etcd", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := MemberSpec{Name: "prod-abcde", Version: "3.6.16"}
+	made := map[string]map[string]string{
+		"member pod":          MemberPod(c, member, "etcd", nil).Labels,
+		"member claim":        MemberPVC(c, member).Labels,
+		"peer Service":        PeerService(c).Labels,
+		"client Service":      ClientService(c).Labels,
+		"disruption budget":   PodDisruptionBudget(c, 3).Labels,
+		"root credentials":    RootCredentials(c, "pw", "").Labels,
+		"backup Job":          backup.Labels,
+		"backup Job's pods":   backup.Spec.Template.Labels,
+		"restore Job":         restore.Labels,
+		"restore Job's pods":  restore.Spec.Template.Labels,
+		"certificate Secrets": ClusterLabels(c),
+	}
+	selector := labels.SelectorFromSet(ManagedBy())
+	for what, l := range made {
+		if !selector.Matches(labels.Set(l)) {
+			t.Errorf("%s labelled %v, without %v", what, l, ManagedBy())
+		}
+	}
+}

@@ -182,6 +182,12 @@ func MemberLabels(c *etcdv1alpha1.EtcdCluster, member string) map[string]string 
 	return l
 }
 
+// ManagedBy is the label on every object the operator makes, and what the manager caches of
+// their kinds: nothing of the same kinds made by others (controllers.CacheOptions).
+func ManagedBy() map[string]string {
+	return map[string]string{LabelManagedBy: managerName}
+}
+
 // Selector selects the pods of a cluster.
 func Selector(c *etcdv1alpha1.EtcdCluster) map[string]string {
 	return map[string]string{LabelCluster: c.Name}

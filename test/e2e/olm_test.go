@@ -5,6 +5,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/blang/semver/v4"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -206,8 +209,98 @@ func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 	}
 	writes.verify(t)
 	checkLinearizable(t, clients)
+	// It runs its cluster (the scale-out above), and may do nothing outside its namespace.
+	expectRightsOnlyInItsNamespace(t, newCSV)
 
 	expectUpgradeableWhileBackupRuns(t, cluster, head)
+}
+
+// namespacedRights are what the operator does to namespaced objects: each must be allowed in
+// the namespace an OwnNamespace install serves, and nowhere else.
+var namespacedRights = []authorizationv1.ResourceAttributes{
+	{Verb: "get", Resource: "secrets"},
+	{Verb: "list", Resource: "secrets"},
+	{Verb: "create", Resource: "pods"},
+	{Verb: "list", Resource: "pods"},
+	{Verb: "delete", Resource: "persistentvolumeclaims"},
+	{Verb: "create", Resource: "services"},
+	{Verb: "create", Group: "batch", Resource: "jobs"},
+	{Verb: "create", Group: "policy", Resource: "poddisruptionbudgets"},
+	{Verb: "list", Group: etcdv1alpha1.GroupVersion.Group, Resource: "etcdclusters"},
+	{Verb: "update", Group: etcdv1alpha1.GroupVersion.Group, Resource: "etcdclusters/status"},
+}
+
+// clusterScopedRights are all an OwnNamespace install may hold on the whole cluster: its
+// metrics endpoint's token and access reviews.
+var clusterScopedRights = map[string]bool{"authentication.k8s.io/tokenreviews": true, "authorization.k8s.io/subjectaccessreviews": true}
+
+// expectRightsOnlyInItsNamespace: installed OwnNamespace, the operator's service account may act
+// on namespaced objects in its own namespace and in no other, as the API server answers
+// `kubectl auth can-i --as` (a SubjectAccessReview); and no ClusterRoleBinding gives it a
+// ClusterRole with rights on namespaced resources. Before, OLM made the CSV's clusterPermissions
+// (every rule of the manager) a ClusterRole bound cluster-wide, whatever the install mode.
+func expectRightsOnlyInItsNamespace(t *testing.T, csv *unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
+	namespace := csv.GetNamespace()
+	_, spec := csvDeployment(t, csv)
+	serviceAccount, _, _ := unstructured.NestedString(spec, "spec", "template", "spec", "serviceAccountName")
+	if serviceAccount == "" {
+		t.Fatalf("CSV %s names no service account for its Deployment", csv.GetName())
+	}
+	allowed := func(attrs authorizationv1.ResourceAttributes, in string) bool {
+		t.Helper()
+		attrs.Namespace = in
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + namespace + ":" + serviceAccount,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+			ResourceAttributes: &attrs,
+		}}
+		if err := k8sClient.Create(ctx, review); err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
+	const elsewhere = metav1.NamespaceDefault
+	for _, attrs := range namespacedRights {
+		right := attrs.Verb + " " + strings.TrimPrefix(attrs.Group+"/"+attrs.Resource, "/")
+		if !allowed(attrs, namespace) {
+			t.Errorf("the operator may not %s in its own namespace %s", right, namespace)
+		}
+		if allowed(attrs, elsewhere) {
+			t.Errorf("the operator installed for namespace %s may %s in namespace %s", namespace, right, elsewhere)
+		}
+	}
+
+	bindings := &rbacv1.ClusterRoleBindingList{}
+	if err := k8sClient.List(ctx, bindings); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bindings.Items {
+		if !slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == serviceAccount && s.Namespace == namespace
+		}) {
+			continue
+		}
+		role := &rbacv1.ClusterRole{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: b.RoleRef.Name}, role); err != nil {
+			t.Fatalf("ClusterRole %s of ClusterRoleBinding %s: %v", b.RoleRef.Name, b.Name, err)
+		}
+		for _, rule := range role.Rules {
+			for _, group := range rule.APIGroups {
+				for _, resource := range rule.Resources {
+					if !clusterScopedRights[group+"/"+resource] {
+						t.Errorf("ClusterRoleBinding %s gives the operator %v on %s/%s in every namespace (ClusterRole %s)",
+							b.Name, rule.Verbs, group, resource, role.Name)
+					}
+				}
+			}
+		}
+	}
+	if !t.Failed() {
+		t.Logf("service account %s: %d namespaced rights in %s, none in %s, cluster-wide only %v",
+			serviceAccount, len(namespacedRights), namespace, elsewhere, slices.Sorted(maps.Keys(clusterScopedRights)))
+	}
 }
 
 // expectUpgradeableWhileBackupRuns: the operator OLM runs tells OLM not to upgrade it while a

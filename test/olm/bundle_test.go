@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,6 +23,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -131,16 +135,18 @@ func TestCSVOwnsTheBundleCRDs(t *testing.T) {
 }
 
 // What the operator's service account may do under OLM is only what the CSV says, so the CSV must
-// grant exactly what config/rbac binds to that account: the manager role (from the RBAC markers),
-// the metrics auth role and the leader-election role. Stale CSV permissions would surface only
-// under OLM, as Forbidden errors.
+// grant exactly what config/manifests (the input of `make bundle`) binds to that account, split
+// as OLM reads it: rules bound by a ClusterRoleBinding are clusterPermissions, granted on the
+// whole cluster whatever the install mode; rules bound by a RoleBinding, whether of a Role or a
+// ClusterRole, are permissions, granted in the namespaces the OperatorGroup targets. Stale CSV
+// permissions would surface only under OLM, as Forbidden errors.
 func TestCSVPermissionsMatchConfigRBAC(t *testing.T) {
 	csv := loadBundle(t).CSV
 	serviceAccount := managerDeployment(t, csv).Spec.Template.Spec.ServiceAccountName
-	wantCluster, wantNamespaced, boundRoles := rbacBoundToManager(t)
-	for _, role := range []string{"manager-role", "leader-election-role"} {
+	wantCluster, wantNamespaced, boundRoles := rbacBoundToManager(t, serviceAccount)
+	for _, role := range []string{"etcd-operator-manager-role", "etcd-operator-leader-election-role", "etcd-operator-metrics-auth-role"} {
 		if !boundRoles.Has(role) {
-			t.Fatalf("config/rbac does not bind %s to the manager's service account", role)
+			t.Fatalf("config/manifests does not bind %s to the manager's service account %s", role, serviceAccount)
 		}
 	}
 
@@ -158,60 +164,79 @@ func TestCSVPermissionsMatchConfigRBAC(t *testing.T) {
 			continue
 		}
 		if got, want := ruleSet(t, c.got[0].Rules), ruleSet(t, c.want); !slices.Equal(got, want) {
-			t.Errorf("CSV %s differ from config/rbac: run `make bundle`\n got: %v\nwant: %v", c.field, got, want)
+			t.Errorf("CSV %s differ from config/manifests: run `make bundle`\n got: %v\nwant: %v", c.field, got, want)
 		}
 	}
 }
 
-// rbacBoundToManager reads config/rbac's resources and returns the rules of the ClusterRoles and
-// of the Roles bound to the manager's service account, and the names of those roles.
-func rbacBoundToManager(t *testing.T) (cluster, namespaced []rbacv1.PolicyRule, bound sets.Set[string]) {
-	t.Helper()
-	var kustomization struct {
-		Resources []string `json:"resources"`
-	}
-	data, err := os.ReadFile(repoPath("config", "rbac", "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sigsyaml.Unmarshal(data, &kustomization); err != nil {
-		t.Fatal(err)
-	}
+// clusterScopedRights are the only rights the operator needs on the whole cluster however it is
+// installed: its metrics endpoint checks its scrapers' tokens and access with the API server.
+var clusterScopedRights = sets.New("authentication.k8s.io/tokenreviews", "authorization.k8s.io/subjectaccessreviews")
 
-	var serviceAccount string
-	clusterRoles := map[string][]rbacv1.PolicyRule{}
-	roles := map[string][]rbacv1.PolicyRule{}
-	var bindings []rbacv1.RoleBinding // a ClusterRoleBinding decodes into the same fields
-	for _, file := range kustomization.Resources {
-		for _, obj := range decodeYAMLFile[map[string]any](t, repoPath("config", "rbac", file)) {
-			raw, err := json.Marshal(obj)
-			if err != nil {
-				t.Fatal(err)
+// Installed OwnNamespace or SingleNamespace, the operator gets rights on namespaced objects (pods,
+// Secrets, claims, its own kinds...) in the namespaces it serves only: OLM grants the CSV's
+// clusterPermissions on the whole cluster whatever the install mode, so they must hold nothing
+// but what is cluster-scoped by nature. Before, every rule of the manager was there, and an
+// operator installed for one namespace could read every Secret of the cluster.
+func TestClusterPermissionsHoldOnlyClusterScopedRights(t *testing.T) {
+	for _, p := range loadBundle(t).CSV.Spec.InstallStrategy.StrategySpec.ClusterPermissions {
+		for _, rule := range p.Rules {
+			if len(rule.NonResourceURLs) > 0 {
+				t.Errorf("clusterPermissions grant non-resource URLs %v", rule.NonResourceURLs)
 			}
-			switch obj["kind"] {
-			case "ServiceAccount":
-				serviceAccount = obj["metadata"].(map[string]any)["name"].(string)
-			case "ClusterRole", "Role":
-				var role rbacv1.ClusterRole
-				if err := json.Unmarshal(raw, &role); err != nil {
-					t.Fatalf("%s: %v", file, err)
+			for _, group := range rule.APIGroups {
+				for _, resource := range rule.Resources {
+					if right := group + "/" + resource; !clusterScopedRights.Has(right) {
+						t.Errorf("clusterPermissions grant %v on %s cluster-wide: put it in permissions (a RoleBinding in config/manifests)", rule.Verbs, right)
+					}
 				}
-				if obj["kind"] == "ClusterRole" {
-					clusterRoles[role.Name] = role.Rules
-				} else {
-					roles[role.Name] = role.Rules
-				}
-			case "ClusterRoleBinding", "RoleBinding":
-				var binding rbacv1.RoleBinding
-				if err := json.Unmarshal(raw, &binding); err != nil {
-					t.Fatalf("%s: %v", file, err)
-				}
-				bindings = append(bindings, binding)
 			}
 		}
 	}
-	if serviceAccount == "" {
-		t.Fatal("config/rbac has no ServiceAccount")
+}
+
+// rbacBoundToManager builds config/manifests as `make bundle` does and returns the rules bound to
+// the service account on the whole cluster (ClusterRoleBindings) and in its namespace
+// (RoleBindings), and the names of the roles bound.
+func rbacBoundToManager(t *testing.T, serviceAccount string) (cluster, namespaced []rbacv1.PolicyRule, bound sets.Set[string]) {
+	t.Helper()
+	kustomize := repoPath("bin", "kustomize")
+	if _, err := os.Stat(kustomize); err != nil {
+		t.Fatalf("bin/kustomize is missing: run through `make test`, which builds it")
+	}
+	out, err := exec.Command(kustomize, "build", repoPath("config", "manifests")).Output()
+	if err != nil {
+		t.Fatalf("kustomize build config/manifests: %v", err)
+	}
+	roles := map[string][]rbacv1.PolicyRule{} // by kind/name
+	var bindings []rbacv1.RoleBinding         // a ClusterRoleBinding decodes into the same fields
+	decoder := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		var obj map[string]any
+		if err := decoder.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch kind := obj["kind"].(string); kind {
+		case "ClusterRole", "Role":
+			var role rbacv1.ClusterRole
+			if err := json.Unmarshal(raw, &role); err != nil {
+				t.Fatal(err)
+			}
+			roles[kind+"/"+role.Name] = role.Rules
+		case "ClusterRoleBinding", "RoleBinding":
+			var binding rbacv1.RoleBinding
+			if err := json.Unmarshal(raw, &binding); err != nil {
+				t.Fatal(err)
+			}
+			bindings = append(bindings, binding)
+		}
 	}
 
 	bound = sets.New[string]()
@@ -221,12 +246,16 @@ func rbacBoundToManager(t *testing.T) (cluster, namespaced []rbacv1.PolicyRule, 
 		}) {
 			continue
 		}
+		rules, ok := roles[b.RoleRef.Kind+"/"+b.RoleRef.Name]
+		if !ok {
+			t.Fatalf("%s %s binds %s %s, which config/manifests does not have", b.Kind, b.Name, b.RoleRef.Kind, b.RoleRef.Name)
+		}
 		bound.Insert(b.RoleRef.Name)
 		switch {
 		case b.Kind == "ClusterRoleBinding" && b.RoleRef.Kind == "ClusterRole":
-			cluster = append(cluster, clusterRoles[b.RoleRef.Name]...)
-		case b.Kind == "RoleBinding" && b.RoleRef.Kind == "Role":
-			namespaced = append(namespaced, roles[b.RoleRef.Name]...)
+			cluster = append(cluster, rules...)
+		case b.Kind == "RoleBinding":
+			namespaced = append(namespaced, rules...)
 		default:
 			t.Fatalf("%s %s binds %s %s: OLM has no place for that pairing", b.Kind, b.Name, b.RoleRef.Kind, b.RoleRef.Name)
 		}
