@@ -137,7 +137,7 @@ func buildManager() (string, error) {
 	cmd := exec.Command("go", "build", "-o", binary, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
 	}
 	return binary, nil
 }

@@ -215,12 +215,14 @@ func TestRestoreWhoseJobNeverStartsFailsAndReleasesTheCluster(t *testing.T) {
 	staged := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
 	staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: rs.Name}, nil
 	created := metav1.NewTime(time.Now().Add(-agentStartDeadline - time.Minute))
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", CreationTimestamp: created}}
+	managed := map[string]string{resources.LabelManagedBy: "etcd-operator"}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", CreationTimestamp: created, Labels: managed}}
 	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns", CreationTimestamp: created, Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns", CreationTimestamp: created,
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
 			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "registry.test/agent: not found"}}}}},
 	}
