@@ -136,3 +136,4 @@ envtest-assets: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd ##
 -include hack/cluster.mk
 -include hack/olm.mk
 -include hack/olm-runtime.mk
+-include hack/failpoints.mk

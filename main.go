@@ -16,6 +16,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -105,6 +106,7 @@ func run(opts options) error {
 		// waiting out the lease.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions(opts.watchNamespaces),
+		Controller:                    controllerConfig(),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -142,6 +144,15 @@ func metricsOptions(opts options) metricsserver.Options {
 		m.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return m
+}
+
+// controllerConfig is what every controller shares. The failpoint build (make failpoint-image)
+// can let a panic in a reconcile end the process, as a crash at that point would: by default
+// controller-runtime recovers it, and the reconcile only fails.
+func controllerConfig() config.Controller {
+	// gofail: var crashOnPanic struct{}
+	// return config.Controller{RecoverPanic: new(bool)}
+	return config.Controller{}
 }
 
 // cacheOptions limits the informers to the watched namespaces; with none given the operator

@@ -90,6 +90,7 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := writeStatusNow(ctx, r.Client, rs, before, restoreStatus); err != nil {
 			return ctrl.Result{}, err
 		}
+		// gofail: var restoreOutcomeRecorded struct{}
 		return ctrl.Result{}, r.cleanUp(ctx, rs)
 	}
 
@@ -246,6 +247,7 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 		}
 		return fmt.Errorf("create EtcdCluster %s: %w", cluster.Name, err)
 	}
+	// gofail: var restoreTargetCreated struct{}
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its first member from %s", cluster.Name, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
@@ -290,6 +292,7 @@ func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha
 	if err := r.Patch(ctx, c, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("let EtcdCluster %s form: %w", c.Name, err)
 	}
+	// gofail: var restoreSeedReleased struct{}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
 		"member %s holds the snapshot at revision %d; the cluster forms from it and grows to %d members", seed, rs.Status.RestoredRevision, c.Spec.Size)
 	return ctrl.Result{}, nil
@@ -367,6 +370,7 @@ func (r *EtcdRestoreReconciler) startJob(ctx context.Context, rs *etcdv1alpha1.E
 	if err := r.Create(ctx, job); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("create restore Job: %w", err)
 	}
+	// gofail: var restoreJobCreated struct{}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "started Job %s to restore member %s of EtcdCluster %s", job.Name, seed, c.Name)
 	return nil
