@@ -299,7 +299,8 @@ func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha
 }
 
 // runSeedJob runs the Job that prepares seed's data and, once it has succeeded, records what
-// it restored. It returns done, or how soon to look again; a failed Job is a restoreFailure.
+// it restored. It returns done once that record was there when the reconcile began, or how
+// soon to look again; a failed Job is a restoreFailure.
 func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string, src snapshotSource) (time.Duration, bool, error) {
 	job := &batchv1.Job{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job)
@@ -332,11 +333,17 @@ func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1
 	if !found || report.Restore == nil {
 		return time.Second, false, nil // the pod's status has not reached the cache yet
 	}
-	if rs.Status.RestoredRevision == 0 {
+	recorded := rs.Status.RestoredRevision != 0
+	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
+	if !recorded {
+		// Recorded before the cluster may use the data: once it does (the cut-over, the
+		// cluster let form) nothing reads the Job's report again, and an operator stopped
+		// before this reconcile's status write would complete the restore at revision 0.
+		// The status write brings the restore back.
 		postEvent(r.Recorder, rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "member %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
 			seed, c.Name, report.Restore.URI, report.Restore.Revision, report.Restore.SHA256)
+		return time.Second, false, nil
 	}
-	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
 	return 0, true, nil
 }
 
