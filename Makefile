@@ -66,11 +66,11 @@ bench: $(ETCD_BIN)/etcd $(VERSITYGW) ## Benchmarks against real etcd and S3 serv
 	ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" go test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./internal/...
 
 .PHONY: test-all
-test-all: ## What CI runs: make test, then scorecard and the e2e suite (OLM install and upgrade included) on a freshly started local cluster, always torn down after.
+test-all: ## What CI runs: make test, then scorecard, the e2e suite (OLM install and upgrade included) and the failpoint walk on a freshly started local cluster, always torn down after.
 	$(MAKE) --no-print-directory test
 	$(MAKE) --no-print-directory cluster-down PURGE=1
 	status=0; { $(MAKE) --no-print-directory olm-catalog && $(MAKE) --no-print-directory olm-scorecard && \
-		E2E_OLM=1 $(MAKE) --no-print-directory test-e2e; } || status=$$?; \
+		E2E_OLM=1 $(MAKE) --no-print-directory test-e2e && $(MAKE) --no-print-directory test-failpoints; } || status=$$?; \
 		$(MAKE) --no-print-directory cluster-down PURGE=1; exit $$status
 
 ##@ Build
