@@ -85,11 +85,11 @@ bench: envtest-assets $(VERSITYGW) ## Benchmarks: backup throughput and memory a
 		go test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m . ./internal/...
 
 .PHONY: test-all
-test-all: ## What CI runs: make test, then scorecard and the e2e suite (OLM install and upgrade included) on a freshly started local cluster, always torn down after.
+test-all: ## What CI runs: make test, then scorecard, the e2e suite (OLM install and upgrade included) and the failpoint walk on a freshly started local cluster, always torn down after.
 	$(MAKE) --no-print-directory test
 	$(MAKE) --no-print-directory cluster-down PURGE=1
 	status=0; { $(MAKE) --no-print-directory olm-catalog && $(MAKE) --no-print-directory olm-scorecard && \
-		E2E_OLM=1 $(MAKE) --no-print-directory test-e2e; } || status=$$?; \
+		E2E_OLM=1 $(MAKE) --no-print-directory test-e2e && $(MAKE) --no-print-directory test-failpoints; } || status=$$?; \
 		$(MAKE) --no-print-directory cluster-down PURGE=1; exit $$status
 
 ##@ Build
@@ -175,3 +175,4 @@ envtest-min-assets: $(K8S_MIN_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)
 -include hack/cluster.mk
 -include hack/olm.mk
 -include hack/olm-runtime.mk
+-include hack/failpoints.mk

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -117,6 +118,7 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 		// waiting out the lease.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOptions,
+		Controller:                    controllerConfig(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
@@ -152,6 +154,15 @@ func metricsOptions(opts options) metricsserver.Options {
 		m.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	return m
+}
+
+// controllerConfig is what every controller shares. The failpoint build (make failpoint-image)
+// can let a panic in a reconcile end the process, as a crash at that point would: by default
+// controller-runtime recovers it, and the reconcile only fails.
+func controllerConfig() config.Controller {
+	// gofail: var crashOnPanic struct{}
+	// return config.Controller{RecoverPanic: new(bool)}
+	return config.Controller{}
 }
 
 // etcdRepository is the repository part of an image reference: what precedes the tag or digest.

@@ -90,11 +90,13 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 		if err := writeStatusNow(ctx, r.Client, b, before, backupStatus); err != nil {
 			return ctrl.Result{}, err
 		}
+		// gofail: var backupRunRecorded struct{}
 		b.DeepCopyInto(before)
 		for _, job := range finished {
 			if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("delete finished Job %s: %w", job.Name, err)
 			}
+			// gofail: var backupFinishedJobDeleted struct{}
 		}
 	}
 	if active := activeJob(jobs, finished); active != nil {
@@ -433,6 +435,7 @@ func (r *EtcdBackupReconciler) startRun(ctx context.Context, b *etcdv1alpha1.Etc
 	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create backup Job: %w", err)
 	}
+	// gofail: var backupJobCreated struct{}
 	b.Status.ActiveJob, b.Status.Phase = job.Name, etcdv1alpha1.BackupRunning
 	if b.Spec.Schedule != "" {
 		b.Status.LastScheduleTime = ptrTime(scheduledFor)

@@ -166,6 +166,7 @@ func (r *EtcdClusterReconciler) setRootPassword(ctx context.Context, c *etcdv1al
 	if err != nil {
 		return err
 	}
+	// gofail: var rootPasswordPendingRecorded struct{}
 	if err := obs.client.SetRootPassword(ctx, root.desired); err != nil {
 		return err
 	}

@@ -246,6 +246,7 @@ func (r *EtcdClusterReconciler) stopMembers(ctx context.Context, obs *observatio
 			if err := r.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("stop member %s: %w", name, err)
 			}
+			// gofail: var memberPodStopped struct{}
 		}
 	}
 	return nil
@@ -261,6 +262,7 @@ func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alph
 			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
 				return fmt.Errorf("delete pod %s: %w", name, err)
 			}
+			// gofail: var orphanPodDeleted struct{}
 		}
 		pvc, ok := obs.pvcs[name]
 		if !ok {
@@ -278,6 +280,7 @@ func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alph
 		if err := r.deleteObservedClaim(ctx, pvc); err != nil {
 			return err
 		}
+		// gofail: var orphanClaimDeleted struct{}
 	}
 	return nil
 }
@@ -365,7 +368,11 @@ func (r *EtcdClusterReconciler) upgradeMember(ctx context.Context, c *etcdv1alph
 	}
 	patch := client.StrategicMergeFrom(pod.DeepCopy())
 	pod.Spec.Containers[0].Image = resources.Image(c, r.DefaultRepository, c.Spec.Version)
-	return r.Patch(ctx, pod, patch)
+	if err := r.Patch(ctx, pod, patch); err != nil {
+		return err
+	}
+	// gofail: var memberUpgraded struct{}
+	return nil
 }
 
 // createMember creates the member's claim (when withPVC and storage is not ephemeral) and pod.
@@ -375,6 +382,11 @@ func (r *EtcdClusterReconciler) createMember(ctx context.Context, c *etcdv1alpha
 		if err := r.Create(ctx, pvc); client.IgnoreAlreadyExists(err) != nil {
 			return fmt.Errorf("create claim %s: %w", pvc.Name, err)
 		}
+		// gofail: var memberClaimCreated struct{}
 	}
-	return r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultRepository, r.PodEnv))
+	if err := r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultRepository, r.PodEnv)); err != nil {
+		return err
+	}
+	// gofail: var memberPodCreated struct{}
+	return nil
 }

@@ -66,6 +66,7 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 			return err
 		}
 		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CACreated", "IssueCertificate", "made the cluster's CA")
+		// gofail: var caCreated struct{}
 	}
 	names := resources.TLSSecrets(c)
 	// In a fixed order, so that events and a failure part-way read the same on every run.
@@ -94,6 +95,7 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 			return err
 		}
 		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CertificateIssued", "IssueCertificate", "issued the %s certificate (Secret %s)", kind, name)
+		// gofail: var certificateIssued struct{}
 	}
 	return nil
 }
@@ -184,6 +186,7 @@ func (r *EtcdClusterReconciler) writeSecret(ctx context.Context, c *etcdv1alpha1
 		if err := r.Update(ctx, existing); err != nil {
 			return fmt.Errorf("update Secret %s: %w", name, err)
 		}
+		// gofail: var certificateRenewed struct{}
 		return nil
 	}
 	secret.Type, secret.Data, secret.Labels = secretType, data, resources.ClusterLabels(c)

@@ -94,6 +94,7 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		if err := writeStatusNow(ctx, r.Client, rs, before, restoreStatus); err != nil {
 			return ctrl.Result{}, err
 		}
+		// gofail: var restoreOutcomeRecorded struct{}
 		return ctrl.Result{}, r.cleanUp(ctx, rs)
 	}
 
@@ -244,6 +245,7 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 		}
 		return fmt.Errorf("create EtcdCluster %s: %w", cluster.Name, err)
 	}
+	// gofail: var restoreTargetCreated struct{}
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its first member from %s", cluster.Name, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
@@ -288,13 +290,15 @@ func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha
 	if err := r.Patch(ctx, c, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("let EtcdCluster %s form: %w", c.Name, err)
 	}
+	// gofail: var restoreSeedReleased struct{}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
 		"member %s holds the snapshot at revision %d; the cluster forms from it and grows to %d members", seed, rs.Status.RestoredRevision, c.Spec.Size)
 	return ctrl.Result{}, nil
 }
 
 // runSeedJob runs the Job that prepares seed's data and, once it has succeeded, records what
-// it restored. It returns done, or how soon to look again; a failed Job is a restoreFailure.
+// it restored. It returns done once that record was there when the reconcile began, or how
+// soon to look again; a failed Job is a restoreFailure.
 func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string, src snapshotSource) (time.Duration, bool, error) {
 	job := &batchv1.Job{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job)
@@ -327,11 +331,17 @@ func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1
 	if !found || report.Restore == nil {
 		return time.Second, false, nil // the pod's status has not reached the cache yet
 	}
-	if rs.Status.RestoredRevision == 0 {
+	recorded := rs.Status.RestoredRevision != 0
+	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
+	if !recorded {
+		// Recorded before the cluster may use the data: once it does (the cut-over, the
+		// cluster let form) nothing reads the Job's report again, and an operator stopped
+		// before this reconcile's status write would complete the restore at revision 0.
+		// The status write brings the restore back.
 		postEvent(r.Recorder, rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "member %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
 			seed, c.Name, report.Restore.URI, report.Restore.Revision, report.Restore.SHA256)
+		return time.Second, false, nil
 	}
-	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
 	return 0, true, nil
 }
 
@@ -366,6 +376,7 @@ func (r *EtcdRestoreReconciler) startJob(ctx context.Context, rs *etcdv1alpha1.E
 	if err := r.Create(ctx, job); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("create restore Job: %w", err)
 	}
+	// gofail: var restoreJobCreated struct{}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "started Job %s to restore member %s of EtcdCluster %s", job.Name, seed, c.Name)
 	return nil

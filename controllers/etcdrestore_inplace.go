@@ -73,6 +73,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 	if err := r.ensureSeedClaim(ctx, c, seed, rs.Name); err != nil {
 		return ctrl.Result{}, err
 	}
+	// gofail: var restoreSeedClaimStaged struct{}
 	wait, done, err := r.runSeedJob(ctx, rs, c, seed, src)
 	if err != nil {
 		var failure *restoreFailure
@@ -131,6 +132,7 @@ func (r *EtcdRestoreReconciler) cutOver(ctx context.Context, rs *etcdv1alpha1.Et
 	if err := r.Patch(ctx, c, clusterPatch); err != nil {
 		return fmt.Errorf("start the cut-over of EtcdCluster %s: %w", c.Name, err)
 	}
+	// gofail: var restoreCutOverStarted struct{}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
 		"EtcdCluster %s is stopping its members to restart from member %s's restored data", c.Name, seed)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "CutOver", "Restore", "EtcdCluster %s stops its members %v and restarts from the snapshot", c.Name, rs.Status.Replaced.Members)
@@ -151,6 +153,7 @@ func (r *EtcdRestoreReconciler) giveClaim(ctx context.Context, c *etcdv1alpha1.E
 	if err := r.Patch(ctx, pvc, claimPatch); err != nil {
 		return fmt.Errorf("give claim %s to EtcdCluster %s: %w", pvc.Name, c.Name, err)
 	}
+	// gofail: var restoreClaimGiven struct{}
 	return nil
 }
 

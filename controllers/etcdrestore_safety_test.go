@@ -297,3 +297,55 @@ func TestRestoreWaitingLongForItsClusterStopsHoldingUpgrades(t *testing.T) {
 		})
 	}
 }
+
+// What the restore Job restored is in status before the cut-over: the reconcile that reads the
+// Job's report records it and stops there, and only the next one tells the cluster to restart
+// from the restored member. Before, both happened in one reconcile whose status was written
+// last, and an operator that stopped in between completed the restore at revision 0 (found by
+// the failpoint walk, at restoreCutOverStarted).
+func TestInPlaceRestoreRecordsTheRestoredRevisionBeforeTheCutOver(t *testing.T) {
+	rs := inPlaceRestore("recorded")
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
+		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
+	c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name})
+	c.Status.ClusterID = "old"
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	staged := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+	staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: rs.Name}, nil
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid"},
+		Status:     batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
+	}
+	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	report := `{"restore":{"uri":"pvc://backups/snap.db","sizeBytes":1,"sha256":"abc","revision":42}}`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
+	}
+	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	r, k8s := restoreReconciler(t, rs, c, staged, job, pod)
+	cutOver := func() bool {
+		live := &etcdv1alpha1.EtcdCluster{}
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), live); err != nil {
+			t.Fatal(err)
+		}
+		return live.Annotations[resources.AnnotationRestoreSeed] == seed
+	}
+
+	got := reconcileRestore(t, r, rs)
+	if got.Status.RestoredRevision != 42 || got.Status.SnapshotSHA256 != "abc" {
+		t.Fatalf("status %+v: want the Job's revision 42 and sha256 recorded", got.Status)
+	}
+	if cutOver() {
+		t.Fatal("the cluster was cut over in the reconcile that recorded the revision")
+	}
+	got = reconcileRestore(t, r, got)
+	if !cutOver() || got.Status.RestoredRevision != 42 {
+		t.Fatalf("after the record: cut over %t, status %+v; want the cut-over with revision 42 kept", cutOver(), got.Status)
+	}
+}

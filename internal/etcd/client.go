@@ -153,6 +153,7 @@ func (e *client) AddLearner(ctx context.Context, peerURL string) (Member, error)
 	if err != nil {
 		return Member{}, fmt.Errorf("add learner %s: %w", peerURL, err)
 	}
+	// gofail: var learnerAdded struct{}
 	return fromProto(resp.Member), nil
 }
 
@@ -171,6 +172,7 @@ func (e *client) PromoteLearner(ctx context.Context, id uint64) error {
 		}
 		return fmt.Errorf("promote learner %s: %w", FormatID(id), err)
 	}
+	// gofail: var learnerPromoted struct{}
 	return nil
 }
 
@@ -183,6 +185,7 @@ func (e *client) RemoveMember(ctx context.Context, id uint64) error {
 		}
 		return fmt.Errorf("remove member %s: %w", FormatID(id), err)
 	}
+	// gofail: var memberRemoved struct{}
 	return nil
 }
 
@@ -200,6 +203,7 @@ func (e *client) MoveLeader(ctx context.Context, leaderClientURL string, transfe
 	if _, err := m.MoveLeader(ctx, transferee); err != nil {
 		return fmt.Errorf("move leadership to %s: %w", FormatID(transferee), err)
 	}
+	// gofail: var leaderMoved struct{}
 	return nil
 }
 
@@ -263,6 +267,7 @@ func (e *client) SetRootPassword(ctx context.Context, password string) error {
 			return fmt.Errorf("change the root user's password: %w", err)
 		}
 	}
+	// gofail: var rootPasswordSet struct{}
 	return nil
 }
 
@@ -272,6 +277,7 @@ func (e *client) EnableAuth(ctx context.Context) error {
 	if _, err := e.c.AuthEnable(ctx); err != nil {
 		return fmt.Errorf("enable auth: %w", err)
 	}
+	// gofail: var authEnabled struct{}
 	return nil
 }
 
