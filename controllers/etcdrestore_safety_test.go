@@ -313,15 +313,17 @@ func TestInPlaceRestoreRecordsTheRestoredRevisionBeforeTheCutOver(t *testing.T) 
 	staged := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
 	staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: rs.Name}, nil
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid"},
-		Status:     batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
+		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid",
+			Labels: map[string]string{resources.LabelManagedBy: "etcd-operator"}},
+		Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
 	}
 	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
 		t.Fatal(err)
 	}
 	report := `{"restore":{"uri":"pvc://backups/snap.db","sizeBytes":1,"sha256":"abc","revision":42}}`
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
 		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
 	}

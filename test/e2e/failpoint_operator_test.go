@@ -335,7 +335,7 @@ func (o *failpointOperator) restart(ctx context.Context, old, crashedPod *corev1
 		}
 		pods, err := o.pods(ctx)
 		if err != nil || len(pods) != 1 || pods[0].Status.Phase != corev1.PodRunning || pods[0].Status.PodIP == "" {
-			return false, nil
+			return false, nil //nolint:nilerr // a failed list is retried like a pod not yet running
 		}
 		next = &pods[0]
 		return true, nil
@@ -430,7 +430,7 @@ func (o *failpointOperator) updateLease(ctx context.Context, holder string, seco
 		if apierrors.IsNotFound(err) {
 			lease.ObjectMeta = metav1.ObjectMeta{Namespace: operatorNamespace, Name: leaseName}
 		} else if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // retried until the poll's timeout
 		}
 		now := metav1.NewMicroTime(time.Now())
 		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = &holder, &seconds
@@ -502,8 +502,11 @@ func (o *failpointOperator) list(ctx context.Context, pod *corev1.Pod) (map[stri
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s %s (%v)", o.url(pod, ""), resp.Status, body, err)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %s: %w", o.url(pod, ""), resp.Status, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s %s", o.url(pod, ""), resp.Status, body)
 	}
 	out := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
