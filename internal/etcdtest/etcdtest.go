@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,18 +171,38 @@ func ClientURLs(servers []*Server) []string {
 	return urls
 }
 
-// FreeAddr reserves a loopback address for a server. Ports come from below the kernel's
-// ephemeral range (32768 and up), so the outgoing connections of the servers already running
-// cannot take a port between its reservation here and the server binding it.
+// FreeAddr reserves a loopback address for a server until the test ends. Ports come from
+// below the kernel's ephemeral range (32768 and up), so the outgoing connections of the servers
+// already running cannot take a port between its reservation here and the server binding it.
+//
+// Test packages run as parallel processes, and a port that is merely free when drawn may be
+// drawn by another process before this one's server binds it. So each port handed out is also
+// held by an exclusive lock on a file named after it, shared by every test process on the
+// machine; the kernel drops the lock when the test ends or its process dies.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	locks := filepath.Join(os.TempDir(), "etcdtest-ports")
+	if err := os.MkdirAll(locks, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	for range 1000 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
+		port := 20000 + rand.IntN(12000)
+		lock, err := os.OpenFile(filepath.Join(locks, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			lock.Close() // held by another test
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			lock.Close() // in use by something that is not a test
 			continue
 		}
 		l.Close()
+		t.Cleanup(func() { lock.Close() })
 		return addr
 	}
 	t.Fatal("no free loopback port")

@@ -246,8 +246,9 @@ func agentContainer(container corev1.Container) corev1.Container {
 	return container
 }
 
-// storageEnv passes the S3 credentials from the user's Secret, which never leaves their
-// namespace: the operator itself does not read it.
+// storageEnv passes the S3 credentials from the user's Secret by reference, so their values
+// never leave the Secret's namespace nor pass through the operator (which only checks that
+// the keys exist).
 func storageEnv(loc etcdv1alpha1.StorageLocation) []corev1.EnvVar {
 	if loc.S3 == nil {
 		return nil
