@@ -39,7 +39,7 @@ const watchNamespacesEnv = "WATCH_NAMESPACES"
 // <its repository>:v<spec.version> unless they set spec.repository.
 const relatedImageEtcdEnv = "RELATED_IMAGE_ETCD"
 
-// relatedImageOperatorEnv is the operator's own image, which its backup and restore Jobs run.
+// relatedImageOperatorEnv is the operator's own image, which its agent Jobs run.
 const relatedImageOperatorEnv = "RELATED_IMAGE_OPERATOR"
 
 // defaultEtcdRepository serves when RELATED_IMAGE_ETCD is unset: the etcd project's own images.
@@ -189,9 +189,9 @@ func splitNamespaces(list string) []string {
 	return out
 }
 
-// runAgent is the image's other job: `manager agent ...` runs in the backup and restore Jobs
-// the operator makes, with the user's volumes and credentials, and reports through its
-// termination message.
+// runAgent is the image's other job: `manager agent ...` runs in the backup, restore and
+// preserve-data Jobs the operator makes, with the user's volumes and credentials, and reports
+// through its termination message.
 func runAgent(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -202,8 +202,10 @@ func runAgent(args []string) int {
 		return agent.RunRestoreFetch(ctx)
 	case len(args) == 1 && args[0] == "restore-install":
 		return agent.RunRestoreInstall()
+	case len(args) == 1 && args[0] == "preserve-data":
+		return agent.RunPreserveData()
 	default:
-		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install")
+		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|preserve-data")
 		return 2
 	}
 }

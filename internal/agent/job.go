@@ -50,9 +50,11 @@ const (
 	ExitPermanent = 2
 )
 
-// JobConfig is everything a backup or restore Job needs that is not a secret.
+// JobConfig is everything an agent Job needs that is not a secret.
 type JobConfig struct {
 	Cluster string `json:"cluster"`
+	// Preserve-data: the member whose data directory is copied.
+	Member string `json:"member,omitempty"`
 	// Backup: the namespace, name and UID of the EtcdBackup, which its snapshots' keys carry
 	// so that its retention deletes its own snapshots and no other.
 	Namespace string `json:"namespace,omitempty"`
@@ -81,6 +83,7 @@ type JobConfig struct {
 type Report struct {
 	Backup    *BackupResult  `json:"backup,omitempty"`
 	Restore   *RestoreResult `json:"restore,omitempty"`
+	Preserved *PreservedData `json:"preserved,omitempty"`
 	Error     string         `json:"error,omitempty"`
 	Permanent bool           `json:"permanent,omitempty"`
 }
@@ -146,6 +149,30 @@ func RunRestoreInstall() int {
 		report.Error, report.Permanent = err.Error(), isPermanent(err)
 	}
 	return finish(report)
+}
+
+// RunPreserveData is `manager agent preserve-data`: copy the member's data directory, its claim
+// mounted read-only where the member's pod mounts it, into the recovery claim.
+func RunPreserveData() int {
+	report := Report{}
+	result, err := preserveFromEnvironment()
+	if err != nil {
+		report.Error, report.Permanent = err.Error(), isPermanent(err)
+	} else {
+		report.Preserved = &result
+	}
+	return finish(report)
+}
+
+func preserveFromEnvironment() (PreservedData, error) {
+	cfg, err := readJobConfig()
+	if err != nil {
+		return PreservedData{}, err
+	}
+	if cfg.Member == "" {
+		return PreservedData{}, permanentError{fmt.Errorf("%s names no member whose data to preserve", ConfigEnv)}
+	}
+	return PreserveData(cfg.Member, MemberDataDir, ClaimDir, time.Now)
 }
 
 func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {

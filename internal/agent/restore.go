@@ -103,8 +103,7 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 	return RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}, nil
 }
 
-// SnapshotRevision is the newest revision in an etcd snapshot file: the main revision of the
-// last key of its "key" bucket, where etcd's MVCC store keys every change by revision.
+// SnapshotRevision is the newest revision in an etcd snapshot file.
 func SnapshotRevision(file string) (int64, error) {
 	db, err := bolt.Open(file, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
 	if err != nil {
@@ -113,18 +112,25 @@ func SnapshotRevision(file string) (int64, error) {
 	defer db.Close()
 	var rev int64
 	err = db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte("key"))
-		if b == nil {
-			return errors.New("no key bucket")
-		}
-		k, _ := b.Cursor().Last()
-		if len(k) < 8 {
-			return nil // an empty keyspace
-		}
-		rev = int64(binary.BigEndian.Uint64(k[:8]))
-		return nil
+		var err error
+		rev, err = lastRevision(tx)
+		return err
 	})
 	return rev, err
+}
+
+// lastRevision is the main revision of the last key of the "key" bucket, where etcd's MVCC
+// store keys every change by revision; 0 for an empty keyspace.
+func lastRevision(tx *bolt.Tx) (int64, error) {
+	b := tx.Bucket([]byte("key"))
+	if b == nil {
+		return 0, errors.New("no key bucket")
+	}
+	k, _ := b.Cursor().Last()
+	if len(k) < 8 {
+		return 0, nil
+	}
+	return int64(binary.BigEndian.Uint64(k[:8])), nil
 }
 
 // Install moves the data directory etcdutl restored into the member's data directory and

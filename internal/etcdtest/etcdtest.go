@@ -131,6 +131,24 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
+// Terminate stops the process as the deletion of a pod does, with SIGTERM, and waits for it to
+// exit: etcd commits its backend on the way out, so its db holds all it applied.
+func (s *Server) Terminate(t testing.TB) {
+	t.Helper()
+	if s.cmd == nil {
+		return
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("stop etcd %s: %v", s.Name, err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("etcd %s still runs 30s after SIGTERM", s.Name)
+	}
+	s.cmd = nil
+}
+
 // WaitReady waits until s answers a linearizable read.
 func (s *Server) WaitReady(t testing.TB) {
 	t.Helper()

@@ -24,6 +24,8 @@ const (
 	LabelBackup = "etcd.database.dev/backup"
 	// LabelRestore names the EtcdRestore a Job runs for.
 	LabelRestore = "etcd.database.dev/restore"
+	// LabelQuorumRecovery names the cluster whose quorum-loss recovery a Job runs for.
+	LabelQuorumRecovery = "etcd.database.dev/quorum-recovery"
 	// AnnotationScheduledFor is the run time a backup Job was started for (RFC 3339).
 	AnnotationScheduledFor = "etcd.database.dev/scheduled-for"
 
@@ -188,8 +190,50 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 	}, nil
 }
 
-// agentPodLabels label an agent Job's pods with what they run for (kind is LabelBackup or
-// LabelRestore), and never with LabelCluster: the member Services and the disruption budget
+// PreserveDataContainer is the agent container of a preserve-data Job.
+const PreserveDataContainer = "preserve-data"
+
+// PreserveDataJobName is the Job copying member's data before a quorum-loss recovery.
+func PreserveDataJobName(member string) string { return jobName(member, "-preserve") }
+
+// PreserveDataJob copies the data directory of member, the survivor of a quorum lost for good,
+// into the cluster's quorum-recovery claim before the member is restarted with
+// --force-new-cluster. The member's claim is mounted read-only where its pod mounts it: the Job
+// can read the data, never change it. The member must be stopped first (etcd locks its db
+// while it runs; the agent waits for that lock, and fails while it is held).
+func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+	if c.Spec.Storage.Ephemeral {
+		return nil, fmt.Errorf("cluster %s keeps its data in emptyDir volumes: member %s has no claim to preserve", c.Name, member)
+	}
+	raw, err := json.Marshal(agent.JobConfig{Cluster: c.Name, Member: member})
+	if err != nil {
+		return nil, fmt.Errorf("agent configuration: %w", err)
+	}
+	env := append([]corev1.EnvVar{{Name: agent.ConfigEnv, Value: string(raw)}}, extraEnv...)
+	volumes := []corev1.Volume{
+		{Name: dataVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: PVCName(member), ReadOnly: true,
+		}}},
+		{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: QuorumRecoveryClaimName(c.Name),
+		}}},
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: dataVolume, MountPath: dataMount, ReadOnly: true},
+		{Name: "claim", MountPath: agent.ClaimDir},
+	}
+	podLabels := agentPodLabels(LabelQuorumRecovery, c.Name)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: PreserveDataJobName(member), Namespace: c.Namespace, Labels: agentJobLabels(podLabels, c)},
+		Spec: agentJobSpec(podLabels, corev1.Container{
+			Name: PreserveDataContainer, Image: agentImage, Args: []string{"agent", "preserve-data"},
+			Env: env, VolumeMounts: mounts,
+		}, volumes),
+	}, nil
+}
+
+// agentPodLabels label an agent Job's pods with what they run for (kind is LabelBackup,
+// LabelRestore or LabelQuorumRecovery), and never with LabelCluster: the member Services and the disruption budget
 // select by it, and an agent pod counted as a member would let a drain evict a real one.
 func agentPodLabels(kind, name string) map[string]string {
 	return map[string]string{LabelName: managerName + "-agent", LabelManagedBy: managerName, kind: name}

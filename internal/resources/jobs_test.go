@@ -2,11 +2,16 @@ package resources
 
 import (
 	"encoding/json"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -87,6 +92,17 @@ func TestAgentJobIsRestrictedAndFailsFastOnPermanentErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkAgentJob(t, job)
+	pod := job.Spec.Template.Spec
+	if pod.Volumes[0].PersistentVolumeClaim.ClaimName != "backups" || pod.Containers[0].VolumeMounts[0].MountPath != agent.ClaimDir {
+		t.Errorf("claim not mounted at %s: %+v", agent.ClaimDir, pod.Volumes)
+	}
+}
+
+// checkAgentJob checks what every agent Job must be: restricted, without API access, failed at
+// once by a permanent error, reporting through its termination message.
+func checkAgentJob(t *testing.T, job *batchv1.Job) {
+	t.Helper()
 	pod := job.Spec.Template.Spec
 	sc, psc := pod.Containers[0].SecurityContext, pod.SecurityContext
 	if !*psc.RunAsNonRoot || *psc.RunAsUser == 0 || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem ||
@@ -100,11 +116,107 @@ func TestAgentJobIsRestrictedAndFailsFastOnPermanentErrors(t *testing.T) {
 	if len(rules) != 1 || rules[0].Action != "FailJob" || rules[0].OnExitCodes.Values[0] != agent.ExitPermanent {
 		t.Errorf("a permanent failure must fail the Job at once: %+v", rules)
 	}
-	if pod.Volumes[0].PersistentVolumeClaim.ClaimName != "backups" || pod.Containers[0].VolumeMounts[0].MountPath != agent.ClaimDir {
-		t.Errorf("claim not mounted at %s: %+v", agent.ClaimDir, pod.Volumes)
-	}
 	if pod.Containers[0].TerminationMessagePolicy != corev1.TerminationMessageReadFile {
 		t.Errorf("the report is the termination message file")
+	}
+}
+
+// The preserve-data Job reads the survivor's claim where the member's pod mounts it, so the agent
+// finds etcd's data directory there, and cannot write to it: the data it keeps a copy of is the
+// data it must not harm. It writes only to the quorum-recovery claim.
+func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.T) {
+	c := testCluster()
+	job, err := PreserveDataJob(c, "prod-abcde", "registry/etcd-operator:v1", []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Name != "prod-abcde-preserve" || job.Name != PreserveDataJobName("prod-abcde") || job.Namespace != "db" ||
+		job.Labels[LabelCluster] != "prod" || job.Labels[LabelQuorumRecovery] != "prod" {
+		t.Errorf("job %s/%s labels %v", job.Namespace, job.Name, job.Labels)
+	}
+	if l := job.Spec.Template.Labels; l[LabelQuorumRecovery] != "prod" || l[LabelCluster] != "" {
+		t.Errorf("pod labels %v: want %s, never %s", l, LabelQuorumRecovery, LabelCluster)
+	}
+	checkAgentJob(t, job)
+	pod := job.Spec.Template.Spec
+	ctr := pod.Containers[0]
+	if len(pod.Containers) != 1 || len(pod.InitContainers) != 0 || ctr.Name != PreserveDataContainer ||
+		ctr.Image != "registry/etcd-operator:v1" || !slices.Equal(ctr.Args, []string{"agent", "preserve-data"}) {
+		t.Errorf("containers %+v", pod.Containers)
+	}
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e.Value
+	}
+	var cfg agent.JobConfig
+	if err := json.Unmarshal([]byte(env[agent.ConfigEnv]), &cfg); err != nil || cfg.Cluster != "prod" || cfg.Member != "prod-abcde" {
+		t.Errorf("agent configuration %+v, %v", cfg, err)
+	}
+	if env["HTTPS_PROXY"] != "http://proxy" {
+		t.Errorf("proxy settings not passed on: %v", ctr.Env)
+	}
+
+	claims := map[string]*corev1.PersistentVolumeClaimVolumeSource{}
+	for _, v := range pod.Volumes {
+		claims[v.Name] = v.PersistentVolumeClaim
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range ctr.VolumeMounts {
+		mounts[m.MountPath] = m
+	}
+	member, recovery := mounts[agent.MemberDataMount], mounts[agent.ClaimDir]
+	if claim := claims[member.Name]; claim == nil || claim.ClaimName != PVCName("prod-abcde") || !claim.ReadOnly || !member.ReadOnly {
+		t.Errorf("the member's claim must be mounted read-only at %s: mount %+v, volume %+v", agent.MemberDataMount, member, claim)
+	}
+	if claim := claims[recovery.Name]; claim == nil || claim.ClaimName != QuorumRecoveryClaimName("prod") || claim.ReadOnly || recovery.ReadOnly {
+		t.Errorf("the recovery claim must be mounted writable at %s: mount %+v, volume %+v", agent.ClaimDir, recovery, claim)
+	}
+	if len(pod.Volumes) != 2 || len(ctr.VolumeMounts) != 2 {
+		t.Errorf("volumes %+v mounted %+v: want the two claims only", pod.Volumes, ctr.VolumeMounts)
+	}
+	// The agent reads agent.MemberDataDir: the data directory etcd runs with, on that claim.
+	etcdPod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, "etcd", nil).Spec
+	etcdMount := etcdPod.Containers[0].VolumeMounts[0]
+	if etcdPod.Volumes[0].PersistentVolumeClaim.ClaimName != PVCName("prod-abcde") || etcdMount.MountPath != agent.MemberDataMount ||
+		!slices.Contains(etcdPod.Containers[0].Args, "--data-dir="+agent.MemberDataDir) {
+		t.Errorf("etcd runs from %v at %s (%v), not where the agent reads", etcdPod.Volumes[0], etcdMount.MountPath, etcdPod.Containers[0].Args)
+	}
+
+	c.Spec.Storage.Ephemeral = true
+	if job, err := PreserveDataJob(c, "prod-abcde", "img", nil); err == nil {
+		t.Errorf("a cluster on emptyDir volumes has no member claim to copy, yet got Job %+v", job.Spec.Template.Spec.Volumes)
+	}
+}
+
+// The recovery claim fits the survivor's data (as large as a member's claim), is kept or deleted
+// with the cluster as the members' claims are, and is never taken for a member's.
+func TestQuorumRecoveryClaimIsSizedAndKeptLikeAMemberClaimButIsNone(t *testing.T) {
+	c := testCluster()
+	size, class := resource.MustParse("10Gi"), "fast"
+	c.Spec.Storage.Size, c.Spec.Storage.StorageClassName = &size, &class
+	pvc := QuorumRecoveryClaim(c)
+	if pvc.Name != "prod-quorum-recovery" || pvc.Name != QuorumRecoveryClaimName("prod") || pvc.Namespace != "db" {
+		t.Errorf("claim %s/%s", pvc.Namespace, pvc.Name)
+	}
+	wantLabels := map[string]string{LabelCluster: "prod", LabelManagedBy: "etcd-operator", LabelName: "etcd-operator-quorum-recovery"}
+	if !maps.Equal(pvc.Labels, wantLabels) {
+		t.Errorf("labels %v, want %v (and never %s)", pvc.Labels, wantLabels, LabelMember)
+	}
+	if !slices.Equal(pvc.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) ||
+		pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "fast" ||
+		!pvc.Spec.Resources.Requests.Storage().Equal(size) {
+		t.Errorf("spec %+v", pvc.Spec)
+	}
+	member := MemberPVC(c, MemberSpec{Name: "prod-abcde"})
+	for _, policy := range []etcdv1alpha1.PVCRetentionPolicyType{etcdv1alpha1.RetainPVC, etcdv1alpha1.DeletePVC} {
+		c.Spec.Storage.RetentionPolicy.WhenDeleted = policy
+		got, want := QuorumRecoveryClaim(c).OwnerReferences, MemberPVC(c, MemberSpec{Name: "prod-abcde"}).OwnerReferences
+		if !reflect.DeepEqual(got, want) || (len(got) == 1) != (policy == etcdv1alpha1.DeletePVC) {
+			t.Errorf("whenDeleted %s: owners %+v, a member claim's %+v", policy, got, want)
+		}
+	}
+	if !pvc.Spec.Resources.Requests.Storage().Equal(*member.Spec.Resources.Requests.Storage()) {
+		t.Errorf("recovery claim %v, member claim %v", pvc.Spec.Resources.Requests, member.Spec.Resources.Requests)
 	}
 }
 
@@ -133,6 +245,10 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	preserve, err := PreserveDataJob(c, "prod-abcde", "img", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pdb, err := metav1.LabelSelectorAsSelector(PodDisruptionBudget(c, 3).Spec.Selector)
 	if err != nil {
 		t.Fatal(err)
@@ -147,14 +263,16 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 		if !sel.Matches(labels.Set(member.Labels)) {
 			t.Errorf("the %s does not select member pod labels %v", what, member.Labels)
 		}
-		for job, tmpl := range map[string]map[string]string{"backup": backup.Spec.Template.Labels, "restore": restore.Spec.Template.Labels} {
+		for job, tmpl := range map[string]map[string]string{
+			"backup": backup.Spec.Template.Labels, "restore": restore.Spec.Template.Labels, "preserve-data": preserve.Spec.Template.Labels,
+		} {
 			if sel.Matches(labels.Set(tmpl)) {
 				t.Errorf("the %s selects the %s Job's pods (labels %v)", what, job, tmpl)
 			}
 		}
 	}
-	if backup.Labels[LabelCluster] != "prod" || restore.Labels[LabelCluster] != "prod" {
-		t.Errorf("the Jobs themselves still say which cluster they serve: %v, %v", backup.Labels, restore.Labels)
+	if backup.Labels[LabelCluster] != "prod" || restore.Labels[LabelCluster] != "prod" || preserve.Labels[LabelCluster] != "prod" {
+		t.Errorf("the Jobs themselves still say which cluster they serve: %v, %v, %v", backup.Labels, restore.Labels, preserve.Labels)
 	}
 }
 
@@ -173,6 +291,10 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	preserve, err := PreserveDataJob(c, "prod-abcde", "img", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	member := MemberSpec{Name: "prod-abcde", Version: "3.6.16"}
 	made := map[string]map[string]string{
 		"member pod":          MemberPod(c, member, "etcd", nil).Labels,
@@ -185,6 +307,9 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 		"backup Job's pods":   backup.Spec.Template.Labels,
 		"restore Job":         restore.Labels,
 		"restore Job's pods":  restore.Spec.Template.Labels,
+		"preserve-data Job":   preserve.Labels,
+		"its pods":            preserve.Spec.Template.Labels,
+		"recovery claim":      QuorumRecoveryClaim(c).Labels,
 		"certificate Secrets": ClusterLabels(c),
 	}
 	selector := labels.SelectorFromSet(ManagedBy())

@@ -62,6 +62,10 @@ func ClientServiceName(cluster string) string { return cluster + "-client" }
 // PVCName is the claim holding a member's data.
 func PVCName(member string) string { return "data-" + member }
 
+// QuorumRecoveryClaimName is the claim that keeps a copy of the data of the survivor of a quorum
+// lost for good, made before the survivor is restarted with --force-new-cluster.
+func QuorumRecoveryClaimName(cluster string) string { return cluster + "-quorum-recovery" }
+
 // NewMemberName makes a fresh member name. Names are random rather than ordinal, so that a
 // replaced member never reuses an identity and nothing ever sorts members by name.
 func NewMemberName(cluster string) string {

@@ -364,7 +364,31 @@ func MemberPVC(c *etcdv1alpha1.EtcdCluster, m MemberSpec) *corev1.PersistentVolu
 	}
 }
 
-// ClaimOwners are the owner references of a member's claim: the cluster, as controller, only
+// QuorumRecoveryClaim holds the copy of the survivor's data a quorum-loss recovery keeps: as
+// large as a member's claim, which that data fits, and kept or deleted with the cluster as the
+// members' claims are. It never carries LabelMember: it is no member's.
+func QuorumRecoveryClaim(c *etcdv1alpha1.EtcdCluster) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      QuorumRecoveryClaimName(c.Name),
+			Namespace: c.Namespace,
+			Labels: map[string]string{
+				LabelCluster:   c.Name,
+				LabelManagedBy: managerName,
+				LabelName:      managerName + "-quorum-recovery",
+			},
+			OwnerReferences: ClaimOwners(c),
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: c.Spec.Storage.StorageClassName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: MemberStorageSize(c)}},
+		},
+	}
+}
+
+// ClaimOwners are the owner references of a member's claim, and of the quorum-recovery claim:
+// the cluster, as controller, only
 // when spec.storage.retentionPolicy.whenDeleted is Delete, so that by default a cluster deleted
 // by mistake leaves its data behind.
 func ClaimOwners(c *etcdv1alpha1.EtcdCluster) []metav1.OwnerReference {
