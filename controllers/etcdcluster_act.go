@@ -60,6 +60,12 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.resetBootstrapMembers(ctx, obs, step.Members)
 	case membership.RecordPodSpec:
 		err = r.recordPodSpec(ctx, c, obs, step.Members)
+	case membership.BeginRecovery:
+		// Nothing changes: report records the recovery, which makes the choice of member stick.
+	case membership.PreserveData:
+		err = r.preserveData(ctx, c, obs, step.Member)
+	case membership.ForceNewCluster:
+		err = r.forceNewCluster(ctx, c, obs, step.Member)
 	case membership.ExpandClaims:
 		err = r.expandClaims(ctx, c, obs, step.Members)
 	case membership.UpgradeMember:

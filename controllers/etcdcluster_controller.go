@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -49,6 +50,9 @@ type EtcdClusterReconciler struct {
 	DefaultRepository string
 	// PodEnv is added to every etcd container (OLM's proxy settings).
 	PodEnv []corev1.EnvVar
+	// AgentImage is the operator's own image, which copies a member's data before a quorum
+	// recovery rewrites it.
+	AgentImage string
 }
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters,verbs=get;list;watch;create;update;patch
@@ -59,6 +63,7 @@ type EtcdClusterReconciler struct {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile observes one EtcdCluster, takes the one next safe step, and reports what it saw.
@@ -123,6 +128,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	report(cluster, obs, step, actErr, r.now())
 	r.announceDegraded(cluster, before)
+	r.announceQuorumRecovered(cluster, before)
 	if actErr != nil {
 		return result, actErr
 	}
@@ -239,6 +245,7 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&batchv1.Job{}).
 		// Claims are owned only when the retention policy deletes them, so they are matched
 		// by label instead.
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabelledObject)).

@@ -46,6 +46,9 @@ type observation struct {
 	rootPassword string
 	authKnown    bool
 	authEnabled  bool
+
+	// recovery is what a recovery from a quorum lost for good needs; see etcdcluster_quorum.go.
+	recovery quorumRecoveryObservation
 }
 
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster, a *access) (*observation, error) {
@@ -79,6 +82,9 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.Etc
 	obs.diagnosePods()
 	obs.defragmenting = r.defrags.member(client.ObjectKeyFromObject(c).String())
 	r.observeEtcd(ctx, c, obs)
+	if err := r.observeQuorumRecovery(ctx, c, obs); err != nil {
+		return nil, err
+	}
 	return obs, nil
 }
 
@@ -310,6 +316,9 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		}
 		m.IsLeader = em.ID == obs.leaderID
 	}
+	for name, index := range obs.recovery.raftIndexes {
+		get(name).RaftIndex = index
+	}
 	specHash := resources.MemberPodSpecHash(c)
 	for name, pod := range obs.pods {
 		m := get(name)
@@ -357,6 +366,8 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		Defrag:               defragPolicy(c),
 		NoSpaceAlarm:         obs.hasAlarm("NOSPACE"),
 		QuotaBytes:           obs.quotaBytes(),
+		LastVoters:           lastVoters(c),
+		Recovery:             recoveryPolicy(c, now),
 	}
 }
 

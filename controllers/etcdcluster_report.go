@@ -61,6 +61,7 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 	}
 	setConditions(c, obs, voters, step, actErr)
 	s.Operation = operation(s.Operation, step, now)
+	recordQuorumRecovery(c, obs, step, now)
 }
 
 // operation reports the change under way, keeping its start time while its type stays.
@@ -138,9 +139,9 @@ func reportedMembers(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alph
 func setConditions(c *etcdv1alpha1.EtcdCluster, obs *observation, voters int, step membership.Step, actErr error) {
 	quorate := obs.reachable && int(c.Status.ReadyMembers) >= membership.Quorum(voters)
 	notRunning := membersNotRunning(obs)
-	setAvailable(c, quorate, voters, readyMemberPods(obs))
+	setAvailable(c, quorate, voters, readyMemberPods(obs), quorumNote(step))
 	setProgressing(c, step, actErr)
-	setDegraded(c, quorate, notRunning)
+	setDegraded(c, quorate, notRunning, quorumNote(step))
 }
 
 func setCondition(c *etcdv1alpha1.EtcdCluster, condType string, status metav1.ConditionStatus, reason, message string) {
@@ -151,7 +152,7 @@ func setCondition(c *etcdv1alpha1.EtcdCluster, condType string, status metav1.Co
 
 // setAvailable: clients are served only when a quorum of voters is healthy in etcd and as many
 // member pods are Ready, since the client Service sends clients to Ready pods alone.
-func setAvailable(c *etcdv1alpha1.EtcdCluster, quorate bool, voters, readyPods int) {
+func setAvailable(c *etcdv1alpha1.EtcdCluster, quorate bool, voters, readyPods int, quorumNote string) {
 	s := &c.Status
 	switch {
 	case quorate && readyPods >= membership.Quorum(voters):
@@ -164,7 +165,7 @@ func setAvailable(c *etcdv1alpha1.EtcdCluster, quorate bool, voters, readyPods i
 		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonBootstrapping, "the cluster has not formed yet")
 	default:
 		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonQuorumLost,
-			fmt.Sprintf("fewer than a quorum of %d voting members answer; the operator takes no destructive action%s", voters, recoveryNote(c)))
+			fmt.Sprintf("fewer than a quorum of %d voting members answer: %s", voters, quorumNote))
 	}
 }
 
@@ -184,13 +185,13 @@ func setProgressing(c *etcdv1alpha1.EtcdCluster, step membership.Step, actErr er
 
 // setDegraded names what needs attention, the worst first. It is False only when every member
 // the spec asks for runs and etcd reports each healthy.
-func setDegraded(c *etcdv1alpha1.EtcdCluster, quorate bool, notRunning []string) {
+func setDegraded(c *etcdv1alpha1.EtcdCluster, quorate bool, notRunning []string, quorumNote string) {
 	s := &c.Status
 	unhealthy := unhealthyMembers(s.Members)
 	alarms := alarmsOf(s.Members)
 	switch {
 	case s.ClusterID != "" && !quorate:
-		message := "quorum is lost: see docs/concepts.md for recovery"
+		message := "quorum is lost: " + quorumNote
 		if len(notRunning) > 0 {
 			message += "; members not running: " + strings.Join(notRunning, "; ")
 		}
@@ -252,12 +253,13 @@ func alarmsOf(members []etcdv1alpha1.MemberStatus) []string {
 	return out
 }
 
-// recoveryNote is honest about the opt-in this version cannot carry out yet.
-func recoveryNote(c *etcdv1alpha1.EtcdCluster) string {
-	if c.Spec.QuorumLossRecovery.Policy == etcdv1alpha1.QuorumLossRecoveryForceNewCluster {
-		return " (quorumLossRecovery.policy ForceNewCluster is not implemented in this version: recover by hand, see docs/concepts.md)"
+// quorumNote is what the decision says of a lost quorum: what it waits for, what it does, or
+// the one command that lets it recover (docs/concepts.md explains the policies).
+func quorumNote(step membership.Step) string {
+	if step.Operation == membership.OpQuorumLost || step.Operation == membership.OpRecoveringQuorum {
+		return step.Reason + membersSuffix(step)
 	}
-	return ""
+	return "the operator takes no destructive action; see docs/concepts.md for recovery"
 }
 
 func reasonOf(step membership.Step) string {

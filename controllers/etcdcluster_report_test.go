@@ -23,23 +23,29 @@ func TestLowestVersionComparesNumbers(t *testing.T) {
 	}
 }
 
-func TestConditionsTellQuorumLossAndTheUnimplementedRecovery(t *testing.T) {
+func TestConditionsTellQuorumLossAndWhatTheDecisionSaysOfIt(t *testing.T) {
 	c := &etcdv1alpha1.EtcdCluster{}
 	c.Status.ClusterID = "abc"
 	c.Status.Members = []etcdv1alpha1.MemberStatus{{Name: "a"}, {Name: "b"}, {Name: "c", Healthy: true}}
 	c.Status.ReadyMembers = 1
-	c.Spec.QuorumLossRecovery.Policy = etcdv1alpha1.QuorumLossRecoveryForceNewCluster
-	setConditions(c, &observation{}, 3, membership.Step{Action: membership.Wait, Operation: membership.OpQuorumLost}, nil)
+	manual := "quorum is lost for good (members a, b lost their data); member c has the most recent data. To recover from it, annotate"
+	setConditions(c, &observation{}, 3, membership.Step{Action: membership.Wait, Member: "c", Operation: membership.OpQuorumLost, Reason: manual}, nil)
 
 	available := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable)
-	if available.Status != "False" || available.Reason != etcdv1alpha1.ReasonQuorumLost || !strings.Contains(available.Message, "ForceNewCluster is not implemented") {
+	if available.Status != "False" || available.Reason != etcdv1alpha1.ReasonQuorumLost || !strings.Contains(available.Message, manual) {
 		t.Errorf("Available = %+v", available)
 	}
-	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d.Status != "True" || d.Reason != etcdv1alpha1.ReasonQuorumLost {
-		t.Errorf("Degraded = %+v", d)
+	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d.Status != "True" || d.Reason != etcdv1alpha1.ReasonQuorumLost || !strings.Contains(d.Message, manual) {
+		t.Errorf("Degraded = %+v: its event must name the survivor and the command", d)
 	}
 	if p := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing); p.Status != "False" {
 		t.Errorf("Progressing = %+v: waiting for members to come back is not progress", p)
+	}
+
+	recovering := membership.Step{Action: membership.PreserveData, Member: "c", Operation: membership.OpRecoveringQuorum, Reason: "stopping member c and keeping a copy"}
+	setConditions(c, &observation{}, 3, recovering, nil)
+	if p := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing); p.Status != "True" || p.Reason != etcdv1alpha1.ReasonRecoveringQuorum {
+		t.Errorf("Progressing = %+v: a recovery is under way", p)
 	}
 }
 

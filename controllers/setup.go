@@ -38,6 +38,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			Etcd:              etcd.NewCache(),
 			DefaultRepository: opts.DefaultEtcdRepository,
 			PodEnv:            opts.PodEnv,
+			AgentImage:        opts.AgentImage,
 		},
 		&EtcdBackupReconciler{
 			Client:     mgr.GetClient(),

@@ -130,13 +130,16 @@ olm-catalog: olm-up cluster-operator-image release-images $(OLM_RUNTIME_RUN_BUND
 	$(OLM_RUNTIME_KUBECTL) -n olm delete pods -l olm.catalogSource=$(OLM_RUNTIME_CATALOG_SOURCE) --ignore-not-found
 	sed -e 's|image: .*|image: $(CATALOG_IMG)|' -e 's|name: etcd-operator-catalog|name: $(OLM_RUNTIME_CATALOG_SOURCE)|' \
 		$(OLM_RUNTIME_MANIFESTS)/catalog/catalogsource.yaml | $(OLM_RUNTIME_KUBECTL) apply --server-side --force-conflicts -f -
+	# OLM may run a second registry pod while it replaces the first: ready is every pod's
+	# containers' readiness ("true true" then), and each must be.
 	for i in $$(seq 150); do \
 		ready=$$($(OLM_RUNTIME_KUBECTL) -n olm get pods -l olm.catalogSource=$(OLM_RUNTIME_CATALOG_SOURCE) -o jsonpath='{.items[*].status.containerStatuses[*].ready}'); \
 		state=$$($(OLM_RUNTIME_KUBECTL) -n olm get catalogsource $(OLM_RUNTIME_CATALOG_SOURCE) -o jsonpath='{.status.connectionState.lastObservedState}'); \
-		[ "$$ready" = true ] && [ "$$state" = READY ] && break; sleep 2; \
+		case "$$ready" in ""|*false*) ready=no ;; *) ready=yes ;; esac; \
+		[ "$$ready" = yes ] && [ "$$state" = READY ] && break; sleep 2; \
 	done; \
 	$(OLM_RUNTIME_KUBECTL) -n olm get catalogsource $(OLM_RUNTIME_CATALOG_SOURCE); \
-	[ "$$ready" = true ] && [ "$$state" = READY ] || \
+	[ "$$ready" = yes ] && [ "$$state" = READY ] || \
 		{ echo "CatalogSource $(OLM_RUNTIME_CATALOG_SOURCE) is not READY: $$state (registry pod ready: $$ready)" >&2; exit 1; }
 
 # The APIService goes first: left behind without its packageserver, it makes API discovery fail

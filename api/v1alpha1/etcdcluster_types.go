@@ -492,6 +492,57 @@ type OperationStatus struct {
 	StartTime metav1.Time `json:"startTime"`
 }
 
+// QuorumRecoveryStatus records a recovery from a quorum lost for good.
+type QuorumRecoveryStatus struct {
+	// Member is the surviving member the cluster is recovered from: the one whose log reached
+	// furthest, or the one the user named.
+	Member string `json:"member"`
+	// LostMembers are the voting members whose data was gone when the recovery began.
+	// +optional
+	LostMembers []string `json:"lostMembers,omitempty"`
+	// Trigger is what allowed the recovery: the policy ForceNewCluster, or the user's
+	// recover-from annotation.
+	Trigger string `json:"trigger"`
+	// StartTime is when the recovery began.
+	StartTime metav1.Time `json:"startTime"`
+	// PreservedData is the copy of the member's data directory kept before it was rewritten.
+	// +optional
+	PreservedData *PreservedDataStatus `json:"preservedData,omitempty"`
+	// ForcedTime is when the member was restarted alone with --force-new-cluster.
+	// +optional
+	ForcedTime *metav1.Time `json:"forcedTime,omitempty"`
+	// ServedTime is when the forced member first served as a cluster of one: from then on the
+	// other members are added back as in a scale-up.
+	// +optional
+	ServedTime *metav1.Time `json:"servedTime,omitempty"`
+	// CompletionTime is when the cluster was available again at its spec size.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// PreservedDataStatus says where a copy of a member's data directory is kept.
+type PreservedDataStatus struct {
+	// ClaimName is the PersistentVolumeClaim holding the copy.
+	ClaimName string `json:"claimName"`
+	// Path is the copy's directory inside the claim.
+	Path string `json:"path"`
+	// SizeBytes copied.
+	// +optional
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// DBSHA256 is the sha256 of the copied database file (member/snap/db).
+	// +optional
+	DBSHA256 string `json:"dbSHA256,omitempty"`
+	// RaftIndex is the raft index the copied database had applied.
+	// +optional
+	RaftIndex int64 `json:"raftIndex,omitempty"`
+	// Revision is the highest key revision in the copied database: the data the recovered
+	// cluster starts from.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// Time the copy completed.
+	Time metav1.Time `json:"time"`
+}
+
 // EtcdClusterStatus is what the operator last observed. Every field is observed, never
 // assumed.
 type EtcdClusterStatus struct {
@@ -545,6 +596,12 @@ type EtcdClusterStatus struct {
 	// Certificates in use, with their expiry.
 	// +optional
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
+
+	// QuorumRecovery is the last recovery from a quorum lost for good: the member it was made
+	// from, where a copy of that member's data was kept before anything was rewritten, and how
+	// far it went. It stays after the recovery completes, as its record.
+	// +optional
+	QuorumRecovery *QuorumRecoveryStatus `json:"quorumRecovery,omitempty"`
 
 	// Operation is the change under way, if any (a report, not a latch).
 	// +optional

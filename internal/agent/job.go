@@ -55,6 +55,9 @@ type JobConfig struct {
 	Cluster string `json:"cluster"`
 	// Preserve-data: the member whose data directory is copied.
 	Member string `json:"member,omitempty"`
+	// Recovery names the directory of the recovery's copies in the recovery claim (its start
+	// time); empty, the copy is made at the claim's root.
+	Recovery string `json:"recovery,omitempty"`
 	// Backup: the namespace, name and UID of the EtcdBackup, which its snapshots' keys carry
 	// so that its retention deletes its own snapshots and no other.
 	Namespace string `json:"namespace,omitempty"`
@@ -172,7 +175,21 @@ func preserveFromEnvironment() (PreservedData, error) {
 	if cfg.Member == "" {
 		return PreservedData{}, permanentError{fmt.Errorf("%s names no member whose data to preserve", ConfigEnv)}
 	}
-	return PreserveData(cfg.Member, MemberDataDir, ClaimDir, time.Now)
+	if cfg.Recovery == "" {
+		return PreserveData(cfg.Member, MemberDataDir, ClaimDir, time.Now)
+	}
+	// Each recovery copies into a directory of its own: a member that survives a second loss
+	// is copied again, not answered with the first copy.
+	if cfg.Recovery != filepath.Base(cfg.Recovery) || cfg.Recovery == "." || cfg.Recovery == ".." {
+		return PreservedData{}, permanentError{fmt.Errorf("recovery %q cannot name a directory", cfg.Recovery)}
+	}
+	root := filepath.Join(ClaimDir, cfg.Recovery)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return PreservedData{}, err
+	}
+	result, err := PreserveData(cfg.Member, MemberDataDir, root, time.Now)
+	result.Path = path.Join(cfg.Recovery, result.Path)
+	return result, err
 }
 
 func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {

@@ -11,8 +11,10 @@
 //     no error, the member has applied the log to within MaxLagEntries of the leader, and its
 //     pod is ready (clients reach it);
 //   - quorum lost for good (a majority of the last voters' data is gone) is recovered only by
-//     the policy's or the user's leave, from the surviving member with the most recent log,
-//     only once a copy of its data is kept, and never while another member runs forced;
+//     the policy's leave (and after spec.quorumLossRecovery.after) or the user's, from the
+//     surviving member with the most recent log or the one the user named; a recovery, once
+//     begun, is carried through from that member; its data is copied before it is rewritten;
+//     and never is a member forced while another runs forced;
 //   - nothing waits forever on a member that cannot start: a learner whose pod never starts is
 //     removed after LearnerStartTimeout (learners do not count towards quorum), and a member
 //     stuck on a new version can be rolled back to the running one.
@@ -120,14 +122,27 @@ type Observed struct {
 	Recovery RecoveryPolicy
 }
 
-// RecoveryPolicy is what the user allows once quorum is lost for good.
+// RecoveryPolicy is what the user allows once quorum is lost for good, and how far a recovery
+// under way has gone (recorded in status.quorumRecovery).
 type RecoveryPolicy struct {
 	// Automatic: spec.quorumLossRecovery.policy is ForceNewCluster.
 	Automatic bool
+	// After is how long quorum must have been lost before an automatic recovery begins, and
+	// LostSince when it was lost (the cluster stopped being available): a blip is not a
+	// disaster.
+	After     time.Duration
+	LostSince time.Time
 	// From is the member the user asked to recover from (the recover-from annotation), or "".
 	From string
-	// Preserved is the member a copy of whose data has been kept, or "".
-	Preserved string
+	// Underway is the member a recovery under way builds on, or "". Once begun, a recovery is
+	// carried through from that member: its pod is stopped to copy its data, and its raft
+	// index cannot be read again meanwhile.
+	Underway string
+	// Preserved: a copy of Underway's data is kept.
+	Preserved bool
+	// Served: Underway has served as a cluster of one since its forced restart. The rewriting
+	// is over; the usual steps add the other members back.
+	Served bool
 }
 
 // DefragPolicy says when a member's database is worth defragmenting.
@@ -189,7 +204,10 @@ const (
 	RecordPodSpec Action = "RecordPodSpec"
 	// ExpandClaims: raise Members' claims to spec.storage.size.
 	ExpandClaims Action = "ExpandClaims"
-	// PreserveData: keep a copy of Member's data before a recovery rewrites it.
+	// BeginRecovery: record that quorum, lost for good, is recovered from Member (nothing
+	// changes yet: the record makes the choice stick while the member is stopped).
+	BeginRecovery Action = "BeginRecovery"
+	// PreserveData: stop Member and keep a copy of its data before a recovery rewrites it.
 	PreserveData Action = "PreserveData"
 	// ForceNewCluster: restart Member with --force-new-cluster, a cluster of one with its data.
 	ForceNewCluster Action = "ForceNewCluster"
@@ -346,6 +364,9 @@ func nextWithoutQuorum(o Observed) Step {
 	if !o.EverFormed {
 		return nextBootstrapStep(o)
 	}
+	if step, ok := continueRecovery(o); ok {
+		return step
+	}
 	if o.DataSurvivesPod {
 		missing := names(o.Members, func(m Member) bool { return !m.PodExists && m.PVCExists })
 		if len(missing) > 0 {
@@ -391,30 +412,58 @@ func recoverQuorum(o Observed) (Step, bool) {
 			Reason: "quorum is lost for good: every member lost its data; restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
 	}
 	best, unread := furthestLog(o.Members, survivors)
-	if len(unread) > 0 && len(survivors) > 1 {
-		return Step{Action: Wait, Operation: OpQuorumLost, Members: unread,
-			Reason: "quorum is lost for good (" + lostWhat + "); waiting for every surviving member to report its raft index, to recover from the most recent"}, true
-	}
-	from := best
 	if o.Recovery.From != "" {
+		// The user's choice needs no raft index: it is how a cluster whose members cannot
+		// be asked (password authentication needs a quorum) is recovered.
 		if !slices.Contains(survivors, o.Recovery.From) {
 			return Step{Action: Wait, Operation: OpQuorumLost,
 				Reason: "recover-from names " + o.Recovery.From + ", which is not a member whose data survives; name one of " + strings.Join(survivors, ", ")}, true
 		}
-		from = o.Recovery.From
+		return Step{Action: BeginRecovery, Member: o.Recovery.From, Operation: OpRecoveringQuorum,
+			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + o.Recovery.From + ", as annotated"}, true
 	}
-	if !o.Recovery.Automatic && o.Recovery.From == "" {
+	if len(unread) > 0 && len(survivors) > 1 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Members: unread,
+			Reason: "quorum is lost for good (" + lostWhat + "); waiting for every surviving member to report its raft index, to recover from the most recent " +
+				"(or name the member to recover from with the annotation " + etcdv1alpha1.AnnotationRecoverFrom + ")"}, true
+	}
+	if !o.Recovery.Automatic {
 		return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
 			Reason: "quorum is lost for good (" + lostWhat + "); member " + best + " has the most recent data. " +
 				"To recover from it, losing the writes only the lost members had, annotate the EtcdCluster with " +
 				etcdv1alpha1.AnnotationRecoverFrom + "=" + best}, true
 	}
-	if o.Recovery.Preserved != from {
-		return Step{Action: PreserveData, Member: from, Operation: OpRecoveringQuorum,
-			Reason: "quorum is lost for good (" + lostWhat + "); keeping a copy of member " + from + "'s data before recovering from it"}, true
+	if wait := o.Recovery.LostSince.Add(o.Recovery.After).Sub(o.Now); wait > 0 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
+			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest, once quorum has been lost for " +
+				o.Recovery.After.String() + " (spec.quorumLossRecovery.after)"}, true
 	}
-	return Step{Action: ForceNewCluster, Member: from, Operation: OpRecoveringQuorum,
-		Reason: "quorum is lost for good (" + lostWhat + "); restarting member " + from + " alone with its data (--force-new-cluster)"}, true
+	return Step{Action: BeginRecovery, Member: best, Operation: OpRecoveringQuorum,
+		Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest"}, true
+}
+
+// continueRecovery carries a recovery under way through from its member, whatever is observed
+// of the others: a copy of its data first, then its restart alone with --force-new-cluster.
+// Once it has served alone, the recovery's rewriting is over and the usual steps take over.
+func continueRecovery(o Observed) (Step, bool) {
+	r := o.Recovery
+	if r.Underway == "" || r.Served {
+		return Step{}, false
+	}
+	m, ok := index(o.Members)[r.Underway]
+	switch {
+	case !ok || !m.PVCExists:
+		return Step{Action: Wait, Operation: OpQuorumLost,
+			Reason: "the claim of member " + r.Underway + ", which the recovery under way builds on, is gone: restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
+	case m.ForcedNewCluster && m.PodExists:
+		return Step{Action: Wait, Member: r.Underway, Operation: OpRecoveringQuorum,
+			Reason: "the member restarts as a cluster of its own from its data"}, true
+	case !r.Preserved:
+		return Step{Action: PreserveData, Member: r.Underway, Operation: OpRecoveringQuorum,
+			Reason: "stopping member " + r.Underway + " and keeping a copy of its data before it is rewritten"}, true
+	}
+	return Step{Action: ForceNewCluster, Member: r.Underway, Operation: OpRecoveringQuorum,
+		Reason: "restarting member " + r.Underway + " alone with its data (--force-new-cluster)"}, true
 }
 
 // furthestLog is the member among names with the highest committed raft index, and those that

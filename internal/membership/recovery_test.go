@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 )
@@ -24,8 +25,13 @@ func TestQuorumLostForGood(t *testing.T) {
 	abc := []string{"a", "b", "c"}
 	abcde := []string{"a", "b", "c", "d", "e"}
 	automatic := func(o Observed) Observed { o.Recovery.Automatic = true; return o }
-	preserved := func(name string, o Observed) Observed { o.Recovery.Preserved = name; return o }
+	underway := func(name string, o Observed) Observed { o.Recovery.Underway = name; return o }
+	preserved := func(name string, o Observed) Observed { o = underway(name, o); o.Recovery.Preserved = true; return o }
 	from := func(name string, o Observed) Observed { o.Recovery.From = name; return o }
+	lostFor := func(d time.Duration, o Observed) Observed {
+		o.Recovery.After, o.Now, o.Recovery.LostSince = 10*time.Minute, time.Unix(10000, 0), time.Unix(10000, 0).Add(-d)
+		return o
+	}
 	cases := []struct {
 		name     string
 		observed Observed
@@ -34,18 +40,32 @@ func TestQuorumLostForGood(t *testing.T) {
 	}{
 		{"manual: names the survivor and the one command", lostQuorum(abc, survivor("a", 100)),
 			Step{Action: Wait, Member: "a", Operation: OpQuorumLost}, etcdv1alpha1.AnnotationRecoverFrom + "=a"},
-		{"automatic: a copy of the survivor's data first", automatic(lostQuorum(abc, survivor("a", 100))),
-			Step{Action: PreserveData, Member: "a", Operation: OpRecoveringQuorum}, "members b, c lost their data"},
-		{"automatic, data kept: force a new cluster from it", preserved("a", automatic(lostQuorum(abc, survivor("a", 100)))),
+		{"automatic: the recovery begins from the survivor", automatic(lostQuorum(abc, survivor("a", 100))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "members b, c lost their data"},
+		{"automatic: not before quorum has been lost for spec.quorumLossRecovery.after", lostFor(9*time.Minute, automatic(lostQuorum(abc, survivor("a", 100)))),
+			Step{Action: Wait, Member: "a", Operation: OpQuorumLost}, "once quorum has been lost for 10m0s"},
+		{"automatic: once it has", lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100)))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"begun: a copy of the survivor's data first", underway("a", automatic(lostQuorum(abc, survivor("a", 100)))),
+			Step{Action: PreserveData, Member: "a", Operation: OpRecoveringQuorum}, "keeping a copy"},
+		{"begun: the survivor stopped for its copy is not restarted", underway("a", automatic(lostQuorum(abc, noPod(survivor("a", 0))))),
+			Step{Action: PreserveData, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"data kept: force a new cluster from it", preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0))))),
 			Step{Action: ForceNewCluster, Member: "a", Operation: OpRecoveringQuorum}, ""},
-		{"the survivor with the furthest log is chosen", preserved("b", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 120)))),
-			Step{Action: ForceNewCluster, Member: "b", Operation: OpRecoveringQuorum}, ""},
-		{"a copy of another member's data does not count", preserved("a", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 120)))),
-			Step{Action: PreserveData, Member: "b", Operation: OpRecoveringQuorum}, ""},
+		{"the survivor with the furthest log is chosen", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 120))),
+			Step{Action: BeginRecovery, Member: "b", Operation: OpRecoveringQuorum}, ""},
+		{"begun: carried through from its member, whatever the others report", underway("a", automatic(lostQuorum(abcde, noPod(survivor("a", 0)), survivor("b", 120)))),
+			Step{Action: PreserveData, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"begun: the member's claim is gone", underway("a", automatic(lostQuorum(abcde, survivor("b", 120)))),
+			Step{Action: Wait, Operation: OpQuorumLost}, "restore the cluster from a backup"},
 		{"a survivor that reports no index holds the choice", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 0))),
 			Step{Action: Wait, Members: []string{"b"}, Operation: OpQuorumLost}, "report its raft index"},
 		{"the user's choice is followed", from("a", lostQuorum(abcde, survivor("a", 90), survivor("b", 120))),
-			Step{Action: PreserveData, Member: "a", Operation: OpRecoveringQuorum}, ""},
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "as annotated"},
+		{"the user's choice needs no raft index", from("a", lostQuorum(abcde, survivor("a", 0), survivor("b", 0))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"the user's choice does not wait for spec.quorumLossRecovery.after", from("a", lostFor(time.Minute, lostQuorum(abc, survivor("a", 100)))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
 		{"the user's choice must be a survivor", from("c", lostQuorum(abc, survivor("a", 100))),
 			Step{Action: Wait, Operation: OpQuorumLost}, "not a member whose data survives; name one of a"},
 		{"a quorum's data survives: its pods come back, nothing is forced", automatic(lostQuorum(abc, survivor("a", 100), survivor("b", 0))),
@@ -62,6 +82,14 @@ func TestQuorumLostForGood(t *testing.T) {
 			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
 		{"never forced twice: the forced member is waited for", automatic(lostQuorum(abc, with(survivor("a", 100), func(m *Member) { m.ForcedNewCluster = true }))),
 			Step{Action: Wait, Members: []string{"a"}, Operation: OpRecoveringQuorum}, ""},
+		{"never forced twice: nor while the recovery records it", preserved("a", automatic(lostQuorum(abc, with(survivor("a", 0), func(m *Member) { m.ForcedNewCluster = true })))),
+			Step{Action: Wait, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"served alone: the forced member restarts normally, on its data", func() Observed {
+			o := preserved("a", automatic(lostQuorum([]string{"a"}, noPod(survivor("a", 0)))))
+			o.Recovery.Served = true
+			return o
+		}(),
+			Step{Action: RestartMembers, Members: []string{"a"}, Operation: OpRecovering}, ""},
 		{"the forced member serves: it restarts normally before anything joins",
 			func() Observed {
 				o := formed(with(leader(healthy("a", 1)), func(m *Member) { m.ForcedNewCluster = true }))

@@ -196,6 +196,10 @@ const PreserveDataContainer = "preserve-data"
 // PreserveDataJobName is the Job copying member's data before a quorum-loss recovery.
 func PreserveDataJobName(member string) string { return jobName(member, "-preserve") }
 
+// QuorumRecoveryDir is the directory, in the recovery claim, of the copies made by the
+// recovery begun at start: one per recovery, so that a later one never finds an earlier copy.
+func QuorumRecoveryDir(start time.Time) string { return start.UTC().Format("20060102t150405") }
+
 // PreserveDataJob copies the data directory of member, the survivor of a quorum lost for good,
 // into the cluster's quorum-recovery claim before the member is restarted with
 // --force-new-cluster. The member's claim is mounted read-only where its pod mounts it: the Job
@@ -205,7 +209,11 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 	if c.Spec.Storage.Ephemeral {
 		return nil, fmt.Errorf("cluster %s keeps its data in emptyDir volumes: member %s has no claim to preserve", c.Name, member)
 	}
-	raw, err := json.Marshal(agent.JobConfig{Cluster: c.Name, Member: member})
+	cfg := agent.JobConfig{Cluster: c.Name, Member: member}
+	if qr := c.Status.QuorumRecovery; qr != nil {
+		cfg.Recovery = QuorumRecoveryDir(qr.StartTime.Time)
+	}
+	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}

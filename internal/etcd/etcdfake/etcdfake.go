@@ -27,6 +27,9 @@ type Cluster struct {
 	Members     []etcd.Member
 	Statuses    map[string]etcd.MemberStatus // by client URL
 	Unreachable bool
+	// NoQuorum: a majority is lost. The member list and every change fail, as they need a
+	// quorum; each member in Statuses still answers its own status, as a real one does.
+	NoQuorum bool
 
 	// AuthEnabled and RootPassword model etcd's authentication: with it on, a dial with
 	// another password fails with etcd.ErrAuthFailed, as a real dial does. RootUser says the
@@ -71,7 +74,7 @@ type client struct{ f *Cluster }
 
 // call records a state-changing call and returns the error scripted for it.
 func (c *client) call(name string) error {
-	if c.f.Unreachable {
+	if c.f.Unreachable || c.f.NoQuorum {
 		return ErrUnreachable
 	}
 	c.f.Calls = append(c.f.Calls, name)
@@ -81,7 +84,7 @@ func (c *client) call(name string) error {
 func (c *client) Members(context.Context) (uint64, []etcd.Member, error) {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
-	if c.f.Unreachable {
+	if c.f.Unreachable || c.f.NoQuorum {
 		return 0, nil, ErrUnreachable
 	}
 	return c.f.ID, append([]etcd.Member(nil), c.f.Members...), nil

@@ -1,0 +1,287 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// Recovery from a quorum lost for good, in the reconciler's four phases. The decision is
+// membership.recoverQuorum and continueRecovery; status.quorumRecovery is the record that
+// carries a recovery through operator restarts: which member it builds on, where the copy of
+// that member's data is, and how far it has gone.
+
+// defaultRecoveryAfter is spec.quorumLossRecovery.after when unset (the API's default).
+const defaultRecoveryAfter = 10 * time.Minute
+
+// quorumRecoveryObservation is what a reconcile learns for a recovery: each running member's
+// raft index while etcd has no quorum, and the Job copying the survivor's data.
+type quorumRecoveryObservation struct {
+	// raftIndexes by member name, from members asked one by one: without a quorum etcd
+	// answers no member list, but each member still reports its own status.
+	raftIndexes map[string]uint64
+	// preserveJob copies the data of the member the recovery builds on, if it exists;
+	// preserved is its result once it succeeded, preserveFailed why it failed.
+	preserveJob    *batchv1.Job
+	preserved      *agent.PreservedData
+	preserveFailed string
+}
+
+// underwayRecovery is the recovery begun and not completed, or nil.
+func underwayRecovery(c *etcdv1alpha1.EtcdCluster) *etcdv1alpha1.QuorumRecoveryStatus {
+	if qr := c.Status.QuorumRecovery; qr != nil && qr.CompletionTime == nil {
+		return qr
+	}
+	return nil
+}
+
+// observeQuorumRecovery fills obs.recovery. It asks members one by one only when etcd does not
+// answer a member list of a cluster that has formed: that is when a recovery may be needed.
+func (r *EtcdClusterReconciler) observeQuorumRecovery(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
+	if !obs.reachable && c.Status.ClusterID != "" && obs.client != nil {
+		obs.recovery.raftIndexes = raftIndexesWithoutQuorum(ctx, c, obs)
+	}
+	qr := underwayRecovery(c)
+	if qr == nil || qr.PreservedData != nil {
+		return nil
+	}
+	job := &batchv1.Job{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: resources.PreserveDataJobName(qr.Member)}, job)
+	if apierrors.IsNotFound(err) {
+		return nil // not made yet
+	}
+	if err != nil {
+		return fmt.Errorf("get the Job copying member %s's data: %w", qr.Member, err)
+	}
+	obs.recovery.preserveJob = job
+	succeeded, finished := jobOutcome(job)
+	if !finished {
+		return nil
+	}
+	report, ok, err := agentReport(ctx, r.Client, job, resources.PreserveDataContainer)
+	switch {
+	case err != nil:
+		return fmt.Errorf("read the report of Job %s: %w", job.Name, err)
+	case succeeded && ok && report.Preserved != nil:
+		obs.recovery.preserved = report.Preserved
+	case succeeded:
+		obs.recovery.preserveFailed = "Job " + job.Name + " succeeded but left no report of the copy"
+	case ok && report.Error != "":
+		obs.recovery.preserveFailed = "Job " + job.Name + " failed: " + report.Error
+	default:
+		obs.recovery.preserveFailed = "Job " + job.Name + " failed; `kubectl logs job/" + job.Name + "` says why"
+	}
+	return nil
+}
+
+// raftIndexesWithoutQuorum asks each member whose pod runs for its status, all at once.
+func raftIndexesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) map[string]uint64 {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	out := map[string]uint64{}
+	for name, pod := range obs.pods {
+		if pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		wg.Go(func() {
+			st, err := obs.client.Status(ctx, resources.ClientURL(c, name))
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out[name] = st.RaftIndex
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// recoveryPolicy is what the decision may do once quorum is lost for good, and how far the
+// recovery under way has gone.
+func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, now time.Time) membership.RecoveryPolicy {
+	spec := c.Spec.QuorumLossRecovery
+	p := membership.RecoveryPolicy{
+		Automatic: spec.Policy == etcdv1alpha1.QuorumLossRecoveryForceNewCluster,
+		From:      c.Annotations[etcdv1alpha1.AnnotationRecoverFrom],
+		After:     defaultRecoveryAfter,
+		LostSince: now,
+	}
+	if spec.After != nil {
+		p.After = spec.After.Duration
+	}
+	if available := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable); available != nil && available.Status == metav1.ConditionFalse {
+		p.LostSince = available.LastTransitionTime.Time
+	}
+	if qr := underwayRecovery(c); qr != nil {
+		p.Underway = qr.Member
+		// From status only: the copy is on record before its member is rewritten (the Job,
+		// deleted then, is not the record).
+		p.Preserved = qr.PreservedData != nil
+		p.Served = qr.ServedTime != nil
+	}
+	return p
+}
+
+// lastVoters are the voting members status last listed: while etcd does not answer, what a
+// lost quorum is counted against.
+func lastVoters(c *etcdv1alpha1.EtcdCluster) []string {
+	var out []string
+	for _, m := range c.Status.Members {
+		if !m.IsLearner {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
+// preserveData stops the member a recovery builds on and copies its data directory to the
+// recovery claim, with a Job that mounts the member's claim read-only. It needs no quorum and
+// no credentials: the copy is of files, WAL included. The recover-from annotation, the user's
+// leave, is consumed here: the recovery it started is recorded in status by now, and a later
+// quorum loss must not be recovered on an old leave.
+func (r *EtcdClusterReconciler) preserveData(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, member string) error {
+	if _, ok := c.Annotations[etcdv1alpha1.AnnotationRecoverFrom]; ok {
+		patch := client.MergeFrom(c.DeepCopy())
+		delete(c.Annotations, etcdv1alpha1.AnnotationRecoverFrom)
+		if err := r.Patch(ctx, c, patch); err != nil {
+			return fmt.Errorf("remove the %s annotation: %w", etcdv1alpha1.AnnotationRecoverFrom, err)
+		}
+	}
+	if pod, ok := obs.pods[member]; ok {
+		// Stopped, so that its files do not change while they are copied.
+		if pod.DeletionTimestamp.IsZero() {
+			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
+				return fmt.Errorf("stop member %s: %w", member, err)
+			}
+		}
+		return nil
+	}
+	if obs.recovery.preserveFailed != "" {
+		return fmt.Errorf("copying member %s's data failed, so nothing is rewritten: %s; delete the Job to try again", member, obs.recovery.preserveFailed)
+	}
+	if job := obs.recovery.preserveJob; job != nil {
+		// Copying, or copied: report records it, and the next step builds on the record.
+		if _, finished := jobOutcome(job); finished {
+			return nil
+		}
+		notStarting, _, err := jobNotStarting(ctx, r.Client, job, r.now())
+		if err != nil {
+			return err
+		}
+		if notStarting != "" {
+			return fmt.Errorf("the Job copying member %s's data cannot start, so nothing is rewritten: %s", member, notStarting)
+		}
+		return nil
+	}
+	if err := r.Create(ctx, resources.QuorumRecoveryClaim(c)); client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("create claim %s: %w", resources.QuorumRecoveryClaimName(c.Name), err)
+	}
+	job, err := resources.PreserveDataJob(c, member, r.AgentImage, r.PodEnv)
+	if err != nil {
+		return err
+	}
+	return r.createOwned(ctx, c, job)
+}
+
+// forceNewCluster restarts the member a recovery builds on alone, from its data, with
+// --force-new-cluster: etcd then drops every other member from its member list. Its pod is
+// made again rather than changed, so that the flag is on one pod only, which is rolled once it
+// serves (membership.Next).
+func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, member string) error {
+	// The copy's pod mounted the member's claim: it must be gone before the member starts.
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PreserveDataJobName(member)}}
+	if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete Job %s: %w", job.Name, err)
+	}
+	if pod, ok := obs.pods[member]; ok {
+		if pod.DeletionTimestamp.IsZero() {
+			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
+				return fmt.Errorf("stop member %s: %w", member, err)
+			}
+		}
+		return nil
+	}
+	pvc, ok := obs.pvcs[member]
+	if !ok {
+		return fmt.Errorf("member %s has no claim: it cannot be restarted", member)
+	}
+	return r.createMember(ctx, c, resources.MemberSpec{
+		Name:            member,
+		Version:         versionToRun(c, member),
+		InitialCluster:  pvc.Annotations[resources.AnnotationInitialCluster],
+		State:           pvc.Annotations[resources.AnnotationClusterState],
+		ForceNewCluster: true,
+	}, false)
+}
+
+// recordQuorumRecovery keeps status.quorumRecovery true to what this reconcile decided and saw.
+func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, now time.Time) {
+	if step.Action == membership.BeginRecovery && underwayRecovery(c) == nil {
+		trigger := "spec.quorumLossRecovery.policy ForceNewCluster"
+		if c.Annotations[etcdv1alpha1.AnnotationRecoverFrom] == step.Member {
+			trigger = "annotation " + etcdv1alpha1.AnnotationRecoverFrom + "=" + step.Member
+		}
+		c.Status.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{
+			Member: step.Member, LostMembers: lostVoters(c, obs), Trigger: trigger, StartTime: metav1.NewTime(now),
+		}
+		return
+	}
+	qr := underwayRecovery(c)
+	if qr == nil {
+		return
+	}
+	if p := obs.recovery.preserved; p != nil && qr.PreservedData == nil {
+		qr.PreservedData = &etcdv1alpha1.PreservedDataStatus{
+			ClaimName: resources.QuorumRecoveryClaimName(c.Name), Path: p.Path, SizeBytes: p.SizeBytes,
+			DBSHA256: p.DBSHA256, RaftIndex: int64(p.RaftIndex), Revision: p.Revision, Time: metav1.NewTime(p.CompletionTime),
+		}
+	}
+	pod, forced := obs.pods[qr.Member]
+	forced = forced && pod.Annotations[resources.AnnotationForceNewCluster] != ""
+	if forced && qr.ForcedTime == nil {
+		qr.ForcedTime = ptrTime(now)
+	}
+	if obs.reachable && qr.ServedTime == nil && slices.ContainsFunc(obs.members, func(m etcd.Member) bool { return m.Name == qr.Member }) {
+		qr.ServedTime = ptrTime(now)
+	}
+	if obs.reachable && qr.ServedTime != nil && !forced && int(c.Status.ReadyMembers) == int(c.Spec.Size) && obs.voters() == int(c.Spec.Size) {
+		qr.CompletionTime = ptrTime(now)
+	}
+}
+
+// lostVoters are the last voters whose claims are gone.
+func lostVoters(c *etcdv1alpha1.EtcdCluster, obs *observation) []string {
+	var out []string
+	for _, name := range lastVoters(c) {
+		if _, ok := obs.pvcs[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// announceQuorumRecovered posts the event that ends a recovery.
+func (r *EtcdClusterReconciler) announceQuorumRecovered(c, before *etcdv1alpha1.EtcdCluster) {
+	qr, was := c.Status.QuorumRecovery, before.Status.QuorumRecovery
+	if qr == nil || qr.CompletionTime == nil || (was != nil && was.CompletionTime != nil) {
+		return
+	}
+	postEvent(r.Recorder, c, corev1.EventTypeNormal, "QuorumRecovered", "Recover",
+		"the cluster is available at its spec size again, recovered from member %s (started %s)", qr.Member, qr.StartTime.UTC().Format(time.RFC3339))
+}

@@ -1,0 +1,240 @@
+package controllers
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// lostMajority is a three-member cluster, reconciled once while whole, whose members m0001 and
+// m0002 then lost their pods and claims for good: etcd has no quorum, and m0000 answers its
+// own status only.
+func lostMajority(t *testing.T, policy etcdv1alpha1.QuorumLossRecoveryPolicy) *scriptedCluster {
+	t.Helper()
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: policy, After: &metav1.Duration{}}
+	}, nil)
+	a.reconcile(t, 1)
+	for _, name := range a.members[1:] {
+		for _, obj := range []client.Object{
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}},
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: resources.PVCName(name)}},
+		} {
+			if err := a.k8s.Delete(t.Context(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		delete(a.etcd.Statuses, resources.ClientURL(a.cluster, name))
+	}
+	a.etcd.NoQuorum = true
+	return a
+}
+
+func (a *scriptedCluster) pod(t *testing.T, name string) (*corev1.Pod, bool) {
+	t.Helper()
+	pod := &corev1.Pod{}
+	err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: name}, pod)
+	if client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	return pod, err == nil
+}
+
+// finishPreserveJob makes the copy Job succeed with report, as the agent's pod would.
+func (a *scriptedCluster) finishPreserveJob(t *testing.T, member string, succeeded bool, report string) {
+	t.Helper()
+	job := &batchv1.Job{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PreserveDataJobName(member)}, job); err != nil {
+		t.Fatalf("the Job copying %s's data: %v", member, err)
+	}
+	condition := batchv1.JobComplete
+	if !succeeded {
+		condition = batchv1.JobFailed
+	}
+	job.Status.Conditions = []batchv1.JobCondition{{Type: condition, Status: corev1.ConditionTrue}}
+	if err := a.k8s.Status().Update(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: resources.PreserveDataContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
+	}
+	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.k8s.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The survivor's data is copied, and the copy on record, before the survivor is restarted
+// with --force-new-cluster; it is forced once, and restarts without the flag once it serves.
+func TestQuorumLostForGoodIsRecoveredFromACopiedSurvivor(t *testing.T) {
+	a := lostMajority(t, etcdv1alpha1.QuorumLossRecoveryForceNewCluster)
+	survivor := a.members[0]
+	survivorPod, _ := a.pod(t, survivor)
+
+	c := a.reconcile(t, 1)
+	qr := c.Status.QuorumRecovery
+	if qr == nil || qr.Member != survivor || !slices.Equal(qr.LostMembers, a.members[1:]) || qr.Trigger != "spec.quorumLossRecovery.policy ForceNewCluster" {
+		t.Fatalf("status.quorumRecovery = %+v, want a recovery from %s recorded before anything changes", qr, survivor)
+	}
+	if pod, ok := a.pod(t, survivor); !ok || pod.UID != survivorPod.UID {
+		t.Fatalf("the survivor was touched before the recovery was on record")
+	}
+
+	a.reconcile(t, 1)
+	if _, ok := a.pod(t, survivor); ok {
+		t.Fatalf("the survivor still runs: its files must not change while they are copied")
+	}
+	c = a.reconcile(t, 1)
+	job := &batchv1.Job{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PreserveDataJobName(survivor)}, job); err != nil {
+		t.Fatalf("no Job copies the survivor's data: %v", err)
+	}
+	job.CreationTimestamp = metav1.Now() // as the API server sets it; the fake client does not
+	if err := a.k8s.Update(t.Context(), job); err != nil {
+		t.Fatal(err)
+	}
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.QuorumRecoveryClaimName(c.Name)}, claim); err != nil {
+		t.Fatalf("no claim for the copy: %v", err)
+	}
+	c = a.reconcile(t, 2)
+	if _, ok := a.pod(t, survivor); ok {
+		t.Fatalf("the survivor was restarted while its data is copied")
+	}
+	if c.Status.QuorumRecovery.PreservedData != nil {
+		t.Fatalf("a copy is on record before the Job finished")
+	}
+
+	a.finishPreserveJob(t, survivor, true, `{"preserved":{"member":"`+survivor+`","path":"`+survivor+`","sizeBytes":4096,"dbSHA256":"abc","raftIndex":10,"revision":7,"completionTime":"2026-11-23T00:00:00Z"}}`)
+	c = a.reconcile(t, 1)
+	if p := c.Status.QuorumRecovery.PreservedData; p == nil || p.Revision != 7 || p.DBSHA256 != "abc" || p.ClaimName != claim.Name {
+		t.Fatalf("preservedData = %+v, want the Job's report", p)
+	}
+	if _, ok := a.pod(t, survivor); ok {
+		t.Fatalf("the survivor restarted in the reconcile that recorded its copy: the record must come first")
+	}
+
+	a.reconcile(t, 1)
+	forced, ok := a.pod(t, survivor)
+	if !ok || !slices.Contains(forced.Spec.Containers[0].Args, "--force-new-cluster") {
+		t.Fatalf("the survivor is not restarted with --force-new-cluster")
+	}
+	if err := a.k8s.Get(t.Context(), client.ObjectKeyFromObject(job), job); err == nil {
+		t.Errorf("the copy's Job is left; its pod mounted the survivor's claim")
+	}
+	forced.Status = corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning}
+	if err := a.k8s.Status().Update(t.Context(), forced); err != nil {
+		t.Fatal(err)
+	}
+	c = a.reconcile(t, 2)
+	if pod, _ := a.pod(t, survivor); pod.UID != forced.UID {
+		t.Fatalf("the forced member was restarted before it served")
+	}
+	if c.Status.QuorumRecovery.ForcedTime == nil {
+		t.Errorf("forcedTime not recorded")
+	}
+
+	// It serves alone: etcd lists it only.
+	a.etcd.NoQuorum = false
+	a.etcd.Members = a.etcd.Members[:1]
+	c = a.reconcile(t, 1)
+	if c.Status.QuorumRecovery.ServedTime == nil {
+		t.Errorf("servedTime not recorded")
+	}
+	if _, ok := a.pod(t, survivor); ok {
+		t.Fatalf("the forced member serves but is not restarted without the flag")
+	}
+	a.etcd.NoQuorum = true // a cluster of one without its member's pod answers nothing
+	a.reconcile(t, 1)
+	restarted, ok := a.pod(t, survivor)
+	if !ok || slices.Contains(restarted.Spec.Containers[0].Args, "--force-new-cluster") {
+		t.Fatalf("the member is not restarted normally on its data")
+	}
+	if events := a.events(); !strings.Contains(events, "BeginRecovery") || !strings.Contains(events, "PreserveData") || !strings.Contains(events, "ForceNewCluster") {
+		t.Errorf("every step is an event; got:\n%s", events)
+	}
+}
+
+// A copy that fails stops the recovery before anything is rewritten, and says how to retry.
+func TestFailedCopyStopsTheRecovery(t *testing.T) {
+	a := lostMajority(t, etcdv1alpha1.QuorumLossRecoveryForceNewCluster)
+	survivor := a.members[0]
+	a.reconcile(t, 3)
+	a.finishPreserveJob(t, survivor, false, `{"error":"no space left on device"}`)
+	for range 3 {
+		_, _ = a.r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a.cluster)})
+	}
+	c := &etcdv1alpha1.EtcdCluster{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKeyFromObject(a.cluster), c); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.pod(t, survivor); ok {
+		t.Fatalf("the survivor was restarted after its copy failed")
+	}
+	if c.Status.QuorumRecovery.PreservedData != nil {
+		t.Fatalf("a failed copy is on record as kept")
+	}
+	progressing := conditionMessage(c, etcdv1alpha1.ConditionProgressing)
+	if !strings.Contains(progressing, "no space left on device") || !strings.Contains(progressing, "delete the Job to try again") {
+		t.Errorf("Progressing says %q: it must say why the copy failed and how to retry", progressing)
+	}
+}
+
+// Policy Manual changes nothing, and names the survivor and the annotation; the annotation
+// starts the recovery and is consumed by it.
+func TestManualRecoveryWaitsForTheAnnotation(t *testing.T) {
+	a := lostMajority(t, etcdv1alpha1.QuorumLossRecoveryManual)
+	survivor := a.members[0]
+	survivorPod, _ := a.pod(t, survivor)
+	c := a.reconcile(t, 3)
+	if c.Status.QuorumRecovery != nil {
+		t.Fatalf("policy Manual began a recovery: %+v", c.Status.QuorumRecovery)
+	}
+	if pod, ok := a.pod(t, survivor); !ok || pod.UID != survivorPod.UID {
+		t.Fatalf("policy Manual touched the survivor")
+	}
+	command := etcdv1alpha1.AnnotationRecoverFrom + "=" + survivor
+	if d := conditionMessage(c, etcdv1alpha1.ConditionDegraded); !strings.Contains(d, command) {
+		t.Errorf("Degraded says %q: it must name the command %s", d, command)
+	}
+	if events := a.events(); !strings.Contains(events, command) {
+		t.Errorf("no event names the command %s:\n%s", command, events)
+	}
+
+	patch := client.MergeFrom(c.DeepCopy())
+	c.Annotations = map[string]string{etcdv1alpha1.AnnotationRecoverFrom: survivor}
+	if err := a.k8s.Patch(t.Context(), c, patch); err != nil {
+		t.Fatal(err)
+	}
+	c = a.reconcile(t, 1)
+	if qr := c.Status.QuorumRecovery; qr == nil || qr.Member != survivor || qr.Trigger != "annotation "+command {
+		t.Fatalf("status.quorumRecovery = %+v, want a recovery from %s on the annotation", qr, survivor)
+	}
+	c = a.reconcile(t, 1)
+	if _, ok := c.Annotations[etcdv1alpha1.AnnotationRecoverFrom]; ok {
+		t.Errorf("the annotation is left once the recovery is under way: a later loss would be recovered on an old leave")
+	}
+}
+
+func conditionMessage(c *etcdv1alpha1.EtcdCluster, condType string) string {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == condType {
+			return cond.Message
+		}
+	}
+	return ""
+}

@@ -1,0 +1,214 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// recoveryTimeout bounds a recovery from quorum loss: the copy of the survivor's data, its
+// forced restart, and the lost members added back one at a time as learners.
+const recoveryTimeout = 6 * time.Minute
+
+// A cluster whose majority lost its volumes for good is recovered from the survivor with the
+// furthest log, with every key the survivor had; first a copy of its data is kept. With the
+// default policy (Manual) nothing happens until the user names the member. The cases run at
+// once, each on its own cluster.
+func TestQuorumLostForGoodIsRecovered(t *testing.T) {
+	cases := []struct {
+		name   string
+		size   int32
+		lose   int
+		policy etcdv1alpha1.QuorumLossRecoveryPolicy
+	}{
+		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster},
+		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster},
+		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			ns := testNamespace(t, "e2e-quorum-")
+			c := &etcdv1alpha1.EtcdCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("q%d", i), Namespace: ns},
+				Spec: etcdv1alpha1.EtcdClusterSpec{
+					Size:    tc.size,
+					Version: etcdVersion,
+					Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+					QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
+						Policy: tc.policy,
+						After:  &metav1.Duration{Duration: 10 * time.Second},
+					},
+				},
+			}
+			if err := k8sClient.Create(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			waitAvailable(t, c, int(tc.size))
+
+			// Keys written, then time for every member to apply them: a write a quorum
+			// acknowledged may not be on the survivor yet, and would then be lost, as etcd's own
+			// disaster recovery would lose it. verify reads them back after the recovery.
+			w := startWriter(t, clientServiceEndpoint(t, c), "/e2e/quorum")
+			waitFor(t, "writes acknowledged", func(context.Context) (bool, error) { return w.ackedCount() > 50, nil })
+			w.stop()
+			time.Sleep(5 * time.Second)
+
+			lost := loseMembers(t, c, tc.lose)
+			t.Logf("lost members %v", lost)
+			survivors := slices.DeleteFunc(memberNames(c), func(n string) bool { return slices.Contains(lost, n) })
+
+			if tc.policy == etcdv1alpha1.QuorumLossRecoveryManual {
+				survivor := awaitManualRecoveryOffer(t, c, survivors)
+				annotate(t, c, etcdv1alpha1.AnnotationRecoverFrom, survivor)
+			}
+
+			waitForWithin(t, "the cluster recovered at its spec size", recoveryTimeout, func(ctx context.Context) (bool, error) {
+				err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
+				return err == nil && isAvailable(c, int(tc.size)) && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.CompletionTime != nil, err
+			})
+			logPrinterColumns(t, ns)
+
+			qr := c.Status.QuorumRecovery
+			t.Logf("status.quorumRecovery: %+v, preserved %+v", *qr, qr.PreservedData)
+			if !slices.Contains(survivors, qr.Member) {
+				t.Errorf("recovered from %s, which is not a survivor %v", qr.Member, survivors)
+			}
+			if got := slices.Sorted(slices.Values(qr.LostMembers)); !slices.Equal(got, lost) {
+				t.Errorf("lostMembers %v, want %v", got, lost)
+			}
+			if qr.PreservedData == nil || qr.PreservedData.Revision == 0 || qr.PreservedData.DBSHA256 == "" || qr.ForcedTime == nil || qr.ServedTime == nil {
+				t.Errorf("the record misses a step: %+v", *qr)
+			}
+			copyClaim := &corev1.PersistentVolumeClaim{}
+			if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.QuorumRecoveryClaimName(c.Name)}, copyClaim); err != nil {
+				t.Errorf("the claim holding the copy of the survivor's data: %v", err)
+			}
+			if _, ok := c.Annotations[etcdv1alpha1.AnnotationRecoverFrom]; ok {
+				t.Errorf("the %s annotation is left after the recovery: a later loss would be recovered on an old leave", etcdv1alpha1.AnnotationRecoverFrom)
+			}
+			for _, m := range c.Status.Members {
+				if slices.Contains(lost, m.Name) {
+					t.Errorf("lost member %s is still listed", m.Name)
+				}
+			}
+			for _, pod := range memberPods(t, c) {
+				if pod.Annotations[resources.AnnotationForceNewCluster] != "" {
+					t.Errorf("pod %s still runs with --force-new-cluster", pod.Name)
+				}
+			}
+			w.verify(t)
+		})
+	}
+}
+
+// loseMembers deletes the claims and pods of the n members first in name order, as a node and
+// its disks lost for good would, and returns their names, sorted.
+func loseMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	names := memberNames(c)[:n]
+	for _, name := range names {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(name)}}
+		if err := k8sClient.Delete(ctx, pvc); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
+		if err := k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return names
+}
+
+func memberNames(c *etcdv1alpha1.EtcdCluster) []string {
+	var names []string
+	for _, m := range c.Status.Members {
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// awaitManualRecoveryOffer waits for status and an event to name the survivor to recover from
+// and the annotation that does it, checks that nothing was changed meanwhile, and returns the
+// survivor it named.
+func awaitManualRecoveryOffer(t *testing.T, c *etcdv1alpha1.EtcdCluster, survivors []string) string {
+	t.Helper()
+	pods := map[string]string{}
+	for _, pod := range memberPods(t, c) {
+		pods[pod.Name] = string(pod.UID)
+	}
+	var named string
+	waitForWithin(t, "Degraded to name the survivor and the annotation", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return false, err
+		}
+		d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+		for _, s := range survivors {
+			if d != nil && d.Reason == etcdv1alpha1.ReasonQuorumLost && strings.Contains(d.Message, etcdv1alpha1.AnnotationRecoverFrom+"="+s) {
+				named = s
+			}
+		}
+		return named != "", nil
+	})
+	events := &corev1.EventList{}
+	if err := k8sClient.List(context.Background(), events, client.InNamespace(c.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+		return e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, etcdv1alpha1.AnnotationRecoverFrom+"="+named)
+	}) {
+		t.Errorf("no Warning event names the annotation that recovers the cluster")
+	}
+	time.Sleep(15 * time.Second) // longer than spec.quorumLossRecovery.after: Manual must not act on it
+	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(c), c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Status.QuorumRecovery != nil {
+		t.Fatalf("policy Manual began a recovery without the annotation: %+v", *c.Status.QuorumRecovery)
+	}
+	for _, pod := range memberPods(t, c) {
+		if uid, ok := pods[pod.Name]; ok && uid != string(pod.UID) {
+			t.Errorf("policy Manual restarted survivor %s", pod.Name)
+		}
+	}
+	return named
+}
+
+func annotate(t *testing.T, obj client.Object, key, value string) {
+	t.Helper()
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[key] = value
+	obj.SetAnnotations(annotations)
+	if err := k8sClient.Patch(context.Background(), obj, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitForWithin(t *testing.T, what string, timeout time.Duration, done wait.ConditionWithContextFunc) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, timeout, true, done); err != nil {
+		t.Fatalf("%s within %v: %v", what, timeout, err)
+	}
+}
