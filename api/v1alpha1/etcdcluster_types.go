@@ -360,7 +360,8 @@ type EtcdTuning struct {
 type QuorumLossRecoveryPolicy string
 
 const (
-	// QuorumLossRecoveryManual reports lost quorum and changes nothing.
+	// QuorumLossRecoveryManual reports lost quorum, names the survivor to recover from, and
+	// changes nothing until the EtcdCluster is annotated etcd.database.dev/recover-from=<member>.
 	QuorumLossRecoveryManual QuorumLossRecoveryPolicy = "Manual"
 	// QuorumLossRecoveryForceNewCluster restarts the surviving member with the most recent
 	// data as a one-member cluster (etcd --force-new-cluster) and grows it back. Writes that
@@ -370,13 +371,15 @@ const (
 
 // QuorumLossRecoverySpec is the opt-in for automatic recovery from quorum loss.
 type QuorumLossRecoverySpec struct {
-	// Policy is Manual (report only, the default) or ForceNewCluster.
+	// Policy is Manual (the default: report, and recover only when annotated) or
+	// ForceNewCluster. Either way a copy of the survivor's data is kept first.
 	// +kubebuilder:default=Manual
 	// +optional
 	Policy QuorumLossRecoveryPolicy `json:"policy,omitempty"`
 
-	// After is how long quorum must stay lost before the operator acts, so that a node
-	// reboot or a network blip is not treated as a disaster.
+	// After is how long quorum must stay lost before policy ForceNewCluster acts, so that a
+	// node reboot or a network blip is not treated as a disaster. The recover-from annotation,
+	// a person's decision, does not wait for it.
 	// +kubebuilder:default="10m0s"
 	// +optional
 	After *metav1.Duration `json:"after,omitempty"`

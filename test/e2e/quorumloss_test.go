@@ -118,12 +118,16 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 	}
 }
 
-// loseMembers deletes the claims and pods of the n members first in name order, as a node and
-// its disks lost for good would, and returns their names, sorted.
+// loseMembers deletes the claims and pods of the n members first in name order, as nodes and
+// their disks lost for good would, and returns their names, sorted. They go while the cluster
+// is paused, all at once as a lost node's do: one at a time, under a running operator, each
+// would be a member whose volume is lost, removed and replaced while a quorum remains.
 func loseMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	names := memberNames(c)[:n]
+	patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Paused = true })
+	defer patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Paused = false })
 	for _, name := range names {
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(name)}}
 		if err := k8sClient.Delete(ctx, pvc); err != nil {
@@ -134,6 +138,20 @@ func loseMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, n int) []string {
 			t.Fatal(err)
 		}
 	}
+	waitFor(t, "the lost members' pods and claims gone", func(ctx context.Context) (bool, error) {
+		for _, name := range names {
+			for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
+				key := client.ObjectKey{Namespace: c.Namespace, Name: name}
+				if _, claim := obj.(*corev1.PersistentVolumeClaim); claim {
+					key.Name = resources.PVCName(name)
+				}
+				if err := k8sClient.Get(ctx, key, obj); err == nil || ignoreNotFound(err) != nil {
+					return false, ignoreNotFound(err)
+				}
+			}
+		}
+		return true, nil
+	})
 	return names
 }
 

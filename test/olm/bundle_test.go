@@ -459,9 +459,14 @@ func TestCSVDescriptionIsInStepWithTheREADME(t *testing.T) {
 			t.Errorf("the CSV description still says %q", stale)
 		}
 	}
-	for _, limitation := range []string{"cert-manager", "quorum-loss recovery"} {
+	for _, limitation := range []string{"cert-manager"} {
 		if !strings.Contains(readmeStatusRow(t, string(readme), "EtcdCluster"), limitation) || !strings.Contains(description, limitation) {
 			t.Errorf("the limitation %q must be stated in both the README's EtcdCluster row and the CSV description", limitation)
+		}
+	}
+	for _, capability := range []string{"quorum lost for good", "quorumLossRecovery.policy: ForceNewCluster"} {
+		if !strings.Contains(readmeStatusRow(t, string(readme), "EtcdCluster"), capability) || !strings.Contains(description, capability) {
+			t.Errorf("the capability %q must be stated in both the README's EtcdCluster row and the CSV description", capability)
 		}
 	}
 }
