@@ -169,6 +169,7 @@ func (r *EtcdClusterReconciler) preserveData(ctx context.Context, c *etcdv1alpha
 			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
 				return fmt.Errorf("stop member %s: %w", member, err)
 			}
+			// gofail: var quorumSurvivorStopped struct{}
 		}
 		return nil
 	}
@@ -196,7 +197,11 @@ func (r *EtcdClusterReconciler) preserveData(ctx context.Context, c *etcdv1alpha
 	if err != nil {
 		return err
 	}
-	return r.createOwned(ctx, c, job)
+	if err := r.createOwned(ctx, c, job); err != nil {
+		return err
+	}
+	// gofail: var quorumCopyJobCreated struct{}
+	return nil
 }
 
 // forceNewCluster restarts the member a recovery builds on alone, from its data, with
@@ -221,13 +226,17 @@ func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1al
 	if !ok {
 		return fmt.Errorf("member %s has no claim: it cannot be restarted", member)
 	}
-	return r.createMember(ctx, c, resources.MemberSpec{
+	if err := r.createMember(ctx, c, resources.MemberSpec{
 		Name:            member,
 		Version:         versionToRun(c, member),
 		InitialCluster:  pvc.Annotations[resources.AnnotationInitialCluster],
 		State:           pvc.Annotations[resources.AnnotationClusterState],
 		ForceNewCluster: true,
-	}, false)
+	}, false); err != nil {
+		return err
+	}
+	// gofail: var quorumForcedPodCreated struct{}
+	return nil
 }
 
 // recordQuorumRecovery keeps status.quorumRecovery true to what this reconcile decided and saw.

@@ -69,6 +69,7 @@ func TestFailpointWalk(t *testing.T) {
 		"create with TLS and auth":   w.createSecure,
 		"change the root password":   w.changeRootPassword,
 		"renew certificates":         w.renewCertificates,
+		"recover a lost quorum":      w.recoverLostQuorum,
 	}
 	for _, op := range failpoints.Walk {
 		if steps[op.Name] == nil {
@@ -443,6 +444,53 @@ func (w *failpointWalk) secureEndpoint() (string, string, *tls.Config, error) {
 	endpoint := resources.ClientServiceName(w.secure.Name) + "." + w.ns + ".svc:2379"
 	addr := net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(resources.ClientPort))
 	return endpoint, addr, &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// recoverLostQuorum loses two of the cluster's three members for good and lets the operator
+// recover it from the survivor: every key is still there, and the recovery is on record.
+func (w *failpointWalk) recoverLostQuorum(t *testing.T) {
+	before := w.keyspace(t)
+	patchSpec(t, w.cluster, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{
+			Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{}}
+	})
+	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(w.cluster), w.cluster); err != nil {
+		t.Fatal(err)
+	}
+	lost := loseMembers(t, w.cluster, 2)
+	w.waitCluster(t, w.cluster, "the lost quorum recovered", func(c *etcdv1alpha1.EtcdCluster) bool {
+		qr := c.Status.QuorumRecovery
+		return qr != nil && qr.CompletionTime != nil && qr.PreservedData != nil && slices.Equal(qr.LostMembers, lost)
+	})
+	w.converged(t, w.cluster, 3, w.plainClient)
+	after := w.keyspace(t)
+	for key, value := range before {
+		if after[key] != value {
+			t.Errorf("key %s: %q before the loss, %q after the recovery", key, value, after[key])
+		}
+	}
+	t.Logf("%d keys before the loss, %d after the recovery", len(before), len(after))
+}
+
+// keyspace is every key of the cluster with its value, read linearizably.
+func (w *failpointWalk) keyspace(t *testing.T) map[string]string {
+	t.Helper()
+	cl := w.plainClient()
+	if cl == nil {
+		t.Fatal("no client of the cluster")
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := cl.Get(ctx, "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
 }
 
 func (w *failpointWalk) plainClient() *clientv3.Client { return plainClient(w.cluster) }

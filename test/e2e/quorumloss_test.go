@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,18 +31,21 @@ const recoveryTimeout = 6 * time.Minute
 
 // A cluster whose majority lost its volumes for good is recovered from the survivor with the
 // furthest log, with every key the survivor had; first a copy of its data is kept. With the
-// default policy (Manual) nothing happens until the user names the member. The cases run at
-// once, each on its own cluster.
+// default policy (Manual) nothing happens until the user names the member. Under write load,
+// what is lost is bounded: no acknowledged write at or below the survivor's revision. The cases
+// run two at a time, each on its own cluster.
 func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 	cases := []struct {
-		name   string
-		size   int32
-		lose   int
-		policy etcdv1alpha1.QuorumLossRecoveryPolicy
+		name      string
+		size      int32
+		lose      int
+		policy    etcdv1alpha1.QuorumLossRecoveryPolicy
+		underLoad bool
 	}{
-		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster},
-		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster},
-		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual},
+		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false},
+		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false},
+		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual, false},
+		{"3 members lose 2 under write load", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,6 +76,11 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 			waitFor(t, "writes acknowledged", func(context.Context) (bool, error) { return w.ackedCount() > 50, nil })
 			w.stop()
 			time.Sleep(5 * time.Second)
+			var load *revisionWriter
+			if tc.underLoad {
+				load = startRevisionWriter(t, clientServiceEndpoint(t, c), "/e2e/load")
+				waitFor(t, "writes under load acknowledged", func(context.Context) (bool, error) { return load.ackedCount() > 20, nil })
+			}
 
 			lost := loseMembers(t, c, tc.lose)
 			t.Logf("lost members %v", lost)
@@ -114,6 +126,9 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 				}
 			}
 			w.verify(t)
+			if load != nil {
+				load.verifyUpTo(t, qr.PreservedData.Revision)
+			}
 		})
 	}
 }
@@ -228,5 +243,88 @@ func waitForWithin(t *testing.T, what string, timeout time.Duration, done wait.C
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, timeout, true, done); err != nil {
 		t.Fatalf("%s within %v: %v", what, timeout, err)
+	}
+}
+
+// revisionWriter puts keys while the cluster loses quorum and is recovered, recording the
+// revision etcd acknowledged each at. After a recovery from a survivor, every acknowledged
+// write at or below the survivor's revision must be there: the loss is bounded to the writes
+// only the lost members had.
+type revisionWriter struct {
+	client *clientv3.Client
+	prefix string
+	mu     sync.Mutex
+	acked  map[string]int64
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startRevisionWriter(t *testing.T, endpoint, prefix string) *revisionWriter {
+	t.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &revisionWriter{client: cl, prefix: prefix, acked: map[string]int64{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for i := 0; ctx.Err() == nil; i++ {
+			key := fmt.Sprintf("%s/%08d", prefix, i)
+			putCtx, cancelPut := context.WithTimeout(ctx, 3*time.Second)
+			resp, err := cl.Put(putCtx, key, key)
+			cancelPut()
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			w.mu.Lock()
+			w.acked[key] = resp.Header.Revision
+			w.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-w.done; _ = cl.Close() })
+	return w
+}
+
+func (w *revisionWriter) ackedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+// verifyUpTo stops the writer and checks that every write acknowledged at or below revision
+// is present; it logs how many acknowledged above it were lost with the lost members.
+func (w *revisionWriter) verifyUpTo(t *testing.T, revision int64) {
+	t.Helper()
+	w.cancel()
+	<-w.done
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := w.client.Get(ctx, w.prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("read back: %v", err)
+	}
+	present := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		present[string(kv.Key)] = true
+	}
+	var kept, lostAbove int
+	var lost []string
+	for key, rev := range w.acked {
+		switch {
+		case present[key]:
+			kept++
+		case rev <= revision:
+			lost = append(lost, fmt.Sprintf("%s@%d", key, rev))
+		default:
+			lostAbove++
+		}
+	}
+	t.Logf("under load: %d writes acknowledged, %d present, %d lost above the survivor's revision %d", len(w.acked), kept, lostAbove, revision)
+	if len(lost) > 0 {
+		slices.Sort(lost)
+		t.Fatalf("%d writes acknowledged at or below the survivor's revision %d are lost, first %v", len(lost), revision, lost[:min(5, len(lost))])
 	}
 }

@@ -132,6 +132,18 @@ var Walk = []Operation{
 			{"certificateRenewed", 1},
 		},
 	},
+	{
+		// Two of the three members lose their pods and claims for good: the survivor is
+		// stopped, its data copied by a Job, it is restarted alone with --force-new-cluster and,
+		// once it serves, stopped again to restart without the flag.
+		Name: "recover a lost quorum",
+		Failpoints: []Failpoint{
+			{"quorumSurvivorStopped", 1},
+			{"quorumCopyJobCreated", 1},
+			{"quorumForcedPodCreated", 1},
+			{"memberPodStopped", 1},
+		},
+	},
 }
 
 // Names are every failpoint of the walk, each once.
