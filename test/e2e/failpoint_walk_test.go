@@ -693,7 +693,15 @@ func watchMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, connect func() *cli
 		}
 		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		return cl.MemberList(ctx)
+		resp, err := cl.MemberList(ctx)
+		if err != nil {
+			// Dialled again next time: a client that failed while the cluster formed can sit in
+			// its reconnect backoff past the operation's end (a walk run once saw no member
+			// of a bootstrap at all).
+			cl.Close()
+			cl = nil
+		}
+		return resp, err
 	}
 	ctx := context.Background()
 	if c.Status.ClusterID != "" {
@@ -722,6 +730,13 @@ func watchMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, connect func() *cli
 		for {
 			select {
 			case <-m.stop:
+				// A last look, so that the members the operation ends with are seen even if
+				// every list during it failed.
+				if resp, err := list(ctx); err == nil {
+					m.mu.Lock()
+					m.record(resp)
+					m.mu.Unlock()
+				}
 				return
 			case <-time.After(300 * time.Millisecond):
 			}
@@ -744,11 +759,7 @@ func watchMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, connect func() *cli
 				continue
 			}
 			m.mu.Lock()
-			for _, mem := range resp.Members {
-				if _, ok := m.seen[mem.ID]; !ok || mem.Name != "" {
-					m.seen[mem.ID] = mem.Name
-				}
-			}
+			m.record(resp)
 			for _, pod := range deleted {
 				for _, mem := range resp.Members {
 					if mem.Name == pod {
@@ -774,6 +785,15 @@ func (m *memberWatch) end() {
 
 // expectAdded checks that the operation added exactly n members to etcd — none twice — and
 // deleted no member's pod before etcd had removed the member.
+// record notes the members listed, keeping a started member's name; m.mu is held.
+func (m *memberWatch) record(resp *clientv3.MemberListResponse) {
+	for _, mem := range resp.Members {
+		if _, ok := m.seen[mem.ID]; !ok || mem.Name != "" {
+			m.seen[mem.ID] = mem.Name
+		}
+	}
+}
+
 func (m *memberWatch) expectAdded(t *testing.T, n int) {
 	t.Helper()
 	m.end()
