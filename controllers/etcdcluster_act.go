@@ -66,6 +66,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.preserveData(ctx, c, obs, step.Member)
 	case membership.ForceNewCluster:
 		err = r.forceNewCluster(ctx, c, obs, step.Member)
+	case membership.RestoreFromBackup:
+		err = r.restoreFromBackup(ctx, c)
 	case membership.ExpandClaims:
 		err = r.expandClaims(ctx, c, obs, step.Members)
 	case membership.UpgradeMember:

@@ -58,6 +58,8 @@ type EtcdClusterReconciler struct {
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch

@@ -367,7 +367,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		NoSpaceAlarm:         obs.hasAlarm("NOSPACE"),
 		QuotaBytes:           obs.quotaBytes(),
 		LastVoters:           lastVoters(c),
-		Recovery:             recoveryPolicy(c, now),
+		Recovery:             recoveryPolicy(c, &obs.recovery, now),
 	}
 }
 

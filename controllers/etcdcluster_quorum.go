@@ -23,8 +23,9 @@ import (
 
 // Recovery from a quorum lost for good, in the reconciler's four phases. The decision is
 // membership.recoverQuorum and continueRecovery; status.quorumRecovery is the record that
-// carries a recovery through operator restarts: which member it builds on, where the copy of
-// that member's data is, and how far it has gone.
+// carries a recovery through operator restarts: which member it builds on (or which backup,
+// when no member's data survived), where the copy of that member's data is, and how far it
+// has gone.
 
 // defaultRecoveryAfter is spec.quorumLossRecovery.after when unset (the API's default).
 const defaultRecoveryAfter = 10 * time.Minute
@@ -40,6 +41,12 @@ type quorumRecoveryObservation struct {
 	preserveJob    *batchv1.Job
 	preserved      *agent.PreservedData
 	preserveFailed string
+	// latestBackup is the EtcdBackup of the cluster with the newest completed snapshot, and
+	// that snapshot, looked up under policy FromLatestBackup only; nil if there is none.
+	latestBackup *etcdv1alpha1.EtcdBackup
+	// restore is the EtcdRestore a recovery from a backup under way is carried out by, if it
+	// exists.
+	restore *etcdv1alpha1.EtcdRestore
 }
 
 // underwayRecovery is the recovery begun and not completed, or nil.
@@ -53,10 +60,29 @@ func underwayRecovery(c *etcdv1alpha1.EtcdCluster) *etcdv1alpha1.QuorumRecoveryS
 // observeQuorumRecovery fills obs.recovery. It asks members one by one only when etcd does not
 // answer a member list of a cluster that has formed: that is when a recovery may be needed.
 func (r *EtcdClusterReconciler) observeQuorumRecovery(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
-	if !obs.reachable && c.Status.ClusterID != "" && obs.client != nil {
+	formedAndLost := !obs.reachable && c.Status.ClusterID != ""
+	if formedAndLost && obs.client != nil {
 		obs.recovery.raftIndexes = raftIndexesWithoutQuorum(ctx, c, obs)
 	}
+	if formedAndLost && c.Spec.QuorumLossRecovery.Policy == etcdv1alpha1.QuorumLossRecoveryFromLatestBackup && underwayRecovery(c) == nil {
+		latest, err := r.latestBackup(ctx, c)
+		if err != nil {
+			return err
+		}
+		obs.recovery.latestBackup = latest
+	}
 	qr := underwayRecovery(c)
+	if qr != nil && qr.Backup != nil {
+		rs := &etcdv1alpha1.EtcdRestore{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: qr.Backup.EtcdRestore}, rs)
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("get EtcdRestore %s: %w", qr.Backup.EtcdRestore, err)
+		}
+		if err == nil {
+			obs.recovery.restore = rs
+		}
+		return nil
+	}
 	if qr == nil || qr.PreservedData != nil {
 		return nil
 	}
@@ -89,6 +115,26 @@ func (r *EtcdClusterReconciler) observeQuorumRecovery(ctx context.Context, c *et
 	return nil
 }
 
+// latestBackup is the EtcdBackup of the cluster whose last completed snapshot is the newest,
+// or nil if none has one.
+func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*etcdv1alpha1.EtcdBackup, error) {
+	backups := &etcdv1alpha1.EtcdBackupList{}
+	if err := r.List(ctx, backups, client.InNamespace(c.Namespace)); err != nil {
+		return nil, fmt.Errorf("list EtcdBackups: %w", err)
+	}
+	var latest *etcdv1alpha1.EtcdBackup
+	for i := range backups.Items {
+		b := &backups.Items[i]
+		if b.Spec.ClusterName != c.Name || b.Status.LastBackup == nil {
+			continue
+		}
+		if latest == nil || b.Status.LastBackup.StartTime.After(latest.Status.LastBackup.StartTime.Time) {
+			latest = b
+		}
+	}
+	return latest, nil
+}
+
 // raftIndexesWithoutQuorum asks each member whose pod runs for its status, all at once.
 func raftIndexesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) map[string]uint64 {
 	var mu sync.Mutex
@@ -114,13 +160,17 @@ func raftIndexesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, 
 
 // recoveryPolicy is what the decision may do once quorum is lost for good, and how far the
 // recovery under way has gone.
-func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, now time.Time) membership.RecoveryPolicy {
+func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, seen *quorumRecoveryObservation, now time.Time) membership.RecoveryPolicy {
 	spec := c.Spec.QuorumLossRecovery
 	p := membership.RecoveryPolicy{
-		Automatic: spec.Policy == etcdv1alpha1.QuorumLossRecoveryForceNewCluster,
-		From:      c.Annotations[etcdv1alpha1.AnnotationRecoverFrom],
-		After:     defaultRecoveryAfter,
-		LostSince: now,
+		Automatic:  spec.Policy == etcdv1alpha1.QuorumLossRecoveryForceNewCluster || spec.Policy == etcdv1alpha1.QuorumLossRecoveryFromLatestBackup,
+		FromBackup: spec.Policy == etcdv1alpha1.QuorumLossRecoveryFromLatestBackup,
+		From:       c.Annotations[etcdv1alpha1.AnnotationRecoverFrom],
+		After:      defaultRecoveryAfter,
+		LostSince:  now,
+	}
+	if seen.latestBackup != nil {
+		p.LatestBackup = seen.latestBackup.Name
 	}
 	if spec.After != nil {
 		p.After = spec.After.Duration
@@ -134,6 +184,9 @@ func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, now time.Time) membership.Recov
 		// deleted then, is not the record).
 		p.Preserved = qr.PreservedData != nil
 		p.Served = qr.ServedTime != nil
+		if qr.Backup != nil {
+			p.UnderwayRestore, p.RestoreExists = qr.Backup.EtcdRestore, seen.restore != nil
+		}
 	}
 	return p
 }
@@ -239,16 +292,29 @@ func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1al
 	return nil
 }
 
+// restoreFromBackup creates the in-place EtcdRestore of the recovery under way, from the
+// snapshot recorded when it began. The restore holds the cluster, stages the snapshot on a new
+// member's claim, and cuts over; the cluster's own steps then grow it back to its size.
+func (r *EtcdClusterReconciler) restoreFromBackup(ctx context.Context, c *etcdv1alpha1.EtcdCluster) error {
+	qr := underwayRecovery(c)
+	if qr == nil || qr.Backup == nil {
+		return fmt.Errorf("no recovery from a backup is on record")
+	}
+	rs := &etcdv1alpha1.EtcdRestore{
+		ObjectMeta: metav1.ObjectMeta{Name: qr.Backup.EtcdRestore, Namespace: c.Namespace,
+			Labels: map[string]string{resources.LabelCluster: c.Name}},
+		Spec: etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: qr.Backup.EtcdBackup, URI: qr.Backup.SnapshotURI}},
+			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: c.Name},
+		},
+	}
+	return r.createOwned(ctx, c, rs)
+}
+
 // recordQuorumRecovery keeps status.quorumRecovery true to what this reconcile decided and saw.
 func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, now time.Time) {
 	if step.Action == membership.BeginRecovery && underwayRecovery(c) == nil {
-		trigger := "spec.quorumLossRecovery.policy ForceNewCluster"
-		if c.Annotations[etcdv1alpha1.AnnotationRecoverFrom] == step.Member {
-			trigger = "annotation " + etcdv1alpha1.AnnotationRecoverFrom + "=" + step.Member
-		}
-		c.Status.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{
-			Member: step.Member, LostMembers: lostVoters(c, obs), Trigger: trigger, StartTime: metav1.NewTime(now),
-		}
+		c.Status.QuorumRecovery = beganRecovery(c, obs, step, now)
 		return
 	}
 	qr := underwayRecovery(c)
@@ -266,12 +332,31 @@ func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step me
 	if forced && qr.ForcedTime == nil {
 		qr.ForcedTime = ptrTime(now)
 	}
-	if obs.reachable && qr.ServedTime == nil && slices.ContainsFunc(obs.members, func(m etcd.Member) bool { return m.Name == qr.Member }) {
+	if obs.reachable && qr.ServedTime == nil && (qr.Backup != nil || slices.ContainsFunc(obs.members, func(m etcd.Member) bool { return m.Name == qr.Member })) {
 		qr.ServedTime = ptrTime(now)
 	}
 	if obs.reachable && qr.ServedTime != nil && !forced && int(c.Status.ReadyMembers) == int(c.Spec.Size) && obs.voters() == int(c.Spec.Size) {
 		qr.CompletionTime = ptrTime(now)
 	}
+}
+
+// beganRecovery is the record of a recovery begun by step: from the member it names, or from
+// the newest backup's snapshot, by an EtcdRestore named after the cluster and the time.
+func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, now time.Time) *etcdv1alpha1.QuorumRecoveryStatus {
+	qr := &etcdv1alpha1.QuorumRecoveryStatus{
+		Member: step.Member, LostMembers: lostVoters(c, obs), StartTime: metav1.NewTime(now),
+		Trigger: "spec.quorumLossRecovery.policy " + string(c.Spec.QuorumLossRecovery.Policy),
+	}
+	if step.Member != "" && c.Annotations[etcdv1alpha1.AnnotationRecoverFrom] == step.Member {
+		qr.Trigger = "annotation " + etcdv1alpha1.AnnotationRecoverFrom + "=" + step.Member
+	}
+	if b := obs.recovery.latestBackup; step.Backup != "" && b != nil && b.Name == step.Backup {
+		qr.Backup = &etcdv1alpha1.RecoveryBackupStatus{
+			EtcdBackup: b.Name, SnapshotURI: b.Status.LastBackup.URI, Revision: b.Status.LastBackup.Revision,
+			EtcdRestore: resources.QuorumRecoveryRestoreName(c.Name, now),
+		}
+	}
+	return qr
 }
 
 // lostVoters are the last voters whose claims are gone.

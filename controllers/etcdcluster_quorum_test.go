@@ -4,9 +4,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -237,4 +239,104 @@ func conditionMessage(c *etcdv1alpha1.EtcdCluster, condType string) string {
 		}
 	}
 	return ""
+}
+
+// completedBackup is an EtcdBackup of cluster c whose last snapshot completed at the given
+// minute.
+func completedBackup(name, cluster string, minute int, revision int64) *etcdv1alpha1.EtcdBackup {
+	at := metav1.NewTime(time.Date(2026, 11, 24, 12, minute, 0, 0, time.UTC))
+	return &etcdv1alpha1.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: cluster, Destination: etcdv1alpha1.StorageLocation{
+			PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}}},
+		Status: etcdv1alpha1.EtcdBackupStatus{LastBackup: &etcdv1alpha1.BackupArtifact{
+			URI: "pvc://backups/" + name + ".db", SHA256: strings.Repeat("a", 64), Revision: revision, EtcdVersion: "3.6.16",
+			StartTime: at, CompletionTime: at}},
+	}
+}
+
+// With every member's data gone and policy FromLatestBackup, the recovery is put on record with
+// the newest snapshot of the cluster's backups, then an in-place EtcdRestore of it is made,
+// owned by the cluster, once; the restore carries the recovery from there.
+func TestQuorumLostWithEveryMemberIsRestoredFromTheLatestBackup(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup, After: &metav1.Duration{}}
+	}, func() []client.Object {
+		return []client.Object{
+			completedBackup("hourly", "c", 30, 700),
+			completedBackup("nightly", "c", 0, 500),
+			completedBackup("other-cluster", "d", 59, 900),
+			&etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "never-ran", Namespace: "ns"}, Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "c"}},
+		}
+	})
+	a.reconcile(t, 1)
+	for _, name := range a.members {
+		for _, obj := range []client.Object{
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}},
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: resources.PVCName(name)}},
+		} {
+			if err := a.k8s.Delete(t.Context(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		delete(a.etcd.Statuses, resources.ClientURL(a.cluster, name))
+	}
+	a.etcd.NoQuorum = true
+
+	c := a.reconcile(t, 1)
+	qr := c.Status.QuorumRecovery
+	if qr == nil || qr.Backup == nil || qr.Member != "" || !slices.Equal(qr.LostMembers, a.members) ||
+		qr.Trigger != "spec.quorumLossRecovery.policy FromLatestBackup" {
+		t.Fatalf("status.quorumRecovery = %+v, want a recovery from a backup, every member lost", qr)
+	}
+	if b := qr.Backup; b.EtcdBackup != "hourly" || b.SnapshotURI != "pvc://backups/hourly.db" || b.Revision != 700 || b.EtcdRestore == "" {
+		t.Fatalf("status.quorumRecovery.backup = %+v, want hourly's snapshot at revision 700, the newest of the cluster's", *b)
+	}
+	restores := &etcdv1alpha1.EtcdRestoreList{}
+	if err := a.k8s.List(t.Context(), restores); err != nil || len(restores.Items) != 0 {
+		t.Fatalf("restores %v (%v): none may be made before the recovery is on record", restores.Items, err)
+	}
+
+	c = a.reconcile(t, 3)
+	if err := a.k8s.List(t.Context(), restores); err != nil || len(restores.Items) != 1 {
+		t.Fatalf("restores %v (%v): want exactly one", restores.Items, err)
+	}
+	rs := restores.Items[0]
+	src := rs.Spec.Source.Backup
+	if rs.Name != qr.Backup.EtcdRestore || src == nil || src.Name != "hourly" || src.URI != "pvc://backups/hourly.db" ||
+		rs.Spec.Target.Mode != etcdv1alpha1.RestoreInPlace || rs.Spec.Target.ClusterName != "c" || !metav1.IsControlledBy(&rs, c) {
+		t.Fatalf("EtcdRestore %s: %+v, owners %v; want an in-place restore of c from hourly's recorded snapshot, owned by c", rs.Name, rs.Spec, rs.OwnerReferences)
+	}
+	if cond := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing); cond == nil || cond.Reason != etcdv1alpha1.ReasonRecoveringQuorum ||
+		!strings.Contains(cond.Message, "EtcdRestore "+rs.Name) {
+		t.Errorf("Progressing %+v: want RecoveringQuorum naming the restore", cond)
+	}
+}
+
+// Under the other policies nothing is restored by itself: status says how.
+func TestQuorumLostWithEveryMemberWaitsForTheUserUnderForceNewCluster(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{}}
+	}, func() []client.Object { return []client.Object{completedBackup("hourly", "c", 30, 700)} })
+	a.reconcile(t, 1)
+	for _, name := range a.members {
+		for _, obj := range []client.Object{
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}},
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: resources.PVCName(name)}},
+		} {
+			if err := a.k8s.Delete(t.Context(), obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a.etcd.NoQuorum = true
+	c := a.reconcile(t, 3)
+	restores := &etcdv1alpha1.EtcdRestoreList{}
+	if err := a.k8s.List(t.Context(), restores); err != nil || len(restores.Items) != 0 || c.Status.QuorumRecovery != nil {
+		t.Fatalf("restores %v, status.quorumRecovery %+v (%v): nothing may be restored under ForceNewCluster", restores.Items, c.Status.QuorumRecovery, err)
+	}
+	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d == nil || d.Reason != etcdv1alpha1.ReasonQuorumLost ||
+		!strings.Contains(d.Message, "FromLatestBackup") {
+		t.Errorf("Degraded %+v: want QuorumLost saying how to restore", d)
+	}
 }

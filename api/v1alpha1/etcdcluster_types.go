@@ -356,7 +356,7 @@ type EtcdTuning struct {
 }
 
 // QuorumLossRecoveryPolicy is what the operator may do when quorum is lost.
-// +kubebuilder:validation:Enum=Manual;ForceNewCluster
+// +kubebuilder:validation:Enum=Manual;ForceNewCluster;FromLatestBackup
 type QuorumLossRecoveryPolicy string
 
 const (
@@ -367,19 +367,27 @@ const (
 	// data as a one-member cluster (etcd --force-new-cluster) and grows it back. Writes that
 	// only the lost members had are gone: an explicit opt-in.
 	QuorumLossRecoveryForceNewCluster QuorumLossRecoveryPolicy = "ForceNewCluster"
+	// QuorumLossRecoveryFromLatestBackup does what ForceNewCluster does while a member's data
+	// survives, and when none does, restores the cluster in place (an EtcdRestore the operator
+	// creates) from the newest completed snapshot of an EtcdBackup of this cluster. Writes
+	// after that snapshot are gone.
+	QuorumLossRecoveryFromLatestBackup QuorumLossRecoveryPolicy = "FromLatestBackup"
 )
 
 // QuorumLossRecoverySpec is the opt-in for automatic recovery from quorum loss.
 type QuorumLossRecoverySpec struct {
-	// Policy is Manual (the default: report, and recover only when annotated) or
-	// ForceNewCluster. Either way a copy of the survivor's data is kept first.
+	// Policy is Manual (the default: report, and recover only when annotated),
+	// ForceNewCluster (recover from the surviving member with the most recent data), or
+	// FromLatestBackup (as ForceNewCluster, and when no member's data survives, restore the
+	// newest completed snapshot of this cluster's EtcdBackups). A copy of the survivor's data
+	// is always kept first.
 	// +kubebuilder:default=Manual
 	// +optional
 	Policy QuorumLossRecoveryPolicy `json:"policy,omitempty"`
 
-	// After is how long quorum must stay lost before policy ForceNewCluster acts, so that a
-	// node reboot or a network blip is not treated as a disaster. The recover-from annotation,
-	// a person's decision, does not wait for it.
+	// After is how long quorum must stay lost before policy ForceNewCluster or
+	// FromLatestBackup acts, so that a node reboot or a network blip is not treated as a
+	// disaster. The recover-from annotation, a person's decision, does not wait for it.
 	// +kubebuilder:default="10m0s"
 	// +optional
 	After *metav1.Duration `json:"after,omitempty"`
@@ -498,13 +506,19 @@ type OperationStatus struct {
 // QuorumRecoveryStatus records a recovery from a quorum lost for good.
 type QuorumRecoveryStatus struct {
 	// Member is the surviving member the cluster is recovered from: the one whose log reached
-	// furthest, or the one the user named.
-	Member string `json:"member"`
+	// furthest, or the one the user named. Empty when no member's data survived and the
+	// cluster is restored from a backup instead.
+	// +optional
+	Member string `json:"member,omitempty"`
+	// Backup is the snapshot the cluster is restored from when no member's data survived
+	// (policy FromLatestBackup).
+	// +optional
+	Backup *RecoveryBackupStatus `json:"backup,omitempty"`
 	// LostMembers are the voting members whose data was gone when the recovery began.
 	// +optional
 	LostMembers []string `json:"lostMembers,omitempty"`
-	// Trigger is what allowed the recovery: the policy ForceNewCluster, or the user's
-	// recover-from annotation.
+	// Trigger is what allowed the recovery: the policy (ForceNewCluster or FromLatestBackup),
+	// or the user's recover-from annotation.
 	Trigger string `json:"trigger"`
 	// StartTime is when the recovery began.
 	StartTime metav1.Time `json:"startTime"`
@@ -521,6 +535,20 @@ type QuorumRecoveryStatus struct {
 	// CompletionTime is when the cluster was available again at its spec size.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// RecoveryBackupStatus is the backup a lost quorum is recovered from, and the restore that
+// carries it out.
+type RecoveryBackupStatus struct {
+	// EtcdBackup whose snapshot is restored.
+	EtcdBackup string `json:"etcdBackup"`
+	// SnapshotURI of the snapshot restored: the newest completed one of the cluster's backups.
+	SnapshotURI string `json:"snapshotURI"`
+	// Revision of the snapshot: the data the recovered cluster starts from.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// EtcdRestore is the in-place restore the operator creates for the recovery.
+	EtcdRestore string `json:"etcdRestore"`
 }
 
 // PreservedDataStatus says where a copy of a member's data directory is kept.

@@ -14,7 +14,9 @@
 //     the policy's leave (and after spec.quorumLossRecovery.after) or the user's, from the
 //     surviving member with the most recent log or the one the user named; a recovery, once
 //     begun, is carried through from that member; its data is copied before it is rewritten;
-//     and never is a member forced while another runs forced;
+//     never is a member forced while another runs forced; a cluster whose every member lost
+//     its data is restored from its newest backup only under policy FromLatestBackup; and no
+//     recovery begins while an in-place restore of the cluster runs;
 //   - nothing waits forever on a member that cannot start: a learner whose pod never starts is
 //     removed after LearnerStartTimeout (learners do not count towards quorum), and a member
 //     stuck on a new version can be rolled back to the running one.
@@ -125,8 +127,13 @@ type Observed struct {
 // RecoveryPolicy is what the user allows once quorum is lost for good, and how far a recovery
 // under way has gone (recorded in status.quorumRecovery).
 type RecoveryPolicy struct {
-	// Automatic: spec.quorumLossRecovery.policy is ForceNewCluster.
+	// Automatic: spec.quorumLossRecovery.policy is ForceNewCluster or FromLatestBackup.
 	Automatic bool
+	// FromBackup: the policy is FromLatestBackup; with no member's data left, the cluster is
+	// restored in place from LatestBackup, the EtcdBackup of the cluster with the newest
+	// completed snapshot ("" if it has none).
+	FromBackup   bool
+	LatestBackup string
 	// After is how long quorum must have been lost before an automatic recovery begins, and
 	// LostSince when it was lost (the cluster stopped being available): a blip is not a
 	// disaster.
@@ -143,6 +150,11 @@ type RecoveryPolicy struct {
 	// Served: Underway has served as a cluster of one since its forced restart. The rewriting
 	// is over; the usual steps add the other members back.
 	Served bool
+	// UnderwayRestore is the EtcdRestore a recovery from a backup under way is carried out by,
+	// or ""; RestoreExists says whether it exists. Once the restored member serves (Served),
+	// the usual steps add the other members back.
+	UnderwayRestore string
+	RestoreExists   bool
 }
 
 // DefragPolicy says when a member's database is worth defragmenting.
@@ -211,6 +223,9 @@ const (
 	PreserveData Action = "PreserveData"
 	// ForceNewCluster: restart Member with --force-new-cluster, a cluster of one with its data.
 	ForceNewCluster Action = "ForceNewCluster"
+	// RestoreFromBackup: create the in-place EtcdRestore of the recovery under way, from its
+	// recorded backup (no member's data survived).
+	RestoreFromBackup Action = "RestoreFromBackup"
 )
 
 // Step is the one thing to do next.
@@ -226,6 +241,8 @@ type Step struct {
 	Members []string
 	// Size of a new bootstrap.
 	Size int
+	// Backup is the EtcdBackup a recovery restores (BeginRecovery with no surviving member).
+	Backup string
 	// Reason says why, for events and conditions.
 	Reason string
 	// Operation is the condition reason the step belongs to (ScalingUp, Upgrading, ...).
@@ -394,6 +411,12 @@ func recoverQuorum(o Observed) (Step, bool) {
 	if !o.DataSurvivesPod || len(o.LastVoters) == 0 {
 		return Step{}, false
 	}
+	if o.AwaitingRestore != "" {
+		// The user's in-place restore replaces the data anyway; two rewrites at once would
+		// race for the same members.
+		return Step{Action: Wait, Operation: OpRestoring,
+			Reason: "EtcdRestore " + o.AwaitingRestore + " restores this cluster in place: no quorum recovery while it runs"}, true
+	}
 	byName := index(o.Members)
 	var survivors, lost []string
 	for _, name := range o.LastVoters {
@@ -408,8 +431,7 @@ func recoverQuorum(o Observed) (Step, bool) {
 	}
 	lostWhat := "members " + strings.Join(lost, ", ") + " lost their data"
 	if len(survivors) == 0 {
-		return Step{Action: Wait, Operation: OpQuorumLost,
-			Reason: "quorum is lost for good: every member lost its data; restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
+		return recoverFromBackup(o)
 	}
 	best, unread := furthestLog(o.Members, survivors)
 	if o.Recovery.From != "" {
@@ -442,12 +464,47 @@ func recoverQuorum(o Observed) (Step, bool) {
 		Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest"}, true
 }
 
+// recoverFromBackup decides the recovery of a cluster whose every member lost its data: only a
+// backup holds it. With policy FromLatestBackup the newest completed snapshot of the cluster's
+// EtcdBackups is restored in place; otherwise the user is told how.
+func recoverFromBackup(o Observed) (Step, bool) {
+	const lostAll = "quorum is lost for good: every member lost its data"
+	r := o.Recovery
+	switch {
+	case !r.FromBackup:
+		return Step{Action: Wait, Operation: OpQuorumLost,
+			Reason: lostAll + "; restore the cluster from a backup (an EtcdRestore of mode InPlace), or set spec.quorumLossRecovery.policy FromLatestBackup"}, true
+	case r.LatestBackup == "":
+		return Step{Action: Wait, Operation: OpQuorumLost,
+			Reason: lostAll + ", and no EtcdBackup of this cluster has a completed snapshot to restore; restore one from elsewhere with an EtcdRestore of mode InPlace (spec.source.location)"}, true
+	}
+	if wait := r.LostSince.Add(r.After).Sub(o.Now); wait > 0 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Backup: r.LatestBackup,
+			Reason: lostAll + "; restoring EtcdBackup " + r.LatestBackup + "'s newest snapshot once quorum has been lost for " +
+				r.After.String() + " (spec.quorumLossRecovery.after)"}, true
+	}
+	return Step{Action: BeginRecovery, Backup: r.LatestBackup, Operation: OpRecoveringQuorum,
+		Reason: lostAll + "; restoring the cluster in place from EtcdBackup " + r.LatestBackup + "'s newest snapshot"}, true
+}
+
 // continueRecovery carries a recovery under way through from its member, whatever is observed
 // of the others: a copy of its data first, then its restart alone with --force-new-cluster.
 // Once it has served alone, the recovery's rewriting is over and the usual steps take over.
+// A recovery from a backup is carried through by its EtcdRestore.
 func continueRecovery(o Observed) (Step, bool) {
 	r := o.Recovery
-	if r.Underway == "" || r.Served {
+	if r.Served {
+		return Step{}, false
+	}
+	if r.UnderwayRestore != "" {
+		if !r.RestoreExists {
+			return Step{Action: RestoreFromBackup, Operation: OpRecoveringQuorum,
+				Reason: "restoring the cluster in place from its newest backup (EtcdRestore " + r.UnderwayRestore + ")"}, true
+		}
+		return Step{Action: Wait, Operation: OpRecoveringQuorum,
+			Reason: "EtcdRestore " + r.UnderwayRestore + " restores the cluster from its newest backup; its status says how far it has gone"}, true
+	}
+	if r.Underway == "" {
 		return Step{}, false
 	}
 	m, ok := index(o.Members)[r.Underway]

@@ -28,6 +28,16 @@ func TestQuorumLostForGood(t *testing.T) {
 	underway := func(name string, o Observed) Observed { o.Recovery.Underway = name; return o }
 	preserved := func(name string, o Observed) Observed { o = underway(name, o); o.Recovery.Preserved = true; return o }
 	from := func(name string, o Observed) Observed { o.Recovery.From = name; return o }
+	fromBackup := func(latest string, o Observed) Observed {
+		o = automatic(o)
+		o.Recovery.FromBackup, o.Recovery.LatestBackup = true, latest
+		return o
+	}
+	restoring := func(restore string, exists bool, o Observed) Observed {
+		o.Recovery.UnderwayRestore, o.Recovery.RestoreExists = restore, exists
+		return o
+	}
+	userRestore := func(o Observed) Observed { o.AwaitingRestore = "users-restore"; return o }
 	lostFor := func(d time.Duration, o Observed) Observed {
 		o.Recovery.After, o.Now, o.Recovery.LostSince = 10*time.Minute, time.Unix(10000, 0), time.Unix(10000, 0).Add(-d)
 		return o
@@ -73,7 +83,25 @@ func TestQuorumLostForGood(t *testing.T) {
 		{"a survivor without a pod is restarted first", automatic(lostQuorum(abc, noPod(survivor("a", 0)))),
 			Step{Action: RestartMembers, Members: []string{"a"}, Operation: OpRecovering}, ""},
 		{"no member's data survives: a restore is the way", automatic(lostQuorum(abc)),
-			Step{Action: Wait, Operation: OpQuorumLost}, "restore the cluster from a backup"},
+			Step{Action: Wait, Operation: OpQuorumLost}, "or set spec.quorumLossRecovery.policy FromLatestBackup"},
+		{"no member's data survives, FromLatestBackup: restored from the newest backup", fromBackup("nightly", lostQuorum(abc)),
+			Step{Action: BeginRecovery, Backup: "nightly", Operation: OpRecoveringQuorum}, "from EtcdBackup nightly"},
+		{"FromLatestBackup: not before quorum has been lost for spec.quorumLossRecovery.after", lostFor(time.Minute, fromBackup("nightly", lostQuorum(abc))),
+			Step{Action: Wait, Backup: "nightly", Operation: OpQuorumLost}, "once quorum has been lost for 10m0s"},
+		{"FromLatestBackup with no completed backup: says where else to restore from", fromBackup("", lostQuorum(abc)),
+			Step{Action: Wait, Operation: OpQuorumLost}, "no EtcdBackup of this cluster has a completed snapshot"},
+		{"FromLatestBackup with a survivor: recovered from the survivor, whose data is newer", fromBackup("nightly", lostQuorum(abc, survivor("a", 100))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"begun from a backup: its EtcdRestore is made", restoring("r", false, underway("", fromBackup("nightly", lostQuorum(abc)))),
+			Step{Action: RestoreFromBackup, Operation: OpRecoveringQuorum}, "EtcdRestore r"},
+		{"begun from a backup: its EtcdRestore carries it through", restoring("r", true, underway("", fromBackup("nightly", lostQuorum(abc)))),
+			Step{Action: Wait, Operation: OpRecoveringQuorum}, "EtcdRestore r restores the cluster"},
+		{"begun from a backup: carried through even if a member's claim shows up again", restoring("r", true, underway("", fromBackup("nightly", lostQuorum(abc, survivor("a", 0))))),
+			Step{Action: Wait, Operation: OpRecoveringQuorum}, "EtcdRestore r restores the cluster"},
+		{"no recovery while the user's in-place restore runs", userRestore(automatic(lostQuorum(abc, survivor("a", 100)))),
+			Step{Action: Wait, Operation: OpRestoring}, "EtcdRestore users-restore restores this cluster in place"},
+		{"nor a recovery from a backup", userRestore(fromBackup("nightly", lostQuorum(abc))),
+			Step{Action: Wait, Operation: OpRestoring}, "no quorum recovery while it runs"},
 		{"ephemeral members: nothing to recover from", func() Observed {
 			o := automatic(lostQuorum(abc, survivor("a", 100)))
 			o.DataSurvivesPod = false
@@ -101,7 +129,8 @@ func TestQuorumLostForGood(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Next(tc.observed)
-			if got.Action != tc.want.Action || got.Member != tc.want.Member || !slices.Equal(got.Members, tc.want.Members) || got.Operation != tc.want.Operation {
+			if got.Action != tc.want.Action || got.Member != tc.want.Member || !slices.Equal(got.Members, tc.want.Members) ||
+				got.Operation != tc.want.Operation || got.Backup != tc.want.Backup {
 				t.Fatalf("Next = %+v\nwant %+v", got, tc.want)
 			}
 			if !strings.Contains(got.Reason, tc.reason) {

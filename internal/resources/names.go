@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 )
@@ -65,6 +67,13 @@ func PVCName(member string) string { return "data-" + member }
 // QuorumRecoveryClaimName is the claim that keeps a copy of the data of the survivor of a quorum
 // lost for good, made before the survivor is restarted with --force-new-cluster.
 func QuorumRecoveryClaimName(cluster string) string { return cluster + "-quorum-recovery" }
+
+// QuorumRecoveryRestoreName is the EtcdRestore that restores a cluster whose every member lost
+// its data, for the recovery begun at began: at most 50+11 characters, within the 63 an
+// EtcdRestore name may have (its Jobs are labelled with it).
+func QuorumRecoveryRestoreName(cluster string, began time.Time) string {
+	return cluster + "-qr-" + strconv.FormatInt(began.Unix(), 36)
+}
 
 // NewMemberName makes a fresh member name. Names are random rather than ordinal, so that a
 // replaced member never reuses an identity and nothing ever sorts members by name.

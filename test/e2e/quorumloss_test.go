@@ -32,7 +32,8 @@ const recoveryTimeout = 6 * time.Minute
 // A cluster whose majority lost its volumes for good is recovered from the survivor with the
 // furthest log, with every key the survivor had; first a copy of its data is kept. With the
 // default policy (Manual) nothing happens until the user names the member. Under write load,
-// what is lost is bounded: no acknowledged write at or below the survivor's revision. The cases
+// what is lost is bounded: no acknowledged write at or below the survivor's revision. With
+// every member's volume lost, policy FromLatestBackup restores the newest backup. The cases
 // run two at a time, each on its own cluster.
 func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 	cases := []struct {
@@ -130,6 +131,97 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 				load.verifyUpTo(t, qr.PreservedData.Revision)
 			}
 		})
+	}
+	t.Run("3 members lose all 3, policy FromLatestBackup", func(t *testing.T) {
+		t.Parallel()
+		recoveredFromTheLatestBackup(t)
+	})
+}
+
+// recoveredFromTheLatestBackup: a cluster whose every member lost its data is restored in place
+// by the operator from the newest snapshot of its EtcdBackups: every key the snapshot has, and
+// none written after it.
+func recoveredFromTheLatestBackup(t *testing.T) {
+	ctx := context.Background()
+	ns := testNamespace(t, "e2e-quorum-")
+	c := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "qb", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size: 3, Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+			QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
+				Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup,
+				After:  &metav1.Duration{Duration: 10 * time.Second},
+			},
+		},
+	}
+	if err := k8sClient.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, c, 3)
+	w := startWriter(t, clientServiceEndpoint(t, c), "/e2e/quorum")
+	waitFor(t, "writes acknowledged", func(context.Context) (bool, error) { return w.ackedCount() > 50, nil })
+	w.stop()
+
+	claim := createClaim(t, ns, "backups")
+	b := &etcdv1alpha1.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: c.Name, Destination: etcdv1alpha1.StorageLocation{
+			PVC: &etcdv1alpha1.PVCLocation{ClaimName: claim.Name, SubPath: "snapshots"}}},
+	}
+	if err := k8sClient.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	waitBackupPhase(t, b, recoveryTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+	if b.Status.Phase != etcdv1alpha1.BackupCompleted {
+		t.Fatalf("backup failed: %+v", b.Status)
+	}
+	art := b.Status.LastBackup
+	cl := plainClient(c)
+	if cl == nil {
+		t.Fatal("no client for the cluster")
+	}
+	defer cl.Close()
+	if _, err := cl.Put(ctx, "/e2e/after-backup", "x"); err != nil {
+		t.Fatal(err)
+	}
+
+	lost := loseMembers(t, c, 3)
+	t.Logf("lost members %v", lost)
+	waitForWithin(t, "the cluster restored from the backup at its spec size", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
+		return err == nil && isAvailable(c, 3) && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.CompletionTime != nil, err
+	})
+	logPrinterColumns(t, ns)
+
+	qr := c.Status.QuorumRecovery
+	t.Logf("status.quorumRecovery: %+v, backup %+v", *qr, qr.Backup)
+	if qr.Member != "" || qr.Backup == nil || qr.Backup.EtcdBackup != b.Name || qr.Backup.SnapshotURI != art.URI || qr.Backup.Revision != art.Revision {
+		t.Fatalf("the record %+v: want a recovery from %s's snapshot %s at revision %d", *qr, b.Name, art.URI, art.Revision)
+	}
+	if got := slices.Sorted(slices.Values(qr.LostMembers)); !slices.Equal(got, lost) {
+		t.Errorf("lostMembers %v, want %v", got, lost)
+	}
+	rs := &etcdv1alpha1.EtcdRestore{}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: qr.Backup.EtcdRestore}, rs); err != nil {
+		t.Fatalf("the recovery's EtcdRestore: %v", err)
+	}
+	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted || rs.Status.RestoredRevision != art.Revision {
+		t.Errorf("EtcdRestore %s: %s at revision %d, want Completed at %d", rs.Name, rs.Status.Phase, rs.Status.RestoredRevision, art.Revision)
+	}
+	for _, m := range c.Status.Members {
+		if slices.Contains(lost, m.Name) {
+			t.Errorf("lost member %s is still listed", m.Name)
+		}
+	}
+	w.verify(t)
+	after, err := cl.Get(ctx, "/e2e/after-backup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Kvs) != 0 || after.Header.Revision != art.Revision {
+		t.Errorf("the restored keyspace is at revision %d and has %d keys written after the backup; want revision %d and none",
+			after.Header.Revision, len(after.Kvs), art.Revision)
 	}
 }
 
