@@ -63,9 +63,12 @@ func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, nil // its Jobs go with it, by owner reference
 	}
 	before := backup.DeepCopy()
-	backup.Status.ObservedGeneration = backup.Generation
 
 	result, err := r.reconcileRuns(ctx, backup, before)
+	if err == nil {
+		// Only a reconcile that did its work has acted on this generation's spec.
+		backup.Status.ObservedGeneration = backup.Generation
+	}
 
 	if patchErr := patchStatusIfChanged(ctx, r.Client, backup, before, backupStatus); patchErr != nil && err == nil {
 		err = patchErr

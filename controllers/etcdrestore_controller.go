@@ -76,7 +76,6 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	before := rs.DeepCopy()
-	rs.Status.ObservedGeneration = rs.Generation
 	if rs.Status.StartTime == nil {
 		rs.Status.StartTime = ptrTime(r.Now())
 		rs.Status.Phase = etcdv1alpha1.RestorePending
@@ -87,6 +86,11 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if errors.As(err, &failed) {
 		r.fail(rs, failed)
 		result, err = ctrl.Result{}, nil
+	}
+	if err == nil {
+		// Only a reconcile that did its work, or found the spec cannot be done, has acted on
+		// this generation's spec.
+		rs.Status.ObservedGeneration = rs.Generation
 	}
 	if err == nil && restoreFinished(rs) {
 		// Record, then clean up: the outcome is in status before the Job, the hold on the
