@@ -116,7 +116,7 @@ func (r *EtcdRestoreReconciler) holdCluster(ctx context.Context, rs *etcdv1alpha
 	if holder := c.Annotations[resources.AnnotationRestorePending]; holder == rs.Name {
 		return nil
 	} else if holder != "" {
-		return failed(reasonTargetHeld, "EtcdRestore %s is restoring EtcdCluster %s: one restore of a cluster runs at a time; create this one again once %s has finished", holder, c.Name, holder)
+		return failed(etcdv1alpha1.ReasonTargetHeld, "EtcdRestore %s is restoring EtcdCluster %s: one restore of a cluster runs at a time; create this one again once %s has finished", holder, c.Name, holder)
 	}
 	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	c.Annotations = maps.Clone(c.Annotations)

@@ -44,14 +44,6 @@ type EtcdRestoreReconciler struct {
 	Now               func() time.Time
 }
 
-// Condition reasons of EtcdRestore.
-const (
-	reasonSourceNotFound = "SourceNotFound"
-	reasonTargetExists   = "TargetExists"
-	reasonVersionTooOld  = "VersionTooOld"
-	reasonTargetDeleted  = "TargetDeleted"
-)
-
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores/finalizers,verbs=update
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores/status,verbs=get;update;patch
@@ -141,7 +133,7 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 	case err != nil:
 		return ctrl.Result{}, err
 	case cluster.Annotations[resources.AnnotationRestoredBy] != rs.Name:
-		return ctrl.Result{}, failed(reasonTargetExists,
+		return ctrl.Result{}, failed(etcdv1alpha1.ReasonTargetExists,
 			"EtcdCluster %s already exists; a restore in mode New creates its cluster and never touches an existing one", cluster.Name)
 	case cluster.Annotations[resources.AnnotationRestorePending] != "":
 		return r.prepareSeed(ctx, rs, cluster, src)
@@ -168,20 +160,20 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 		backup := &etcdv1alpha1.EtcdBackup{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: ref.Name}, backup); err != nil {
 			if apierrors.IsNotFound(err) {
-				return src, failed(reasonSourceNotFound, "EtcdBackup %s does not exist in namespace %s", ref.Name, rs.Namespace)
+				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s does not exist in namespace %s", ref.Name, rs.Namespace)
 			}
 			return src, err
 		}
 		artifact := chooseArtifact(backup, ref.URI)
 		if artifact == nil {
 			if ref.URI == "" {
-				return src, failed(reasonSourceNotFound, "EtcdBackup %s has no completed snapshot", ref.Name)
+				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s has no completed snapshot", ref.Name)
 			}
-			return src, failed(reasonSourceNotFound, "EtcdBackup %s has no completed snapshot %s in its status", ref.Name, ref.URI)
+			return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s has no completed snapshot %s in its status", ref.Name, ref.URI)
 		}
 		base := agent.LocationURIBase(backup.Spec.Destination)
 		if !strings.HasPrefix(artifact.URI, base) {
-			return src, failed(reasonSourceNotFound, "snapshot %s is not under EtcdBackup %s's destination %s", artifact.URI, ref.Name, base)
+			return src, failed(etcdv1alpha1.ReasonSourceNotFound, "snapshot %s is not under EtcdBackup %s's destination %s", artifact.URI, ref.Name, base)
 		}
 		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
 		src.uri, src.etcdVersion = artifact.URI, artifact.EtcdVersion
@@ -194,7 +186,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 			// Only whether it exists matters here: its metadata is read, not its keys.
 			secret := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}}
 			if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, secret); apierrors.IsNotFound(err) {
-				return src, failed(reasonSourceNotFound, "Secret %s does not exist in namespace %s", name, rs.Namespace)
+				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "Secret %s does not exist in namespace %s", name, rs.Namespace)
 			} else if err != nil {
 				return src, err
 			}
@@ -220,11 +212,11 @@ func chooseArtifact(b *etcdv1alpha1.EtcdBackup, uri string) *etcdv1alpha1.Backup
 // data is restored.
 func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, src snapshotSource) error {
 	if rs.Status.Phase == etcdv1alpha1.RestoreRestoring {
-		return failed(reasonTargetDeleted, "EtcdCluster %s was deleted while it was being restored", rs.Spec.Target.ClusterName)
+		return failed(etcdv1alpha1.ReasonTargetDeleted, "EtcdCluster %s was deleted while it was being restored", rs.Spec.Target.ClusterName)
 	}
 	spec := rs.Spec.Target.Cluster.DeepCopy()
 	if tooOld(spec.Version, src.etcdVersion) {
-		return failed(reasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
+		return failed(etcdv1alpha1.ReasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
 	}
 	if spec.Paused {
 		return failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.paused: a paused cluster would never form from the restored member")
