@@ -79,6 +79,8 @@ func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // reconcileRuns records the finished runs, then cleans up after them, then starts the run that
 // is due. before is the status as last written; it is updated when status is written early.
 func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) (ctrl.Result, error) {
+	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	log := ctrl.LoggerFrom(ctx).V(1).WithValues("backup", b.Name)
 	jobs, err := r.ownedJobs(ctx, b)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -96,6 +98,7 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 		// gofail: var backupRunRecorded struct{}
 		b.DeepCopyInto(before)
 		for _, job := range finished {
+			log.Info("step", "action", "DeleteRecordedJob", "job", job.Name, "reason", "its run is recorded in status.history")
 			if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("delete finished Job %s: %w", job.Name, err)
 			}
@@ -105,22 +108,27 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 	if active := activeJob(jobs, finished); active != nil {
 		b.Status.ActiveJob, b.Status.Phase = active.Name, etcdv1alpha1.BackupRunning
 		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionUnknown, etcdv1alpha1.ReasonRunning, "Job %s is taking a snapshot", active.Name)
+		log.Info("step", "action", "WaitForRun", "job", active.Name, "reason", etcdv1alpha1.ReasonRunning)
 		// The Job's completion wakes this reconciler; a pod that never starts does not.
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	b.Status.ActiveJob = ""
 	if recheck > 0 {
+		log.Info("step", "action", "WaitForReport", "after", recheck, "reason", "a finished Job's report has not reached the cache yet")
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 
 	scheduledFor, wait := r.nextRun(b)
 	if scheduledFor.IsZero() {
+		log.WithValues(conditionSays(b.Status.Conditions, etcdv1alpha1.ConditionReady)...).Info("step", "action", "NoRunDue", "phase", b.Status.Phase, "after", wait)
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	cluster, ready := r.checkReady(ctx, b)
 	if !ready {
+		log.WithValues(conditionSays(b.Status.Conditions, etcdv1alpha1.ConditionReady)...).Info("step", "action", "WaitUntilReady", "after", notReadyRetry)
 		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
+	log.Info("step", "action", "StartRun", "scheduledFor", scheduledFor, "reason", "a run is due and the cluster and destination are ready")
 	return ctrl.Result{}, r.startRun(ctx, b, cluster, scheduledFor)
 }
 
@@ -174,6 +182,7 @@ func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1
 				continue
 			}
 			if !inHistory {
+				ctrl.LoggerFrom(ctx).V(1).Info("step", "action", "RecordRun", "backup", b.Name, "job", job.Name, "reason", etcdv1alpha1.ReasonJobNotStarting, "message", notStarting)
 				r.recordFailure(b, job, etcdv1alpha1.ReasonJobNotStarting, notStarting)
 			}
 			recorded = append(recorded, job)
@@ -191,6 +200,8 @@ func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1
 				}
 			}
 			r.record(b, job, succeeded, report)
+			ctrl.LoggerFrom(ctx).V(1).WithValues(conditionSays(b.Status.Conditions, etcdv1alpha1.ConditionSucceeded)...).
+				Info("step", "action", "RecordRun", "backup", b.Name, "job", job.Name)
 		}
 		recorded = append(recorded, job)
 	}

@@ -79,6 +79,10 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.fail(rs, failed)
 		result, err = ctrl.Result{}, nil
 	}
+	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	// Every step sets the Succeeded condition, whose reason and message say what it did.
+	ctrl.LoggerFrom(ctx).V(1).WithValues(conditionSays(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded)...).
+		Info("step", "action", rs.Status.Phase, "restore", rs.Name, "mode", rs.Spec.Target.Mode, "after", result.RequeueAfter)
 	if err == nil {
 		// Only a reconcile that did its work, or found the spec cannot be done, has acted on
 		// this generation's spec.

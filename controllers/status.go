@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -33,4 +35,14 @@ func writeStatusNow(ctx context.Context, c client.Client, obj, before client.Obj
 		return fmt.Errorf("write status: %w", err)
 	}
 	return nil
+}
+
+// conditionSays is the reason and message of the condition of condType, as key-values for a
+// log line: the step logs say why in the words status does.
+func conditionSays(conditions []metav1.Condition, condType string) []any {
+	c := meta.FindStatusCondition(conditions, condType)
+	if c == nil {
+		return nil
+	}
+	return []any{"reason", c.Reason, "message", c.Message}
 }
