@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -250,17 +249,6 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its first member from %s", cluster.Name, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
 	return nil
-}
-
-// tooOld says whether target is an older etcd minor version than the snapshot's: etcd reads
-// the data of its own and older versions only.
-func tooOld(target, snapshot string) bool {
-	t, err1 := version.ParseGeneric(target)
-	s, err2 := version.ParseGeneric(snapshot)
-	if err1 != nil || err2 != nil {
-		return false // unknown: etcdutl and etcd themselves refuse what they cannot read
-	}
-	return t.Major() < s.Major() || (t.Major() == s.Major() && t.Minor() < s.Minor())
 }
 
 // prepareSeed runs the Job that writes the first member's data, and lets the cluster form once
