@@ -22,6 +22,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -373,7 +374,7 @@ func (r *EtcdBackupReconciler) credentialsProblem(ctx context.Context, b *etcdv1
 	if s3 == nil || s3.CredentialsSecretName == "" {
 		return "", ""
 	}
-	return r.secretProblem(ctx, b.Namespace, s3.CredentialsSecretName, agent.AccessKeyIDEnv, agent.SecretAccessKeyEnv)
+	return r.secretProblem(ctx, b.Namespace, s3.CredentialsSecretName, jobspec.AccessKeyIDEnv, jobspec.SecretAccessKeyEnv)
 }
 
 // storageCAProblem: the S3 server's CA Secret exists with its certificate.
@@ -382,7 +383,7 @@ func (r *EtcdBackupReconciler) storageCAProblem(ctx context.Context, b *etcdv1al
 	if s3 == nil || s3.CASecretName == "" {
 		return "", ""
 	}
-	return r.secretProblem(ctx, b.Namespace, s3.CASecretName, agent.StorageCAKey)
+	return r.secretProblem(ctx, b.Namespace, s3.CASecretName, jobspec.StorageCAKey)
 }
 
 // claimProblem: the destination claim exists and is not a member's data claim.
