@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -461,24 +460,13 @@ func (r *EtcdBackupReconciler) startRun(ctx context.Context, b *etcdv1alpha1.Etc
 }
 
 func setBackupCondition(b *etcdv1alpha1.EtcdBackup, condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{
-		Type: condType, Status: status, Reason: reason,
-		Message: fmt.Sprintf(format, args...), ObservedGeneration: b.Generation,
-	})
+	setConditionAt(&b.Status.Conditions, b, condType, status, reason, format, args...)
 }
 
-// SetupWithManager registers the reconciler and what it watches.
+// SetupWithManager registers the reconciler and what it watches. A backup waiting for its
+// cluster to become Available starts as soon as it is.
 func (r *EtcdBackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&etcdv1alpha1.EtcdBackup{}).
-		Owns(&batchv1.Job{}).
-		// A backup waiting for its cluster to become Available starts as soon as it is.
-		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(r.backupsOfCluster)).
-		Named("etcdbackup").
-		Complete(r)
+	return setUpJobRunner(mgr, "etcdbackup", &etcdv1alpha1.EtcdBackup{}, r.backupsOfCluster, r)
 }
 
 func (r *EtcdBackupReconciler) backupsOfCluster(ctx context.Context, obj client.Object) []reconcile.Request {

@@ -144,9 +144,7 @@ func setConditions(c *etcdv1alpha1.EtcdCluster, obs *observation, voters int, st
 }
 
 func setCondition(c *etcdv1alpha1.EtcdCluster, condType string, status metav1.ConditionStatus, reason, message string) {
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: c.Generation,
-	})
+	setConditionAt(&c.Status.Conditions, c, condType, status, reason, "%s", message)
 }
 
 // setAvailable: clients are served only when a quorum of voters is healthy in etcd and as many

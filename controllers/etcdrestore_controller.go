@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -461,25 +460,15 @@ func (r *EtcdRestoreReconciler) fail(rs *etcdv1alpha1.EtcdRestore, f *restoreFai
 	postEvent(r.Recorder, rs, corev1.EventTypeWarning, "RestoreFailed", "Restore", "%s", f.message)
 }
 
+// setRestoreCondition sets the restore's one condition, Succeeded.
 func setRestoreCondition(rs *etcdv1alpha1.EtcdRestore, status metav1.ConditionStatus, reason, format string, args ...any) {
-	meta.SetStatusCondition(&rs.Status.Conditions, metav1.Condition{
-		Type: etcdv1alpha1.ConditionSucceeded, Status: status, Reason: reason,
-		Message: fmt.Sprintf(format, args...), ObservedGeneration: rs.Generation,
-	})
+	setConditionAt(&rs.Status.Conditions, rs, etcdv1alpha1.ConditionSucceeded, status, reason, format, args...)
 }
 
-// SetupWithManager registers the reconciler and what it watches.
+// SetupWithManager registers the reconciler and what it watches. The restored cluster's
+// progress completes the restore.
 func (r *EtcdRestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&etcdv1alpha1.EtcdRestore{}).
-		Owns(&batchv1.Job{}).
-		// The restored cluster's progress completes the restore.
-		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(restoreOfCluster)).
-		Named("etcdrestore").
-		Complete(r)
+	return setUpJobRunner(mgr, "etcdrestore", &etcdv1alpha1.EtcdRestore{}, restoreOfCluster, r)
 }
 
 func restoreOfCluster(_ context.Context, obj client.Object) []reconcile.Request {

@@ -37,6 +37,14 @@ func writeStatusNow(ctx context.Context, c client.Client, obj, before client.Obj
 	return nil
 }
 
+// setConditionAt sets a condition in conditions, obj's own, as of obj's generation: the one
+// place the reconcilers make a condition.
+func setConditionAt(conditions *[]metav1.Condition, obj client.Object, condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
+	meta.SetStatusCondition(conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...), ObservedGeneration: obj.GetGeneration(),
+	})
+}
+
 // conditionSays is the reason and message of the condition of condType, as key-values for a
 // log line: the step logs say why in the words status does.
 func conditionSays(conditions []metav1.Condition, condType string) []any {
