@@ -16,12 +16,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -63,9 +63,12 @@ func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, nil // its Jobs go with it, by owner reference
 	}
 	before := backup.DeepCopy()
-	backup.Status.ObservedGeneration = backup.Generation
 
 	result, err := r.reconcileRuns(ctx, backup, before)
+	if err == nil {
+		// Only a reconcile that did its work has acted on this generation's spec.
+		backup.Status.ObservedGeneration = backup.Generation
+	}
 
 	if patchErr := patchStatusIfChanged(ctx, r.Client, backup, before, backupStatus); patchErr != nil && err == nil {
 		err = patchErr
@@ -76,6 +79,8 @@ func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // reconcileRuns records the finished runs, then cleans up after them, then starts the run that
 // is due. before is the status as last written; it is updated when status is written early.
 func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) (ctrl.Result, error) {
+	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	log := ctrl.LoggerFrom(ctx).V(1).WithValues("backup", b.Name)
 	jobs, err := r.ownedJobs(ctx, b)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -93,6 +98,7 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 		// gofail: var backupRunRecorded struct{}
 		b.DeepCopyInto(before)
 		for _, job := range finished {
+			log.Info("step", "action", "DeleteRecordedJob", "job", job.Name, "reason", "its run is recorded in status.history")
 			if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return ctrl.Result{}, fmt.Errorf("delete finished Job %s: %w", job.Name, err)
 			}
@@ -102,22 +108,27 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 	if active := activeJob(jobs, finished); active != nil {
 		b.Status.ActiveJob, b.Status.Phase = active.Name, etcdv1alpha1.BackupRunning
 		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionUnknown, etcdv1alpha1.ReasonRunning, "Job %s is taking a snapshot", active.Name)
+		log.Info("step", "action", "WaitForRun", "job", active.Name, "reason", etcdv1alpha1.ReasonRunning)
 		// The Job's completion wakes this reconciler; a pod that never starts does not.
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	b.Status.ActiveJob = ""
 	if recheck > 0 {
+		log.Info("step", "action", "WaitForReport", "after", recheck, "reason", "a finished Job's report has not reached the cache yet")
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 
 	scheduledFor, wait := r.nextRun(b)
 	if scheduledFor.IsZero() {
+		log.WithValues(conditionSays(b.Status.Conditions, etcdv1alpha1.ConditionReady)...).Info("step", "action", "NoRunDue", "phase", b.Status.Phase, "after", wait)
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	cluster, ready := r.checkReady(ctx, b)
 	if !ready {
+		log.WithValues(conditionSays(b.Status.Conditions, etcdv1alpha1.ConditionReady)...).Info("step", "action", "WaitUntilReady", "after", notReadyRetry)
 		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
+	log.Info("step", "action", "StartRun", "scheduledFor", scheduledFor, "reason", "a run is due and the cluster and destination are ready")
 	return ctrl.Result{}, r.startRun(ctx, b, cluster, scheduledFor)
 }
 
@@ -171,6 +182,7 @@ func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1
 				continue
 			}
 			if !inHistory {
+				ctrl.LoggerFrom(ctx).V(1).Info("step", "action", "RecordRun", "backup", b.Name, "job", job.Name, "reason", etcdv1alpha1.ReasonJobNotStarting, "message", notStarting)
 				r.recordFailure(b, job, etcdv1alpha1.ReasonJobNotStarting, notStarting)
 			}
 			recorded = append(recorded, job)
@@ -188,6 +200,8 @@ func (r *EtcdBackupReconciler) recordFinishedRuns(ctx context.Context, b *etcdv1
 				}
 			}
 			r.record(b, job, succeeded, report)
+			ctrl.LoggerFrom(ctx).V(1).WithValues(conditionSays(b.Status.Conditions, etcdv1alpha1.ConditionSucceeded)...).
+				Info("step", "action", "RecordRun", "backup", b.Name, "job", job.Name)
 		}
 		recorded = append(recorded, job)
 	}
@@ -359,7 +373,7 @@ func (r *EtcdBackupReconciler) credentialsProblem(ctx context.Context, b *etcdv1
 	if s3 == nil || s3.CredentialsSecretName == "" {
 		return "", ""
 	}
-	return r.secretProblem(ctx, b.Namespace, s3.CredentialsSecretName, agent.AccessKeyIDEnv, agent.SecretAccessKeyEnv)
+	return r.secretProblem(ctx, b.Namespace, s3.CredentialsSecretName, jobspec.AccessKeyIDEnv, jobspec.SecretAccessKeyEnv)
 }
 
 // storageCAProblem: the S3 server's CA Secret exists with its certificate.
@@ -368,7 +382,7 @@ func (r *EtcdBackupReconciler) storageCAProblem(ctx context.Context, b *etcdv1al
 	if s3 == nil || s3.CASecretName == "" {
 		return "", ""
 	}
-	return r.secretProblem(ctx, b.Namespace, s3.CASecretName, agent.StorageCAKey)
+	return r.secretProblem(ctx, b.Namespace, s3.CASecretName, jobspec.StorageCAKey)
 }
 
 // claimProblem: the destination claim exists and is not a member's data claim.
@@ -446,24 +460,13 @@ func (r *EtcdBackupReconciler) startRun(ctx context.Context, b *etcdv1alpha1.Etc
 }
 
 func setBackupCondition(b *etcdv1alpha1.EtcdBackup, condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
-	meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{
-		Type: condType, Status: status, Reason: reason,
-		Message: fmt.Sprintf(format, args...), ObservedGeneration: b.Generation,
-	})
+	setConditionAt(&b.Status.Conditions, b, condType, status, reason, format, args...)
 }
 
-// SetupWithManager registers the reconciler and what it watches.
+// SetupWithManager registers the reconciler and what it watches. A backup waiting for its
+// cluster to become Available starts as soon as it is.
 func (r *EtcdBackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&etcdv1alpha1.EtcdBackup{}).
-		Owns(&batchv1.Job{}).
-		// A backup waiting for its cluster to become Available starts as soon as it is.
-		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(r.backupsOfCluster)).
-		Named("etcdbackup").
-		Complete(r)
+	return setUpJobRunner(mgr, "etcdbackup", &etcdv1alpha1.EtcdBackup{}, r.backupsOfCluster, r)
 }
 
 func (r *EtcdBackupReconciler) backupsOfCluster(ctx context.Context, obj client.Object) []reconcile.Request {

@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 // A cluster whose namespace is being deleted goes with it: a step that cannot create anything
@@ -65,4 +69,107 @@ func TestStepInTerminatingNamespaceIsDroppedOtherFailuresRetried(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A member is removed from etcd before its pod is deleted: a pod deleted first would be a
+// voter down, costing quorum margin until the removal. And a removal etcd refuses deletes
+// nothing.
+func TestScaleDownRemovesTheMemberBeforeItsPod(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Size = 2 }, nil)
+	var deleted []string
+	a.r.Client = interceptor.NewClient(a.r.Client.(client.WithWatch), interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if _, pod := obj.(*corev1.Pod); pod {
+				name := obj.GetLabels()[resources.LabelMember]
+				if slices.ContainsFunc(a.etcd.Members, func(m etcd.Member) bool { return m.Name == name }) {
+					t.Errorf("pod of member %s deleted while etcd still lists it (calls so far: %v)", name, a.etcd.Calls)
+				}
+				deleted = append(deleted, name)
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+	})
+
+	a.etcd.Fail = map[string]error{"RemoveMember": errors.New("etcdserver: request timed out")}
+	if _, err := a.r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a.cluster)}); err == nil {
+		t.Fatal("a reconcile whose removal etcd refused reported success")
+	}
+	if !slices.Contains(a.etcd.Calls, "RemoveMember") {
+		t.Fatalf("the scale-down did not try to remove a member (calls %v): the test exercises nothing", a.etcd.Calls)
+	}
+	if len(deleted) > 0 || len(a.etcd.Members) != 3 {
+		t.Fatalf("after a refused removal: pods deleted %v, etcd members %d; want none deleted, 3", deleted, len(a.etcd.Members))
+	}
+
+	a.etcd.Fail = nil
+	for range 5 {
+		if a.reconcile(t, 1); len(deleted) > 0 {
+			break
+		}
+	}
+	if len(a.etcd.Members) != 2 || len(deleted) != 1 {
+		t.Fatalf("after the scale-down: etcd members %d, pods deleted %v; want 2 and one pod", len(a.etcd.Members), deleted)
+	}
+}
+
+// A learner that has not caught up is asked again shortly, with no error (it is the normal
+// course of a join) and nothing else changed; a promotion that fails for another reason is an
+// error, and leaves nothing half-done either.
+func TestPromoteThatFailsChangesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"learner not ready", etcd.ErrLearnerNotReady, false},
+		{"promotion fails", errors.New("etcdserver: request timed out"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newScriptedCluster(t, 4, nil, nil)
+			learner := &a.etcd.Members[3]
+			learner.IsLearner = true
+			st := a.etcd.Statuses[learner.ClientURLs[0]]
+			st.IsLearner = true
+			a.etcd.Statuses[learner.ClientURLs[0]] = st
+			a.etcd.Fail = map[string]error{"PromoteLearner": tc.err}
+			podsBefore, claimsBefore := memberObjects(t, a.k8s)
+
+			result, err := a.r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a.cluster)})
+
+			if !slices.Equal(a.etcd.Calls, []string{"PromoteLearner"}) {
+				t.Fatalf("etcd calls %v, want one promotion and nothing else", a.etcd.Calls)
+			}
+			if gotErr := err != nil; gotErr != tc.wantErr {
+				t.Fatalf("reconcile error %v, want an error: %t", err, tc.wantErr)
+			}
+			if !tc.wantErr && result.RequeueAfter == 0 {
+				t.Fatalf("a learner not ready is not looked at again: %+v", result)
+			}
+			if !a.etcd.Members[3].IsLearner || len(a.etcd.Members) != 4 {
+				t.Fatalf("etcd membership changed: %+v", a.etcd.Members)
+			}
+			podsAfter, claimsAfter := memberObjects(t, a.k8s)
+			if !maps.Equal(podsBefore, podsAfter) || !maps.Equal(claimsBefore, claimsAfter) {
+				t.Fatalf("member objects changed by a promotion that did not happen:\npods %v -> %v\nclaims %v -> %v", podsBefore, podsAfter, claimsBefore, claimsAfter)
+			}
+		})
+	}
+}
+
+// memberObjects are the pods and claims in k8s, each name with its resourceVersion: any
+// create, delete or change shows.
+func memberObjects(t *testing.T, k8s client.Client) (pods, claims map[string]string) {
+	t.Helper()
+	podList, claimList := &corev1.PodList{}, &corev1.PersistentVolumeClaimList{}
+	if err := errors.Join(k8s.List(t.Context(), podList), k8s.List(t.Context(), claimList)); err != nil {
+		t.Fatal(err)
+	}
+	pods, claims = map[string]string{}, map[string]string{}
+	for _, p := range podList.Items {
+		pods[p.Name] = p.ResourceVersion
+	}
+	for _, c := range claimList.Items {
+		claims[c.Name] = c.ResourceVersion
+	}
+	return pods, claims
 }

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/utils/ptr"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -145,9 +144,7 @@ func setConditions(c *etcdv1alpha1.EtcdCluster, obs *observation, voters int, st
 }
 
 func setCondition(c *etcdv1alpha1.EtcdCluster, condType string, status metav1.ConditionStatus, reason, message string) {
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-		Type: condType, Status: status, Reason: reason, Message: message, ObservedGeneration: c.Generation,
-	})
+	setConditionAt(&c.Status.Conditions, c, condType, status, reason, "%s", message)
 }
 
 // setAvailable: clients are served only when a quorum of voters is healthy in etcd and as many
@@ -284,25 +281,14 @@ func unhealthyMembers(members []etcdv1alpha1.MemberStatus) []string {
 func lowestVersion(members []etcdv1alpha1.MemberStatus) string {
 	var lowest string
 	for _, m := range members {
-		if m.Version != "" && (lowest == "" || versionLess(m.Version, lowest)) {
+		if m.Version == "" {
+			continue
+		}
+		if older, _ := compareVersions(m.Version, lowest, false); lowest == "" || older < 0 {
 			lowest = m.Version
 		}
 	}
 	return lowest
-}
-
-// versionLess compares etcd versions with the parser tooOld uses; one that does not parse
-// sorts last, so that it is never reported as the version the cluster runs.
-func versionLess(a, b string) bool {
-	va, errA := version.ParseGeneric(a)
-	vb, errB := version.ParseGeneric(b)
-	switch {
-	case errA != nil:
-		return false
-	case errB != nil:
-		return true
-	}
-	return va.LessThan(vb)
 }
 
 func first(s []string) string {

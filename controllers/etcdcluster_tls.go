@@ -53,11 +53,11 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		ca = certs.KeyPair{CertPEM: caSecret.Data[certs.KeyCert], KeyPEM: caSecret.Data[certs.KeyKey]}
 	}
 	caReq := certs.Request{Kind: certs.CA, Validity: 10 * resources.CertificateRequest(c, certs.Peer).Validity}
-	if certs.NeedsRenewal(ca, nil, caReq, renewBefore, now) {
+	if reason, why, renew := certs.NeedsRenewal(ca, nil, caReq, renewBefore, now); renew {
 		// A new CA means every member must trust it before it signs anything they need:
 		// until CA rotation with a trust overlap exists, it is only made, never replaced.
 		if caSecret != nil {
-			return fmt.Errorf("the CA in Secret %s is unreadable or about to expire; replace it by hand", resources.CASecretName(c.Name))
+			return fmt.Errorf("the CA in Secret %s must be replaced by hand (%s: %s)", resources.CASecretName(c.Name), reason, why)
 		}
 		if ca, err = certs.NewCA(c.Name+"-ca", caReq.Validity, now); err != nil {
 			return err
@@ -84,7 +84,8 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 			current = certs.KeyPair{CertPEM: secret.Data[certs.KeyCert], KeyPEM: secret.Data[certs.KeyKey]}
 		}
 		req := resources.CertificateRequest(c, kind)
-		if !certs.NeedsRenewal(current, ca.CertPEM, req, renewBefore, now) {
+		reason, why, renew := certs.NeedsRenewal(current, ca.CertPEM, req, renewBefore, now)
+		if !renew {
 			continue
 		}
 		issued, err := certs.Issue(ca, req, now)
@@ -94,7 +95,7 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		if err := r.writeSecret(ctx, c, name, corev1.SecretTypeTLS, issued, ca.CertPEM); err != nil {
 			return err
 		}
-		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CertificateIssued", "IssueCertificate", "issued the %s certificate (Secret %s)", kind, name)
+		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CertificateIssued", "IssueCertificate", "issued the %s certificate (Secret %s): %s: %s", kind, name, reason, why)
 		// gofail: var certificateIssued struct{}
 	}
 	return nil

@@ -28,6 +28,7 @@ const restoreFinalizer = "etcd.database.dev/restore-cleanup"
 // hold on the cluster, and a staged claim the cluster never took. It is idempotent, and runs on
 // every look at a finished restore, so that a cleanup cut short is completed.
 func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) error {
+	log := ctrl.LoggerFrom(ctx).V(1).WithValues("restore", rs.Name)
 	// Read from the cache first: a finished restore is looked at on every status change of the
 	// cluster it restored, and must not send the API server a delete each time.
 	job := &batchv1.Job{}
@@ -36,6 +37,7 @@ func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.Et
 		return err
 	}
 	if err == nil && job.DeletionTimestamp.IsZero() {
+		log.Info("step", "action", "DeleteJob", "job", job.Name, "reason", "the restore's outcome is recorded in status")
 		if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete restore Job %s: %w", job.Name, err)
 		}
@@ -48,6 +50,7 @@ func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.Et
 		return client.IgnoreNotFound(err)
 	}
 	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	log.Info("step", "action", "ReleaseCluster", "cluster", c.Name, "phase", rs.Status.Phase, "reason", "the restore has finished")
 	if err := r.releaseCluster(ctx, rs, c, seed); err != nil {
 		return err
 	}
@@ -116,7 +119,7 @@ func (r *EtcdRestoreReconciler) holdCluster(ctx context.Context, rs *etcdv1alpha
 	if holder := c.Annotations[resources.AnnotationRestorePending]; holder == rs.Name {
 		return nil
 	} else if holder != "" {
-		return failed(reasonTargetHeld, "EtcdRestore %s is restoring EtcdCluster %s: one restore of a cluster runs at a time; create this one again once %s has finished", holder, c.Name, holder)
+		return failed(etcdv1alpha1.ReasonTargetHeld, "EtcdRestore %s is restoring EtcdCluster %s: one restore of a cluster runs at a time; create this one again once %s has finished", holder, c.Name, holder)
 	}
 	patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	c.Annotations = maps.Clone(c.Annotations)
@@ -152,6 +155,7 @@ func (r *EtcdRestoreReconciler) finalize(ctx context.Context, rs *etcdv1alpha1.E
 	if !controllerutil.ContainsFinalizer(rs, restoreFinalizer) {
 		return ctrl.Result{}, nil
 	}
+	log := ctrl.LoggerFrom(ctx).V(1).WithValues("restore", rs.Name)
 	c := &etcdv1alpha1.EtcdCluster{}
 	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Spec.Target.ClusterName}, c)
 	if client.IgnoreNotFound(err) != nil {
@@ -164,6 +168,7 @@ func (r *EtcdRestoreReconciler) finalize(ctx context.Context, rs *etcdv1alpha1.E
 		rs.Status.Phase != etcdv1alpha1.RestoreCompleted:
 		postEvent(r.Recorder, rs, corev1.EventTypeNormal, "DeletionWaits", "Delete",
 			"EtcdCluster %s is being restarted from the restored data; the EtcdRestore goes once it serves", c.Name)
+		log.Info("step", "action", "DeletionWaits", "cluster", c.Name, "reason", "the cluster is being restarted from the restored data")
 		before := rs.DeepCopy()
 		result, err := r.awaitRestoredInPlace(ctx, rs, c, seed)
 		if err == nil {
@@ -174,6 +179,7 @@ func (r *EtcdRestoreReconciler) finalize(ctx context.Context, rs *etcdv1alpha1.E
 		}
 	case found && rs.Spec.Target.Mode != etcdv1alpha1.RestoreInPlace && c.Annotations[resources.AnnotationRestoredBy] == rs.Name &&
 		c.Annotations[resources.AnnotationRestorePending] == rs.Name:
+		log.Info("step", "action", "DeleteTarget", "cluster", c.Name, "reason", "the restore is deleted before its cluster formed")
 		if err := r.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("delete EtcdCluster %s, which never formed: %w", c.Name, err)
 		}
@@ -181,6 +187,7 @@ func (r *EtcdRestoreReconciler) finalize(ctx context.Context, rs *etcdv1alpha1.E
 	if err := r.cleanUp(ctx, rs); err != nil {
 		return ctrl.Result{}, err
 	}
+	log.Info("step", "action", "RemoveFinalizer", "reason", "the restore holds nothing any more")
 	patch := client.MergeFrom(rs.DeepCopy())
 	controllerutil.RemoveFinalizer(rs, restoreFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Patch(ctx, rs, patch))

@@ -12,11 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -44,14 +42,6 @@ type EtcdRestoreReconciler struct {
 	Now               func() time.Time
 }
 
-// Condition reasons of EtcdRestore.
-const (
-	reasonSourceNotFound = "SourceNotFound"
-	reasonTargetExists   = "TargetExists"
-	reasonVersionTooOld  = "VersionTooOld"
-	reasonTargetDeleted  = "TargetDeleted"
-)
-
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores/finalizers,verbs=update
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores/status,verbs=get;update;patch
@@ -76,7 +66,6 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	before := rs.DeepCopy()
-	rs.Status.ObservedGeneration = rs.Generation
 	if rs.Status.StartTime == nil {
 		rs.Status.StartTime = ptrTime(r.Now())
 		rs.Status.Phase = etcdv1alpha1.RestorePending
@@ -87,6 +76,15 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if errors.As(err, &failed) {
 		r.fail(rs, failed)
 		result, err = ctrl.Result{}, nil
+	}
+	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	// Every step sets the Succeeded condition, whose reason and message say what it did.
+	ctrl.LoggerFrom(ctx).V(1).WithValues(conditionSays(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded)...).
+		Info("step", "action", rs.Status.Phase, "restore", rs.Name, "mode", rs.Spec.Target.Mode, "after", result.RequeueAfter)
+	if err == nil {
+		// Only a reconcile that did its work, or found the spec cannot be done, has acted on
+		// this generation's spec.
+		rs.Status.ObservedGeneration = rs.Generation
 	}
 	if err == nil && restoreFinished(rs) {
 		// Record, then clean up: the outcome is in status before the Job, the hold on the
@@ -137,7 +135,7 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 	case err != nil:
 		return ctrl.Result{}, err
 	case cluster.Annotations[resources.AnnotationRestoredBy] != rs.Name:
-		return ctrl.Result{}, failed(reasonTargetExists,
+		return ctrl.Result{}, failed(etcdv1alpha1.ReasonTargetExists,
 			"EtcdCluster %s already exists; a restore in mode New creates its cluster and never touches an existing one", cluster.Name)
 	case cluster.Annotations[resources.AnnotationRestorePending] != "":
 		return r.prepareSeed(ctx, rs, cluster, src)
@@ -164,20 +162,20 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 		backup := &etcdv1alpha1.EtcdBackup{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: ref.Name}, backup); err != nil {
 			if apierrors.IsNotFound(err) {
-				return src, failed(reasonSourceNotFound, "EtcdBackup %s does not exist in namespace %s", ref.Name, rs.Namespace)
+				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s does not exist in namespace %s", ref.Name, rs.Namespace)
 			}
 			return src, err
 		}
 		artifact := chooseArtifact(backup, ref.URI)
 		if artifact == nil {
 			if ref.URI == "" {
-				return src, failed(reasonSourceNotFound, "EtcdBackup %s has no completed snapshot", ref.Name)
+				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s has no completed snapshot", ref.Name)
 			}
-			return src, failed(reasonSourceNotFound, "EtcdBackup %s has no completed snapshot %s in its status", ref.Name, ref.URI)
+			return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s has no completed snapshot %s in its status", ref.Name, ref.URI)
 		}
 		base := agent.LocationURIBase(backup.Spec.Destination)
 		if !strings.HasPrefix(artifact.URI, base) {
-			return src, failed(reasonSourceNotFound, "snapshot %s is not under EtcdBackup %s's destination %s", artifact.URI, ref.Name, base)
+			return src, failed(etcdv1alpha1.ReasonSourceNotFound, "snapshot %s is not under EtcdBackup %s's destination %s", artifact.URI, ref.Name, base)
 		}
 		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
 		src.uri, src.etcdVersion = artifact.URI, artifact.EtcdVersion
@@ -190,7 +188,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 			// Only whether it exists matters here: its metadata is read, not its keys.
 			secret := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"}}
 			if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, secret); apierrors.IsNotFound(err) {
-				return src, failed(reasonSourceNotFound, "Secret %s does not exist in namespace %s", name, rs.Namespace)
+				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "Secret %s does not exist in namespace %s", name, rs.Namespace)
 			} else if err != nil {
 				return src, err
 			}
@@ -216,11 +214,11 @@ func chooseArtifact(b *etcdv1alpha1.EtcdBackup, uri string) *etcdv1alpha1.Backup
 // data is restored.
 func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, src snapshotSource) error {
 	if rs.Status.Phase == etcdv1alpha1.RestoreRestoring {
-		return failed(reasonTargetDeleted, "EtcdCluster %s was deleted while it was being restored", rs.Spec.Target.ClusterName)
+		return failed(etcdv1alpha1.ReasonTargetDeleted, "EtcdCluster %s was deleted while it was being restored", rs.Spec.Target.ClusterName)
 	}
 	spec := rs.Spec.Target.Cluster.DeepCopy()
 	if tooOld(spec.Version, src.etcdVersion) {
-		return failed(reasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
+		return failed(etcdv1alpha1.ReasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
 	}
 	if spec.Paused {
 		return failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.paused: a paused cluster would never form from the restored member")
@@ -250,17 +248,6 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its first member from %s", cluster.Name, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
 	return nil
-}
-
-// tooOld says whether target is an older etcd minor version than the snapshot's: etcd reads
-// the data of its own and older versions only.
-func tooOld(target, snapshot string) bool {
-	t, err1 := version.ParseGeneric(target)
-	s, err2 := version.ParseGeneric(snapshot)
-	if err1 != nil || err2 != nil {
-		return false // unknown: etcdutl and etcd themselves refuse what they cannot read
-	}
-	return t.Major() < s.Major() || (t.Major() == s.Major() && t.Minor() < s.Minor())
 }
 
 // prepareSeed runs the Job that writes the first member's data, and lets the cluster form once
@@ -473,25 +460,15 @@ func (r *EtcdRestoreReconciler) fail(rs *etcdv1alpha1.EtcdRestore, f *restoreFai
 	postEvent(r.Recorder, rs, corev1.EventTypeWarning, "RestoreFailed", "Restore", "%s", f.message)
 }
 
+// setRestoreCondition sets the restore's one condition, Succeeded.
 func setRestoreCondition(rs *etcdv1alpha1.EtcdRestore, status metav1.ConditionStatus, reason, format string, args ...any) {
-	meta.SetStatusCondition(&rs.Status.Conditions, metav1.Condition{
-		Type: etcdv1alpha1.ConditionSucceeded, Status: status, Reason: reason,
-		Message: fmt.Sprintf(format, args...), ObservedGeneration: rs.Generation,
-	})
+	setConditionAt(&rs.Status.Conditions, rs, etcdv1alpha1.ConditionSucceeded, status, reason, format, args...)
 }
 
-// SetupWithManager registers the reconciler and what it watches.
+// SetupWithManager registers the reconciler and what it watches. The restored cluster's
+// progress completes the restore.
 func (r *EtcdRestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&etcdv1alpha1.EtcdRestore{}).
-		Owns(&batchv1.Job{}).
-		// The restored cluster's progress completes the restore.
-		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(restoreOfCluster)).
-		Named("etcdrestore").
-		Complete(r)
+	return setUpJobRunner(mgr, "etcdrestore", &etcdv1alpha1.EtcdRestore{}, restoreOfCluster, r)
 }
 
 func restoreOfCluster(_ context.Context, obj client.Object) []reconcile.Request {

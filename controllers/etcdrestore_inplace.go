@@ -30,13 +30,6 @@ import (
 // A failure before the cut-over leaves the cluster as it was. After it, the old members'
 // claims stay until the restored member serves; docs/concepts.md says how to go back.
 
-const (
-	reasonTargetNotFound = "TargetNotFound"
-	reasonBackupRunning  = "BackupRunning"
-	reasonTargetHeld     = "TargetHeld"
-	reasonTargetPaused   = "TargetPaused"
-)
-
 // backupRetry is how soon a restore waiting for a backup of its cluster looks again.
 const backupRetry = 10 * time.Second
 
@@ -44,7 +37,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 	c := &etcdv1alpha1.EtcdCluster{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Spec.Target.ClusterName}, c); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, failed(reasonTargetNotFound, "EtcdCluster %s does not exist; mode InPlace restores an existing cluster", rs.Spec.Target.ClusterName)
+			return ctrl.Result{}, failed(etcdv1alpha1.ReasonTargetNotFound, "EtcdCluster %s does not exist; mode InPlace restores an existing cluster", rs.Spec.Target.ClusterName)
 		}
 		return ctrl.Result{}, err
 	}
@@ -59,7 +52,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 		return r.awaitRestoredInPlace(ctx, rs, c, seed)
 	}
 	if c.Spec.Paused {
-		return ctrl.Result{}, failed(reasonTargetPaused, "EtcdCluster %s is paused (spec.paused): it could not carry out the cut-over; unpause it and create the EtcdRestore again", c.Name)
+		return ctrl.Result{}, failed(etcdv1alpha1.ReasonTargetPaused, "EtcdCluster %s is paused (spec.paused): it could not carry out the cut-over; unpause it and create the EtcdRestore again", c.Name)
 	}
 	if err := r.holdCluster(ctx, rs, c); err != nil {
 		return ctrl.Result{}, err
@@ -93,7 +86,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 // restore is about to replace.
 func (r *EtcdRestoreReconciler) checkInPlaceStart(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
 	if tooOld(c.Spec.Version, src.etcdVersion) {
-		return ctrl.Result{}, failed(reasonVersionTooOld, "the snapshot was taken with etcd %s; EtcdCluster %s runs %s, which cannot read it", src.etcdVersion, c.Name, c.Spec.Version)
+		return ctrl.Result{}, failed(etcdv1alpha1.ReasonVersionTooOld, "the snapshot was taken with etcd %s; EtcdCluster %s runs %s, which cannot read it", src.etcdVersion, c.Name, c.Spec.Version)
 	}
 	backups := &etcdv1alpha1.EtcdBackupList{}
 	if err := r.List(ctx, backups, client.InNamespace(rs.Namespace)); err != nil {
@@ -101,7 +94,7 @@ func (r *EtcdRestoreReconciler) checkInPlaceStart(ctx context.Context, rs *etcdv
 	}
 	for _, b := range backups.Items {
 		if b.Spec.ClusterName == c.Name && b.Status.ActiveJob != "" {
-			setRestoreCondition(rs, metav1.ConditionUnknown, reasonBackupRunning,
+			setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonBackupRunning,
 				"EtcdBackup %s is taking a snapshot of EtcdCluster %s; the restore starts when it has finished", b.Name, c.Name)
 			return ctrl.Result{RequeueAfter: backupRetry}, nil
 		}

@@ -98,7 +98,7 @@ func TestSecondInPlaceRestoreOfAClusterIsRefused(t *testing.T) {
 	}
 	got := reconcileRestore(t, r, second)
 	cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
-	if got.Status.Phase != etcdv1alpha1.RestoreFailed || cond == nil || cond.Reason != reasonTargetHeld {
+	if got.Status.Phase != etcdv1alpha1.RestoreFailed || cond == nil || cond.Reason != etcdv1alpha1.ReasonTargetHeld {
 		t.Fatalf("second restore: phase %q, condition %+v; want Failed TargetHeld", got.Status.Phase, cond)
 	}
 	held := &etcdv1alpha1.EtcdCluster{}
@@ -146,7 +146,7 @@ func TestRestoreIntoAPausedClusterFails(t *testing.T) {
 	c.Spec.Paused = true
 	r, _ := restoreReconciler(t, rs, c)
 	got := reconcileRestore(t, r, rs)
-	if cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded); got.Status.Phase != etcdv1alpha1.RestoreFailed || cond.Reason != reasonTargetPaused {
+	if cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded); got.Status.Phase != etcdv1alpha1.RestoreFailed || cond.Reason != etcdv1alpha1.ReasonTargetPaused {
 		t.Fatalf("phase %q, condition %+v", got.Status.Phase, cond)
 	}
 }
@@ -194,7 +194,7 @@ func TestRestoreFindsTheUsersS3Secrets(t *testing.T) {
 			r, _ := restoreReconciler(t, append(tc.secrets, rs, formedCluster(nil))...)
 			got := reconcileRestore(t, r, rs)
 			cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
-			missing := cond != nil && cond.Reason == reasonSourceNotFound
+			missing := cond != nil && cond.Reason == etcdv1alpha1.ReasonSourceNotFound
 			if missing != (tc.wantMissing != "") || (missing && !strings.Contains(cond.Message, tc.wantMissing)) {
 				t.Fatalf("phase %q, condition %+v; want a missing Secret reported: %q", got.Status.Phase, cond, tc.wantMissing)
 			}

@@ -9,10 +9,26 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
 )
+
+// setUpJobRunner registers a reconciler of kind that runs agent Jobs and follows an
+// EtcdCluster, whose changes ofCluster maps to the objects of kind they concern: the backup
+// and restore reconcilers.
+func setUpJobRunner(mgr ctrl.Manager, name string, kind client.Object, ofCluster handler.MapFunc, r reconcile.Reconciler) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(kind).
+		Owns(&batchv1.Job{}).
+		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(ofCluster)).
+		Named(name).
+		Complete(r)
+}
 
 // jobOutcome says whether an agent Job has finished and, if so, whether it succeeded.
 func jobOutcome(job *batchv1.Job) (succeeded, finished bool) {

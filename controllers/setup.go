@@ -4,6 +4,7 @@ package controllers
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -46,6 +47,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			Recorder:   mgr.GetEventRecorder("etcdbackup-controller"),
 			AgentImage: opts.AgentImage,
 			PodEnv:     opts.PodEnv,
+			Now:        time.Now,
 		},
 		&EtcdRestoreReconciler{
 			Client:            mgr.GetClient(),
@@ -54,6 +56,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			AgentImage:        opts.AgentImage,
 			DefaultRepository: opts.DefaultEtcdRepository,
 			PodEnv:            opts.PodEnv,
+			Now:               time.Now,
 		},
 	}
 	if opts.UpgradeableCondition != nil {

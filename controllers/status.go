@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -33,4 +35,22 @@ func writeStatusNow(ctx context.Context, c client.Client, obj, before client.Obj
 		return fmt.Errorf("write status: %w", err)
 	}
 	return nil
+}
+
+// setConditionAt sets a condition in conditions, obj's own, as of obj's generation: the one
+// place the reconcilers make a condition.
+func setConditionAt(conditions *[]metav1.Condition, obj client.Object, condType string, status metav1.ConditionStatus, reason, format string, args ...any) {
+	meta.SetStatusCondition(conditions, metav1.Condition{
+		Type: condType, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...), ObservedGeneration: obj.GetGeneration(),
+	})
+}
+
+// conditionSays is the reason and message of the condition of condType, as key-values for a
+// log line: the step logs say why in the words status does.
+func conditionSays(conditions []metav1.Condition, condType string) []any {
+	c := meta.FindStatusCondition(conditions, condType)
+	if c == nil {
+		return nil
+	}
+	return []any{"reason", c.Reason, "message", c.Message}
 }

@@ -42,12 +42,6 @@ type UpgradeableReconciler struct {
 // the Deployments of the CSV it installs.
 const operatorConditionNameEnv = "OPERATOR_CONDITION_NAME"
 
-// Reasons of the Upgradeable condition.
-const (
-	reasonBackupOrRestoreRunning   = "BackupOrRestoreRunning"
-	reasonNoBackupOrRestoreRunning = "NoBackupOrRestoreRunning"
-)
-
 // upgradeableNamesShown is how many running backups and restores the message names.
 const upgradeableNamesShown = 3
 
@@ -119,7 +113,7 @@ func upgradeable(backups []etcdv1alpha1.EtcdBackup, restores []etcdv1alpha1.Etcd
 	if len(running) == 0 {
 		return metav1.Condition{
 			Type: operatorsv2.Upgradeable, Status: metav1.ConditionTrue,
-			Reason: reasonNoBackupOrRestoreRunning, Message: "no backup or restore is running",
+			Reason: etcdv1alpha1.ReasonNoBackupOrRestoreRunning, Message: "no backup or restore is running",
 		}
 	}
 	// Sorted, so that the message, and with it the object, changes only when the set does.
@@ -130,7 +124,7 @@ func upgradeable(backups []etcdv1alpha1.EtcdBackup, restores []etcdv1alpha1.Etcd
 		msg += fmt.Sprintf(" and %d more", more)
 	}
 	return metav1.Condition{
-		Type: operatorsv2.Upgradeable, Status: metav1.ConditionFalse, Reason: reasonBackupOrRestoreRunning,
+		Type: operatorsv2.Upgradeable, Status: metav1.ConditionFalse, Reason: etcdv1alpha1.ReasonBackupOrRestoreRunning,
 		Message: fmt.Sprintf("%d backup(s) or restore(s) running (%s); the operator can be upgraded once they finish",
 			len(running), msg),
 	}

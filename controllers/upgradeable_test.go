@@ -105,9 +105,9 @@ func TestUpgradeableIsFalseWhileABackupOrRestoreRuns(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := upgradeable(tc.backups, tc.restores)
-			wantReason := reasonNoBackupOrRestoreRunning
+			wantReason := etcdv1alpha1.ReasonNoBackupOrRestoreRunning
 			if tc.want == metav1.ConditionFalse {
-				wantReason = reasonBackupOrRestoreRunning
+				wantReason = etcdv1alpha1.ReasonBackupOrRestoreRunning
 			}
 			if got.Type != operatorsv2.Upgradeable || got.Status != tc.want || got.Reason != wantReason || got.Message != tc.message {
 				t.Errorf("got %s=%s %s %q\nwant Upgradeable=%s %s %q", got.Type, got.Status, got.Reason, got.Message, tc.want, wantReason, tc.message)
@@ -255,7 +255,7 @@ func TestUpgradeableFollowsBackupsAndRestores(t *testing.T) {
 	}
 
 	// At start, with nothing running.
-	waitUpgradeable(metav1.ConditionTrue, reasonNoBackupOrRestoreRunning)
+	waitUpgradeable(metav1.ConditionTrue, etcdv1alpha1.ReasonNoBackupOrRestoreRunning)
 
 	backup := &etcdv1alpha1.EtcdBackup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "nightly"},
@@ -268,7 +268,7 @@ func TestUpgradeableFollowsBackupsAndRestores(t *testing.T) {
 		t.Fatal(err)
 	}
 	setStatus(backup, func() { backup.Status.Phase, backup.Status.ActiveJob = etcdv1alpha1.BackupRunning, "nightly-1" })
-	waitUpgradeable(metav1.ConditionFalse, reasonBackupOrRestoreRunning, "EtcdBackup team/nightly")
+	waitUpgradeable(metav1.ConditionFalse, etcdv1alpha1.ReasonBackupOrRestoreRunning, "EtcdBackup team/nightly")
 
 	restore := &etcdv1alpha1.EtcdRestore{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "rollback"},
@@ -280,12 +280,12 @@ func TestUpgradeableFollowsBackupsAndRestores(t *testing.T) {
 	if err := c.Create(ctx, restore); err != nil {
 		t.Fatal(err)
 	}
-	waitUpgradeable(metav1.ConditionFalse, reasonBackupOrRestoreRunning, "EtcdBackup team/nightly", "EtcdRestore team/rollback")
+	waitUpgradeable(metav1.ConditionFalse, etcdv1alpha1.ReasonBackupOrRestoreRunning, "EtcdBackup team/nightly", "EtcdRestore team/rollback")
 	setStatus(restore, func() { restore.Status.Phase = etcdv1alpha1.RestoreRestoring })
 	setStatus(backup, func() { backup.Status.Phase, backup.Status.ActiveJob = etcdv1alpha1.BackupCompleted, "" })
-	waitUpgradeable(metav1.ConditionFalse, reasonBackupOrRestoreRunning, "1 backup(s)", "EtcdRestore team/rollback")
+	waitUpgradeable(metav1.ConditionFalse, etcdv1alpha1.ReasonBackupOrRestoreRunning, "1 backup(s)", "EtcdRestore team/rollback")
 	setStatus(restore, func() { restore.Status.Phase = etcdv1alpha1.RestoreCompleted })
-	waitUpgradeable(metav1.ConditionTrue, reasonNoBackupOrRestoreRunning)
+	waitUpgradeable(metav1.ConditionTrue, etcdv1alpha1.ReasonNoBackupOrRestoreRunning)
 
 	// Reconciles that find the condition as it should be do not write it. The reconciler works
 	// on one key, one reconcile at a time: once the second has read the condition, the first

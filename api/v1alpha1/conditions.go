@@ -91,6 +91,32 @@ const (
 	ReasonClusterNotServing = "ClusterNotServing"
 )
 
+// Condition reasons of EtcdRestore only.
+const (
+	// ReasonSourceNotFound: the snapshot, its EtcdBackup or a Secret it needs does not exist.
+	ReasonSourceNotFound = "SourceNotFound"
+	// ReasonTargetExists: mode New, and an EtcdCluster of the target's name exists already.
+	ReasonTargetExists = "TargetExists"
+	// ReasonTargetNotFound: mode InPlace, and the EtcdCluster to restore does not exist.
+	ReasonTargetNotFound = "TargetNotFound"
+	// ReasonTargetDeleted: the target EtcdCluster was deleted while it was being restored.
+	ReasonTargetDeleted = "TargetDeleted"
+	// ReasonTargetHeld: another EtcdRestore is restoring the same cluster.
+	ReasonTargetHeld = "TargetHeld"
+	// ReasonTargetPaused: the target is paused (spec.paused) and cannot carry out the cut-over.
+	ReasonTargetPaused = "TargetPaused"
+	// ReasonVersionTooOld: the target runs an older etcd than the snapshot was taken with.
+	ReasonVersionTooOld = "VersionTooOld"
+	// ReasonBackupRunning: an in-place restore waits for a backup of its cluster to finish.
+	ReasonBackupRunning = "BackupRunning"
+)
+
+// Reasons of the Upgradeable condition of the operator's OperatorCondition (OLM).
+const (
+	ReasonBackupOrRestoreRunning   = "BackupOrRestoreRunning"
+	ReasonNoBackupOrRestoreRunning = "NoBackupOrRestoreRunning"
+)
+
 // AnnotationRecoverFrom, set by a user on an EtcdCluster whose quorum is lost for good, names
 // the surviving member to recover it from (quorumLossRecovery policy Manual). The operator
 // keeps a copy of that member's data, restarts it alone with its data, and grows the cluster

@@ -17,70 +17,9 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/certs"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/storage"
 )
-
-// The contract between the Jobs the operator builds (internal/resources) and the agent they
-// run: one JSON configuration in an environment variable, secrets only as files or
-// secret-sourced environment variables, and the outcome as the container's termination
-// message, which the operator reads from the pod's status — no API access for the agent.
-const (
-	// ConfigEnv holds the JSON JobConfig.
-	ConfigEnv = "ETCD_OPERATOR_AGENT_CONFIG"
-	// EtcdPasswordEnv holds the root password of a cluster with auth and no TLS.
-	EtcdPasswordEnv = "ETCD_ROOT_PASSWORD"
-	// The S3 credentials, from the Secret the user names, under the keys it holds them.
-	AccessKeyIDEnv     = "AWS_ACCESS_KEY_ID"
-	SecretAccessKeyEnv = "AWS_SECRET_ACCESS_KEY"
-	SessionTokenEnv    = "AWS_SESSION_TOKEN"
-
-	// EtcdTLSDir holds the cluster's client certificate Secret (tls.crt, tls.key, ca.crt).
-	EtcdTLSDir = "/etc/etcd-operator/etcd-tls"
-	// StorageCADir holds the Secret of the CA an S3 server's certificate is checked against.
-	StorageCADir = "/etc/etcd-operator/storage-ca"
-	// StorageCAKey is the key of that CA in its Secret.
-	StorageCAKey = "ca.crt"
-	// ClaimDir is where a PersistentVolumeClaim destination or source is mounted.
-	ClaimDir = "/var/lib/etcd-operator/claim"
-	// TerminationMessagePath is the Kubernetes default, which the operator reads back.
-	TerminationMessagePath = "/dev/termination-log"
-
-	// ExitPermanent tells the Job not to retry: retrying cannot help (bad credentials, no
-	// bucket). Any other failure exits 1 and the Job retries it with backoff.
-	ExitPermanent = 2
-)
-
-// JobConfig is everything an agent Job needs that is not a secret.
-type JobConfig struct {
-	Cluster string `json:"cluster"`
-	// Preserve-data: the member whose data directory is copied.
-	Member string `json:"member,omitempty"`
-	// Recovery names the directory of the recovery's copies in the recovery claim (its start
-	// time); empty, the copy is made at the claim's root.
-	Recovery string `json:"recovery,omitempty"`
-	// Backup: the namespace, name and UID of the EtcdBackup, which its snapshots' keys carry
-	// so that its retention deletes its own snapshots and no other.
-	Namespace string `json:"namespace,omitempty"`
-	Backup    string `json:"backup,omitempty"`
-	BackupUID string `json:"backupUID,omitempty"`
-	// Endpoints of the cluster's client Service: the agent asks it for the member list and
-	// then picks the member to stream from.
-	Endpoints []string `json:"endpoints"`
-	// TLS: the client certificate is mounted at EtcdTLSDir.
-	TLS bool `json:"tls,omitempty"`
-	// Auth without TLS: the root password is in EtcdPasswordEnv.
-	Auth bool `json:"auth,omitempty"`
-
-	Storage etcdv1alpha1.StorageLocation `json:"storage"`
-
-	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have.
-	Key    string `json:"key,omitempty"`
-	SHA256 string `json:"sha256,omitempty"`
-
-	// Retention, applied after a verified upload.
-	MaxCount int           `json:"maxCount,omitempty"`
-	MaxAge   time.Duration `json:"maxAge,omitempty"`
-}
 
 // Report is the termination message of an agent container: the result, or why it failed.
 type Report struct {
@@ -148,7 +87,7 @@ func RunRestoreFetch(ctx context.Context) int {
 // RunRestoreInstall is `manager agent restore-install`: move the restored data into place.
 func RunRestoreInstall() int {
 	report := Report{}
-	if err := Install(StagedDataDir, MemberDataDir, RestoreStagingDir); err != nil {
+	if err := Install(jobspec.StagedDataDir, jobspec.MemberDataDir, jobspec.RestoreStagingDir); err != nil {
 		report.Error, report.Permanent = err.Error(), isPermanent(err)
 	}
 	return finish(report)
@@ -173,21 +112,21 @@ func preserveFromEnvironment() (PreservedData, error) {
 		return PreservedData{}, err
 	}
 	if cfg.Member == "" {
-		return PreservedData{}, permanentError{fmt.Errorf("%s names no member whose data to preserve", ConfigEnv)}
+		return PreservedData{}, permanentError{fmt.Errorf("%s names no member whose data to preserve", jobspec.ConfigEnv)}
 	}
 	if cfg.Recovery == "" {
-		return PreserveData(cfg.Member, MemberDataDir, ClaimDir, time.Now)
+		return PreserveData(cfg.Member, jobspec.MemberDataDir, jobspec.ClaimDir, time.Now)
 	}
 	// Each recovery copies into a directory of its own: a member that survives a second loss
 	// is copied again, not answered with the first copy.
 	if cfg.Recovery != filepath.Base(cfg.Recovery) || cfg.Recovery == "." || cfg.Recovery == ".." {
 		return PreservedData{}, permanentError{fmt.Errorf("recovery %q cannot name a directory", cfg.Recovery)}
 	}
-	root := filepath.Join(ClaimDir, cfg.Recovery)
+	root := filepath.Join(jobspec.ClaimDir, cfg.Recovery)
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return PreservedData{}, err
 	}
-	result, err := PreserveData(cfg.Member, MemberDataDir, root, time.Now)
+	result, err := PreserveData(cfg.Member, jobspec.MemberDataDir, root, time.Now)
 	result.Path = path.Join(cfg.Recovery, result.Path)
 	return result, err
 }
@@ -202,20 +141,20 @@ func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer source.Close()
-	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: RestoreStagingDir})
+	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: jobspec.RestoreStagingDir})
 }
 
 func finish(report Report) int {
 	msg := report.Encode()
 	fmt.Fprintln(os.Stderr, string(msg))
-	if err := os.WriteFile(TerminationMessagePath, msg, 0o644); err != nil {
-		fmt.Fprintf(os.Stderr, "write %s: %v\n", TerminationMessagePath, err)
+	if err := os.WriteFile(jobspec.TerminationMessagePath, msg, 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "write %s: %v\n", jobspec.TerminationMessagePath, err)
 	}
 	switch {
 	case report.Error == "":
 		return 0
 	case report.Permanent:
-		return ExitPermanent
+		return jobspec.ExitPermanent
 	default:
 		return 1
 	}
@@ -254,33 +193,33 @@ func isPermanent(err error) bool {
 	return errors.As(err, &pe) || storage.IsPermanent(err)
 }
 
-func readJobConfig() (JobConfig, error) {
-	var cfg JobConfig
-	raw := os.Getenv(ConfigEnv)
+func readJobConfig() (jobspec.JobConfig, error) {
+	var cfg jobspec.JobConfig
+	raw := os.Getenv(jobspec.ConfigEnv)
 	if raw == "" {
-		return cfg, permanentError{fmt.Errorf("%s is not set: the agent runs in Jobs the operator makes", ConfigEnv)}
+		return cfg, permanentError{fmt.Errorf("%s is not set: the agent runs in Jobs the operator makes", jobspec.ConfigEnv)}
 	}
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		return cfg, permanentError{fmt.Errorf("%s: %w", ConfigEnv, err)}
+		return cfg, permanentError{fmt.Errorf("%s: %w", jobspec.ConfigEnv, err)}
 	}
 	return cfg, nil
 }
 
-func etcdConfig(cfg JobConfig) (etcd.Config, error) {
+func etcdConfig(cfg jobspec.JobConfig) (etcd.Config, error) {
 	out := etcd.Config{Endpoints: cfg.Endpoints}
 	if cfg.TLS {
-		pair, err := tls.LoadX509KeyPair(filepath.Join(EtcdTLSDir, certs.KeyCert), filepath.Join(EtcdTLSDir, certs.KeyKey))
+		pair, err := tls.LoadX509KeyPair(filepath.Join(jobspec.EtcdTLSDir, certs.KeyCert), filepath.Join(jobspec.EtcdTLSDir, certs.KeyKey))
 		if err != nil {
 			return out, permanentError{fmt.Errorf("the cluster's client certificate: %w", err)}
 		}
-		roots, err := readCA(filepath.Join(EtcdTLSDir, certs.KeyCA))
+		roots, err := readCA(filepath.Join(jobspec.EtcdTLSDir, certs.KeyCA))
 		if err != nil {
 			return out, err
 		}
 		out.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
 	if cfg.Auth && !cfg.TLS {
-		out.Username, out.Password = "root", os.Getenv(EtcdPasswordEnv)
+		out.Username, out.Password = "root", os.Getenv(jobspec.EtcdPasswordEnv)
 	}
 	return out, nil
 }
@@ -300,21 +239,21 @@ func readCA(file string) (*x509.CertPool, error) {
 // openStorage opens the destination as mounted or configured in the Job.
 func openStorage(ctx context.Context, loc etcdv1alpha1.StorageLocation) (*storage.Destination, error) {
 	if loc.PVC != nil {
-		dir := filepath.Join(ClaimDir, filepath.FromSlash(loc.PVC.SubPath))
+		dir := filepath.Join(jobspec.ClaimDir, filepath.FromSlash(loc.PVC.SubPath))
 		return storage.OpenDir(dir, ClaimURIBase(loc.PVC))
 	}
 	s3 := loc.S3
 	cfg := storage.S3{
 		Bucket: s3.Bucket, Prefix: s3.Prefix, Endpoint: s3.Endpoint, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle,
-		AccessKeyID: os.Getenv(AccessKeyIDEnv), SecretKey: os.Getenv(SecretAccessKeyEnv), SessionToken: os.Getenv(SessionTokenEnv),
+		AccessKeyID: os.Getenv(jobspec.AccessKeyIDEnv), SecretKey: os.Getenv(jobspec.SecretAccessKeyEnv), SessionToken: os.Getenv(jobspec.SessionTokenEnv),
 	}
 	if cfg.AccessKeyID == "" || cfg.SecretKey == "" {
-		return nil, permanentError{fmt.Errorf("Secret %s needs the keys %s and %s", s3.CredentialsSecretName, AccessKeyIDEnv, SecretAccessKeyEnv)}
+		return nil, permanentError{fmt.Errorf("Secret %s needs the keys %s and %s", s3.CredentialsSecretName, jobspec.AccessKeyIDEnv, jobspec.SecretAccessKeyEnv)}
 	}
 	if s3.CASecretName != "" {
-		pem, err := os.ReadFile(filepath.Join(StorageCADir, StorageCAKey))
+		pem, err := os.ReadFile(filepath.Join(jobspec.StorageCADir, jobspec.StorageCAKey))
 		if err != nil {
-			return nil, permanentError{fmt.Errorf("Secret %s needs the key %s: %w", s3.CASecretName, StorageCAKey, err)}
+			return nil, permanentError{fmt.Errorf("Secret %s needs the key %s: %w", s3.CASecretName, jobspec.StorageCAKey, err)}
 		}
 		cfg.CAPEM = pem
 	}

@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/storage"
 )
 
@@ -22,18 +23,7 @@ import (
 // it, in three containers: fetch (this agent) downloads and checks the snapshot into the
 // staging directory; the target etcd image's own etcdutl restores it into a data directory
 // next to it; install (this agent) moves that into place. The member's data directory is only
-// ever created whole, by a rename, and never replaced.
-const (
-	// MemberDataMount is where the member's claim is mounted, as in its pod.
-	MemberDataMount = "/var/lib/etcd"
-	// MemberDataDir is the data directory etcd runs with.
-	MemberDataDir = MemberDataMount + "/data"
-	// RestoreStagingDir holds the snapshot and etcdutl's output until install.
-	RestoreStagingDir = MemberDataMount + "/restore"
-	// StagedSnapshot and StagedDataDir are inside RestoreStagingDir.
-	StagedSnapshot = RestoreStagingDir + "/snapshot.db"
-	StagedDataDir  = RestoreStagingDir + "/data"
-)
+// ever created whole, by a rename, and never replaced. Its paths are in internal/jobspec.
 
 // RestoreResult is what the fetch step found.
 type RestoreResult struct {
@@ -73,7 +63,7 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer r.Close()
-	file := filepath.Join(cfg.Dir, filepath.Base(StagedSnapshot))
+	file := filepath.Join(cfg.Dir, filepath.Base(jobspec.StagedSnapshot))
 	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return RestoreResult{}, err

@@ -123,32 +123,102 @@ func NotAfter(certPEM []byte) (time.Time, error) {
 	return cert.NotAfter, nil
 }
 
-// NeedsRenewal says whether the certificate must be (re)issued now: it is missing, unreadable,
-// not signed by ca, no longer valid for the names it must serve, or within renewBefore of its
-// expiry.
-func NeedsRenewal(kp KeyPair, caPEM []byte, req Request, renewBefore time.Duration, now time.Time) bool {
-	cert, err := parseCert(kp.CertPEM)
-	if err != nil || len(kp.KeyPEM) == 0 {
-		return true
-	}
-	if now.Add(renewBefore).After(cert.NotAfter) {
-		return true
-	}
-	if caPEM != nil {
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(caPEM) {
-			return true
+// Why a certificate is (re)issued: the reason each renewal check gives.
+const (
+	ReasonMissing        = "Missing"
+	ReasonUnreadable     = "Unreadable"
+	ReasonExpiring       = "Expiring"
+	ReasonIssuerMismatch = "IssuerMismatch"
+	ReasonNamesMismatch  = "NamesMismatch"
+)
+
+// RenewalInput is what the renewal checks look at: the certificate held now, the CA that must
+// have signed it (nil for the CA itself), the request it must satisfy, and the renewal window.
+type RenewalInput struct {
+	Current     KeyPair
+	CAPEM       []byte
+	Request     Request
+	RenewBefore time.Duration
+	Now         time.Time
+
+	cert *x509.Certificate // parsed by the first check, for the others
+}
+
+// A RenewalCheck says why the certificate must be (re)issued now, or renew false.
+type RenewalCheck func(in *RenewalInput) (reason, message string, renew bool)
+
+// RenewalChain runs its checks in order; the first that asks for renewal says why. A check may
+// rely on the ones before it having passed (after cert-manager's policies.Chain).
+type RenewalChain []RenewalCheck
+
+// Evaluate is the first check's verdict that asks for renewal, or renew false.
+func (c RenewalChain) Evaluate(in RenewalInput) (reason, message string, renew bool) {
+	for _, check := range c {
+		if reason, message, renew := check(&in); renew {
+			return reason, message, true
 		}
-		if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-			return true
+	}
+	return "", "", false
+}
+
+// RenewalChecks are the causes for (re)issuing a certificate, in the order they are looked at.
+var RenewalChecks = RenewalChain{present, withinValidity, signedByCA, servesItsNames}
+
+// NeedsRenewal says whether, and why, the certificate must be (re)issued now: it is missing,
+// unreadable, within renewBefore of its expiry, not signed by ca, or no longer valid for the
+// names it must serve.
+func NeedsRenewal(kp KeyPair, caPEM []byte, req Request, renewBefore time.Duration, now time.Time) (reason, message string, renew bool) {
+	return RenewalChecks.Evaluate(RenewalInput{Current: kp, CAPEM: caPEM, Request: req, RenewBefore: renewBefore, Now: now})
+}
+
+func present(in *RenewalInput) (string, string, bool) {
+	if len(in.Current.CertPEM) == 0 {
+		return ReasonMissing, "there is no certificate", true
+	}
+	if len(in.Current.KeyPEM) == 0 {
+		return ReasonMissing, "there is no private key", true
+	}
+	cert, err := parseCert(in.Current.CertPEM)
+	if err != nil {
+		return ReasonUnreadable, fmt.Sprintf("the certificate cannot be read: %v", err), true
+	}
+	in.cert = cert
+	return "", "", false
+}
+
+func withinValidity(in *RenewalInput) (string, string, bool) {
+	notAfter, renewal := in.cert.NotAfter, RenewalTime(in.cert.NotAfter, in.RenewBefore)
+	switch {
+	case in.Now.After(notAfter):
+		return ReasonExpiring, fmt.Sprintf("the certificate expired at %s", notAfter.UTC().Format(time.RFC3339)), true
+	case in.Now.After(renewal):
+		return ReasonExpiring, fmt.Sprintf("the certificate expires at %s, inside the renewal window that began at %s",
+			notAfter.UTC().Format(time.RFC3339), renewal.UTC().Format(time.RFC3339)), true
+	}
+	return "", "", false
+}
+
+func signedByCA(in *RenewalInput) (string, string, bool) {
+	if in.CAPEM == nil {
+		return "", "", false
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(in.CAPEM) {
+		return ReasonIssuerMismatch, "the CA certificate cannot be read", true
+	}
+	if _, err := in.cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: in.Now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return ReasonIssuerMismatch, fmt.Sprintf("the certificate does not chain to the cluster's CA: %v", err), true
+	}
+	return "", "", false
+}
+
+func servesItsNames(in *RenewalInput) (string, string, bool) {
+	for _, name := range in.Request.DNSNames {
+		if in.cert.VerifyHostname(name) != nil {
+			return ReasonNamesMismatch, fmt.Sprintf("the certificate is not valid for %s", name), true
 		}
 	}
-	for _, name := range req.DNSNames {
-		if cert.VerifyHostname(name) != nil {
-			return true
-		}
-	}
-	return false
+	return "", "", false
 }
 
 // RenewalTime is when a certificate expiring at notAfter is renewed.

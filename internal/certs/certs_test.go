@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -32,11 +33,12 @@ func TestIssuedCertificatesChainToTheCAAndServeTheirNames(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if NeedsRenewal(server, ca.CertPEM, req, 30*24*time.Hour, now) {
-		t.Error("a fresh certificate needs renewal")
+	if reason, message, renew := NeedsRenewal(server, ca.CertPEM, req, 30*24*time.Hour, now); renew {
+		t.Errorf("a fresh certificate needs renewal: %s: %s", reason, message)
 	}
 }
 
+// Each cause of renewal is told apart, with a message that names what is wrong.
 func TestRenewalDecision(t *testing.T) {
 	ca, _ := NewCA("ca", 10*365*24*time.Hour, now)
 	otherCA, _ := NewCA("other", 10*365*24*time.Hour, now)
@@ -45,25 +47,31 @@ func TestRenewalDecision(t *testing.T) {
 	renewBefore := 30 * 24 * time.Hour
 
 	cases := []struct {
-		name string
-		kp   KeyPair
-		ca   []byte
-		req  Request
-		at   time.Time
-		want bool
+		name        string
+		kp          KeyPair
+		ca          []byte
+		req         Request
+		at          time.Time
+		wantReason  string
+		wantMessage string
 	}{
-		{"fresh", cert, ca.CertPEM, req, now, false},
-		{"just before the renewal window", cert, ca.CertPEM, req, now.Add(59 * 24 * time.Hour), false},
-		{"inside the renewal window", cert, ca.CertPEM, req, now.Add(61 * 24 * time.Hour), true},
-		{"expired", cert, ca.CertPEM, req, now.Add(100 * 24 * time.Hour), true},
-		{"missing", KeyPair{}, ca.CertPEM, req, now, true},
-		{"key missing", KeyPair{CertPEM: cert.CertPEM}, ca.CertPEM, req, now, true},
-		{"signed by another CA", cert, otherCA.CertPEM, req, now, true},
-		{"a name it must now serve", cert, ca.CertPEM, Request{Kind: Peer, DNSNames: []string{"x.other.svc"}}, now, true},
+		{"fresh", cert, ca.CertPEM, req, now, "", ""},
+		{"just before the renewal window", cert, ca.CertPEM, req, now.Add(59 * 24 * time.Hour), "", ""},
+		{"inside the renewal window", cert, ca.CertPEM, req, now.Add(61 * 24 * time.Hour), ReasonExpiring, "inside the renewal window"},
+		{"expired", cert, ca.CertPEM, req, now.Add(100 * 24 * time.Hour), ReasonExpiring, "expired at"},
+		{"missing", KeyPair{}, ca.CertPEM, req, now, ReasonMissing, "no certificate"},
+		{"key missing", KeyPair{CertPEM: cert.CertPEM}, ca.CertPEM, req, now, ReasonMissing, "no private key"},
+		{"unreadable", KeyPair{CertPEM: []byte("not PEM"), KeyPEM: cert.KeyPEM}, ca.CertPEM, req, now, ReasonUnreadable, "cannot be read"},
+		{"signed by another CA", cert, otherCA.CertPEM, req, now, ReasonIssuerMismatch, "does not chain to the cluster's CA"},
+		{"CA unreadable", cert, []byte("not PEM"), req, now, ReasonIssuerMismatch, "CA certificate cannot be read"},
+		{"a name it must now serve", cert, ca.CertPEM, Request{Kind: Peer, DNSNames: []string{"x.other.svc"}}, now, ReasonNamesMismatch, "not valid for x.other.svc"},
+		// The CA itself is checked with no CA: only presence and validity count.
+		{"a CA's own check", ca, nil, Request{Kind: CA}, now, "", ""},
 	}
 	for _, tc := range cases {
-		if got := NeedsRenewal(tc.kp, tc.ca, tc.req, renewBefore, tc.at); got != tc.want {
-			t.Errorf("%s: NeedsRenewal = %v, want %v", tc.name, got, tc.want)
+		reason, message, renew := NeedsRenewal(tc.kp, tc.ca, tc.req, renewBefore, tc.at)
+		if renew != (tc.wantReason != "") || reason != tc.wantReason || !strings.Contains(message, tc.wantMessage) {
+			t.Errorf("%s: NeedsRenewal = %q, %q, %t; want %q with a message containing %q", tc.name, reason, message, renew, tc.wantReason, tc.wantMessage)
 		}
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
-	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 )
 
 // A backup of a cluster with auth and no TLS authenticates with the password etcd has — the
@@ -19,7 +19,7 @@ func TestBackupJobAuthenticatesWithThePasswordEtcdHas(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
-		if e.Name != agent.EtcdPasswordEnv {
+		if e.Name != jobspec.EtcdPasswordEnv {
 			continue
 		}
 		if ref := e.ValueFrom.SecretKeyRef; ref.Name != RootCredentialsSecretName(c.Name) || ref.Key != RootPasswordKey {
@@ -27,5 +27,5 @@ func TestBackupJobAuthenticatesWithThePasswordEtcdHas(t *testing.T) {
 		}
 		return
 	}
-	t.Fatalf("no %s in the job's environment", agent.EtcdPasswordEnv)
+	t.Fatalf("no %s in the job's environment", jobspec.EtcdPasswordEnv)
 }

@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
-	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 )
 
 // Labels of the agent Jobs.
@@ -36,7 +36,7 @@ const (
 
 // Bounds of an agent Job. A transient failure (a member restarting, the store briefly
 // unreachable) is retried by the Job controller with its exponential backoff; a permanent one
-// exits agent.ExitPermanent and fails the Job at once.
+// exits jobspec.ExitPermanent and fails the Job at once.
 const (
 	agentRetries = 2
 	// agentDeadline stops a run that hangs (a store that accepts bytes and never answers), so
@@ -65,7 +65,7 @@ func jobName(base, suffix string) string {
 
 // BackupJob is the Job that runs one backup of cluster with the operator's agent image.
 func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
-	cfg := agent.JobConfig{
+	cfg := jobspec.JobConfig{
 		Cluster:   c.Name,
 		Namespace: b.Namespace,
 		Backup:    b.Name,
@@ -87,10 +87,10 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}
-	env := append([]corev1.EnvVar{{Name: agent.ConfigEnv, Value: string(raw)}}, storageEnv(b.Spec.Destination)...)
+	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, storageEnv(b.Spec.Destination)...)
 	if cfg.Auth && !cfg.TLS {
 		// The password etcd has, which differs from the user's Secret while it is rotated.
-		env = append(env, secretEnv(agent.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
+		env = append(env, secretEnv(jobspec.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
 	}
 	env = append(env, extraEnv...)
 
@@ -99,7 +99,7 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		volumes = append(volumes, corev1.Volume{Name: "etcd-tls", VolumeSource: corev1.VolumeSource{
 			Secret: &corev1.SecretVolumeSource{SecretName: TLSSecrets(c).Client},
 		}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: agent.EtcdTLSDir, ReadOnly: true})
+		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: jobspec.EtcdTLSDir, ReadOnly: true})
 	}
 
 	podLabels := agentPodLabels(LabelBackup, b.Name)
@@ -143,11 +143,11 @@ func RestoreJobName(restore string) string { return jobName(restore, "-restore")
 // it as a one-member cluster, and the agent moves the result into the data directory. The
 // other members join the usual way, as learners.
 func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member string, src RestoreSource, agentImage, defaultRepository string, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
-	raw, err := json.Marshal(agent.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256})
+	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256})
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}
-	env := append([]corev1.EnvVar{{Name: agent.ConfigEnv, Value: string(raw)}}, storageEnv(src.Storage)...)
+	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, storageEnv(src.Storage)...)
 	env = append(env, extraEnv...)
 	volumes, mounts := storageVolumes(src.Storage)
 	volumes = append(volumes, corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
@@ -167,8 +167,8 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 		// directory in the format that version expects.
 		Command: []string{"/usr/local/bin/etcdutl"},
 		Args: []string{
-			"snapshot", "restore", agent.StagedSnapshot,
-			"--data-dir=" + agent.StagedDataDir,
+			"snapshot", "restore", jobspec.StagedSnapshot,
+			"--data-dir=" + jobspec.StagedDataDir,
 			"--name=" + member,
 			"--initial-cluster=" + InitialCluster(c, []string{member}),
 			"--initial-advertise-peer-urls=" + PeerURL(c, member),
@@ -209,7 +209,7 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 	if c.Spec.Storage.Ephemeral {
 		return nil, fmt.Errorf("cluster %s keeps its data in emptyDir volumes: member %s has no claim to preserve", c.Name, member)
 	}
-	cfg := agent.JobConfig{Cluster: c.Name, Member: member}
+	cfg := jobspec.JobConfig{Cluster: c.Name, Member: member}
 	if qr := c.Status.QuorumRecovery; qr != nil {
 		cfg.Recovery = QuorumRecoveryDir(qr.StartTime.Time)
 	}
@@ -217,7 +217,7 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}
-	env := append([]corev1.EnvVar{{Name: agent.ConfigEnv, Value: string(raw)}}, extraEnv...)
+	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, extraEnv...)
 	volumes := []corev1.Volume{
 		{Name: dataVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 			ClaimName: PVCName(member), ReadOnly: true,
@@ -228,7 +228,7 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 	}
 	mounts := []corev1.VolumeMount{
 		{Name: dataVolume, MountPath: dataMount, ReadOnly: true},
-		{Name: "claim", MountPath: agent.ClaimDir},
+		{Name: "claim", MountPath: jobspec.ClaimDir},
 	}
 	podLabels := agentPodLabels(LabelQuorumRecovery, c.Name)
 	return &batchv1.Job{
@@ -266,7 +266,7 @@ func agentJobSpec(labels map[string]string, container corev1.Container, volumes 
 			Action: batchv1.PodFailurePolicyActionFailJob,
 			OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
 				Operator: batchv1.PodFailurePolicyOnExitCodesOpIn,
-				Values:   []int32{agent.ExitPermanent},
+				Values:   []int32{jobspec.ExitPermanent},
 			},
 		}}},
 		Template: corev1.PodTemplateSpec{
@@ -287,7 +287,7 @@ func agentJobSpec(labels map[string]string, container corev1.Container, volumes 
 // termination message, with memory bounded.
 func agentContainer(container corev1.Container) corev1.Container {
 	container.ImagePullPolicy = corev1.PullIfNotPresent
-	container.TerminationMessagePath = agent.TerminationMessagePath
+	container.TerminationMessagePath = jobspec.TerminationMessagePath
 	container.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 	container.Resources = corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
@@ -307,9 +307,9 @@ func storageEnv(loc etcdv1alpha1.StorageLocation) []corev1.EnvVar {
 	}
 	secret := loc.S3.CredentialsSecretName
 	return []corev1.EnvVar{
-		secretEnv(agent.AccessKeyIDEnv, secret, agent.AccessKeyIDEnv, false),
-		secretEnv(agent.SecretAccessKeyEnv, secret, agent.SecretAccessKeyEnv, false),
-		secretEnv(agent.SessionTokenEnv, secret, agent.SessionTokenEnv, true),
+		secretEnv(jobspec.AccessKeyIDEnv, secret, jobspec.AccessKeyIDEnv, false),
+		secretEnv(jobspec.SecretAccessKeyEnv, secret, jobspec.SecretAccessKeyEnv, false),
+		secretEnv(jobspec.SessionTokenEnv, secret, jobspec.SessionTokenEnv, true),
 	}
 }
 
@@ -325,12 +325,12 @@ func storageVolumes(loc etcdv1alpha1.StorageLocation) ([]corev1.Volume, []corev1
 		return []corev1.Volume{{Name: "claim", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: loc.PVC.ClaimName},
 			}}},
-			[]corev1.VolumeMount{{Name: "claim", MountPath: agent.ClaimDir}}
+			[]corev1.VolumeMount{{Name: "claim", MountPath: jobspec.ClaimDir}}
 	case loc.S3 != nil && loc.S3.CASecretName != "":
 		return []corev1.Volume{{Name: "storage-ca", VolumeSource: corev1.VolumeSource{
 				Secret: &corev1.SecretVolumeSource{SecretName: loc.S3.CASecretName},
 			}}},
-			[]corev1.VolumeMount{{Name: "storage-ca", MountPath: agent.StorageCADir, ReadOnly: true}}
+			[]corev1.VolumeMount{{Name: "storage-ca", MountPath: jobspec.StorageCADir, ReadOnly: true}}
 	}
 	return nil, nil
 }

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
-	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 )
 
 func testBackup(dest etcdv1alpha1.StorageLocation) *etcdv1alpha1.EtcdBackup {
@@ -51,7 +51,7 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 	for _, e := range ctr.Env {
 		env[e.Name] = e
 	}
-	for _, name := range []string{agent.AccessKeyIDEnv, agent.SecretAccessKeyEnv, agent.SessionTokenEnv} {
+	for _, name := range []string{jobspec.AccessKeyIDEnv, jobspec.SecretAccessKeyEnv, jobspec.SessionTokenEnv} {
 		e := env[name]
 		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef.Name != "s3-creds" {
 			t.Errorf("%s must come from Secret s3-creds, not a value: %+v", name, e)
@@ -60,8 +60,8 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 	if env["HTTPS_PROXY"].Value != "http://proxy" {
 		t.Errorf("proxy settings not passed on: %v", ctr.Env)
 	}
-	var cfg agent.JobConfig
-	if err := json.Unmarshal([]byte(env[agent.ConfigEnv].Value), &cfg); err != nil {
+	var cfg jobspec.JobConfig
+	if err := json.Unmarshal([]byte(env[jobspec.ConfigEnv].Value), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	if !cfg.TLS || cfg.Cluster != "prod" || cfg.MaxCount != 3 || cfg.MaxAge != time.Hour ||
@@ -76,7 +76,7 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 	for _, m := range ctr.VolumeMounts {
 		mounts[m.MountPath] = m.Name
 	}
-	if mounts[agent.EtcdTLSDir] == "" || mounts[agent.StorageCADir] == "" {
+	if mounts[jobspec.EtcdTLSDir] == "" || mounts[jobspec.StorageCADir] == "" {
 		t.Errorf("client certificate and storage CA must be mounted: %v", mounts)
 	}
 	for _, v := range pod.Volumes {
@@ -94,8 +94,8 @@ func TestAgentJobIsRestrictedAndFailsFastOnPermanentErrors(t *testing.T) {
 	}
 	checkAgentJob(t, job)
 	pod := job.Spec.Template.Spec
-	if pod.Volumes[0].PersistentVolumeClaim.ClaimName != "backups" || pod.Containers[0].VolumeMounts[0].MountPath != agent.ClaimDir {
-		t.Errorf("claim not mounted at %s: %+v", agent.ClaimDir, pod.Volumes)
+	if pod.Volumes[0].PersistentVolumeClaim.ClaimName != "backups" || pod.Containers[0].VolumeMounts[0].MountPath != jobspec.ClaimDir {
+		t.Errorf("claim not mounted at %s: %+v", jobspec.ClaimDir, pod.Volumes)
 	}
 }
 
@@ -113,7 +113,7 @@ func checkAgentJob(t *testing.T, job *batchv1.Job) {
 		t.Errorf("the agent needs no API token and must not restart in place: %+v", pod)
 	}
 	rules := job.Spec.PodFailurePolicy.Rules
-	if len(rules) != 1 || rules[0].Action != "FailJob" || rules[0].OnExitCodes.Values[0] != agent.ExitPermanent {
+	if len(rules) != 1 || rules[0].Action != "FailJob" || rules[0].OnExitCodes.Values[0] != jobspec.ExitPermanent {
 		t.Errorf("a permanent failure must fail the Job at once: %+v", rules)
 	}
 	if pod.Containers[0].TerminationMessagePolicy != corev1.TerminationMessageReadFile {
@@ -148,8 +148,8 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 	for _, e := range ctr.Env {
 		env[e.Name] = e.Value
 	}
-	var cfg agent.JobConfig
-	if err := json.Unmarshal([]byte(env[agent.ConfigEnv]), &cfg); err != nil || cfg.Cluster != "prod" || cfg.Member != "prod-abcde" {
+	var cfg jobspec.JobConfig
+	if err := json.Unmarshal([]byte(env[jobspec.ConfigEnv]), &cfg); err != nil || cfg.Cluster != "prod" || cfg.Member != "prod-abcde" {
 		t.Errorf("agent configuration %+v, %v", cfg, err)
 	}
 	if env["HTTPS_PROXY"] != "http://proxy" {
@@ -164,12 +164,12 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 	for _, m := range ctr.VolumeMounts {
 		mounts[m.MountPath] = m
 	}
-	member, recovery := mounts[agent.MemberDataMount], mounts[agent.ClaimDir]
+	member, recovery := mounts[jobspec.MemberDataMount], mounts[jobspec.ClaimDir]
 	if claim := claims[member.Name]; claim == nil || claim.ClaimName != PVCName("prod-abcde") || !claim.ReadOnly || !member.ReadOnly {
-		t.Errorf("the member's claim must be mounted read-only at %s: mount %+v, volume %+v", agent.MemberDataMount, member, claim)
+		t.Errorf("the member's claim must be mounted read-only at %s: mount %+v, volume %+v", jobspec.MemberDataMount, member, claim)
 	}
 	if claim := claims[recovery.Name]; claim == nil || claim.ClaimName != QuorumRecoveryClaimName("prod") || claim.ReadOnly || recovery.ReadOnly {
-		t.Errorf("the recovery claim must be mounted writable at %s: mount %+v, volume %+v", agent.ClaimDir, recovery, claim)
+		t.Errorf("the recovery claim must be mounted writable at %s: mount %+v, volume %+v", jobspec.ClaimDir, recovery, claim)
 	}
 	if len(pod.Volumes) != 2 || len(ctr.VolumeMounts) != 2 {
 		t.Errorf("volumes %+v mounted %+v: want the two claims only", pod.Volumes, ctr.VolumeMounts)
@@ -177,8 +177,8 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 	// The agent reads agent.MemberDataDir: the data directory etcd runs with, on that claim.
 	etcdPod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, "etcd", nil).Spec
 	etcdMount := etcdPod.Containers[0].VolumeMounts[0]
-	if etcdPod.Volumes[0].PersistentVolumeClaim.ClaimName != PVCName("prod-abcde") || etcdMount.MountPath != agent.MemberDataMount ||
-		!slices.Contains(etcdPod.Containers[0].Args, "--data-dir="+agent.MemberDataDir) {
+	if etcdPod.Volumes[0].PersistentVolumeClaim.ClaimName != PVCName("prod-abcde") || etcdMount.MountPath != jobspec.MemberDataMount ||
+		!slices.Contains(etcdPod.Containers[0].Args, "--data-dir="+jobspec.MemberDataDir) {
 		t.Errorf("etcd runs from %v at %s (%v), not where the agent reads", etcdPod.Volumes[0], etcdMount.MountPath, etcdPod.Containers[0].Args)
 	}
 

@@ -17,16 +17,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
-	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 )
 
 const (
 	dataVolume = "data"
 	// The restore Jobs prepare data where the member pods look for it.
-	dataMount = agent.MemberDataMount
+	dataMount = jobspec.MemberDataMount
 	// dataDir is a subdirectory so that a filesystem's lost+found at the volume root does not
 	// make etcd think the directory holds foreign data.
-	dataDir = agent.MemberDataDir
+	dataDir = jobspec.MemberDataDir
 
 	etcdUID = 65532
 )

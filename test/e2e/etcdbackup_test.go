@@ -107,26 +107,6 @@ func (f *backupFixture) createBackup(t *testing.T, name string, spec etcdv1alpha
 	return b
 }
 
-// waitBackupPhase waits for one of the phases and returns the backup as it then was.
-func waitBackupPhase(t *testing.T, b *etcdv1alpha1.EtcdBackup, timeout time.Duration, phases ...etcdv1alpha1.BackupPhase) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range phases {
-			if b.Status.Phase == p {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("EtcdBackup %s: phase %q after %v, want one of %v; status %+v", b.Name, b.Status.Phase, timeout, phases, b.Status)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
 // The one-shot backup of a known dataset lands in the bucket as a valid snapshot whose
 // sha256, size and revision are what status says; then the PVC destination does the same.
 func TestEtcdBackup(t *testing.T) {
@@ -372,12 +352,4 @@ func logBackupState(t *testing.T, b *etcdv1alpha1.EtcdBackup) {
 // logPrinterColumns shows what `kubectl get etcdbackups` prints, for the test log.
 func logPrinterColumns(t *testing.T, namespace string) {
 	t.Logf("kubectl get etcdbackups -o wide:\n%s", kubectlGet(t, namespace, "etcdbackups"))
-}
-
-func kubectlGet(t *testing.T, namespace, resource string) string {
-	out, err := exec.Command(envOr("E2E_KUBECTL", "../../bin/k8s/kubectl"), "get", resource, "-n", namespace, "-o", "wide").CombinedOutput()
-	if err != nil {
-		t.Logf("kubectl get %s: %v", resource, err)
-	}
-	return string(out)
 }

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -129,92 +127,3 @@ func TestEtcdClusterLifecycleUnderWriteLoad(t *testing.T) {
 		}
 	})
 }
-
-func scaleTo(t *testing.T, c *etcdv1alpha1.EtcdCluster, size int32) {
-	t.Helper()
-	patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Size = size })
-	waitAvailable(t, c, int(size))
-	if pods := memberPods(t, c); len(pods) != int(size) {
-		t.Fatalf("%d member pods after scaling to %d", len(pods), size)
-	}
-}
-
-// patchSpec changes the spec with a merge patch, which the operator's concurrent status
-// writes cannot make conflict.
-func patchSpec(t *testing.T, c *etcdv1alpha1.EtcdCluster, change func(*etcdv1alpha1.EtcdCluster)) {
-	t.Helper()
-	before := c.DeepCopy()
-	change(c)
-	if err := k8sClient.Patch(context.Background(), c, client.MergeFrom(before)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitAvailable waits until the cluster reports Available with size healthy voting members
-// and status agrees with itself.
-func waitAvailable(t *testing.T, c *etcdv1alpha1.EtcdCluster, size int) {
-	t.Helper()
-	deadline := time.Now().Add(memberTimeout)
-	for {
-		err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(c), c)
-		if err == nil && isAvailable(c, size) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster %s not Available with %d members after %v: err %v, status %+v", c.Name, size, memberTimeout, err, c.Status)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
-func isAvailable(c *etcdv1alpha1.EtcdCluster, size int) bool {
-	voters := 0
-	for _, m := range c.Status.Members {
-		if !m.IsLearner && m.Healthy {
-			voters++
-		}
-	}
-	return meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) &&
-		c.Status.ObservedGeneration == c.Generation &&
-		int(c.Status.ReadyMembers) == size && voters == size && len(c.Status.Members) == size &&
-		!meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionProgressing)
-}
-
-func memberPods(t *testing.T, c *etcdv1alpha1.EtcdCluster) []corev1.Pod {
-	t.Helper()
-	pods := &corev1.PodList{}
-	if err := k8sClient.List(context.Background(), pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
-		t.Fatal(err)
-	}
-	return pods.Items
-}
-
-// clientServiceEndpoint reaches the client Service by its cluster IP: the node routes it like
-// any pod would, while the host cannot resolve cluster DNS names.
-func clientServiceEndpoint(t *testing.T, c *etcdv1alpha1.EtcdCluster) string {
-	t.Helper()
-	svc := &corev1.Service{}
-	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: resources.ClientServiceName(c.Name)}, svc); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, resources.ClientPort)
-}
-
-func testNamespace(t *testing.T, prefix string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		GenerateName: prefix,
-		Labels:       map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
-	}}
-	if err := k8sClient.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = k8sClient.Delete(context.Background(), ns)
-		}
-	})
-	return ns.Name
-}
-
-func ptrTo[T any](v T) *T { return &v }

@@ -221,24 +221,6 @@ func (f *backupFixture) createRestore(t *testing.T, name string, spec etcdv1alph
 	return rs
 }
 
-// waitRestorePhase waits until the restore has finished, one way or the other.
-func waitRestorePhase(t *testing.T, rs *etcdv1alpha1.EtcdRestore, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(rs), rs); err != nil {
-			t.Fatal(err)
-		}
-		if rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("EtcdRestore %s: phase %q after %v; status %+v", rs.Name, rs.Status.Phase, timeout, rs.Status)
-		}
-		time.Sleep(time.Second)
-	}
-}
-
 func expectRestoreFailed(t *testing.T, rs *etcdv1alpha1.EtcdRestore, messagePart string) {
 	t.Helper()
 	waitRestorePhase(t, rs, restoreTimeout)

@@ -406,11 +406,6 @@ func (o *failpointOperator) crashLog(ctx context.Context, pod *corev1.Pod) strin
 	return strings.Join(logs, "\n")
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
 // holdLease makes the walk the leader: the crashed operator renews nothing any more, and the
 // pods that replace it wait. A lease a live operator holds is never taken: only after a crash.
 func (o *failpointOperator) holdLease(ctx context.Context) error {
@@ -554,31 +549,4 @@ func (o *failpointOperator) summary() string {
 	}
 	fmt.Fprintf(&b, "  %d crashes; the operator was away %v in all", len(o.crashes), total.Round(time.Second))
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// pollUntil polls done every 200ms until it says so or timeout passes.
-func pollUntil(ctx context.Context, timeout time.Duration, done func(context.Context) (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := done(ctx)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not done after %v", timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

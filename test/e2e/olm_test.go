@@ -603,13 +603,6 @@ func newObject(gvk schema.GroupVersionKind, namespace, name string) *unstructure
 	return obj
 }
 
-func create(t *testing.T, obj client.Object) {
-	t.Helper()
-	if err := k8sClient.Create(context.Background(), obj); err != nil {
-		t.Fatalf("create %s: %v", obj.GetName(), err)
-	}
-}
-
 func waitForLong(t *testing.T, what string, done wait.ConditionWithContextFunc) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, olmTimeout, true, done); err != nil {

@@ -20,9 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 )
 
 // Images the local cluster's registry holds (hack/cluster.mk builds both; make test-e2e passes
@@ -316,23 +314,6 @@ func (s *s3Server) logState(t testing.TB) {
 		t.Logf("S3 server pod %s: phase %s, conditions %+v, containers %+v", pod.Name, pod.Status.Phase, pod.Status.Conditions, pod.Status.ContainerStatuses)
 		t.Logf("S3 server pod %s log:\n%s", pod.Name, podLog(s.Namespace, pod.Name))
 	}
-}
-
-// podLog is the tail of a pod's only container's log, or why it could not be read.
-func podLog(namespace, pod string) string {
-	cfg, err := config.GetConfig()
-	if err != nil {
-		return err.Error()
-	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err.Error()
-	}
-	log, err := clientset.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{TailLines: ptrTo(int64(50))}).DoRaw(context.Background())
-	if err != nil {
-		return err.Error()
-	}
-	return string(log)
 }
 
 // getObjectFromPod fetches an object as a workload in the namespace does: from a pod, through

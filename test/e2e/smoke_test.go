@@ -18,12 +18,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -196,60 +194,4 @@ func readObjects(t *testing.T, file string) []*unstructured.Unstructured {
 			objects = append(objects, obj)
 		}
 	}
-}
-
-func waitFor(t testing.TB, what string, done wait.ConditionWithContextFunc) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Second, readyTimeout, true, done); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
-
-func rolledOut(d *appsv1.Deployment) bool {
-	if d.Status.ObservedGeneration < d.Generation || d.Spec.Replicas == nil {
-		return false
-	}
-	want := *d.Spec.Replicas
-	if d.Status.UpdatedReplicas != want || d.Status.ReadyReplicas != want || d.Status.Replicas != want {
-		return false
-	}
-	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentAvailable {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func conditionTrue(obj *unstructured.Unstructured, conditionType string) bool {
-	conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	for _, c := range conditions {
-		if m, ok := c.(map[string]any); ok && m["type"] == conditionType {
-			return m["status"] == "True"
-		}
-	}
-	return false
-}
-
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
-func envOr(name, fallback string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return fallback
 }

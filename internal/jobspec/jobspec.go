@@ -1,0 +1,87 @@
+// Package jobspec is the contract between the Jobs the operator builds (internal/resources)
+// and the agent they run (internal/agent): one JSON configuration in an environment variable,
+// secrets only as files or secret-sourced environment variables, the paths both sides mount
+// and read, and the outcome as the container's termination message, which the operator reads
+// from the pod's status — no API access for the agent. Both sides import it; neither imports
+// the other.
+package jobspec
+
+import (
+	"time"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+// The environment and the paths of an agent container.
+const (
+	// ConfigEnv holds the JSON JobConfig.
+	ConfigEnv = "ETCD_OPERATOR_AGENT_CONFIG"
+	// EtcdPasswordEnv holds the root password of a cluster with auth and no TLS.
+	EtcdPasswordEnv = "ETCD_ROOT_PASSWORD"
+	// The S3 credentials, from the Secret the user names, under the keys it holds them.
+	AccessKeyIDEnv     = "AWS_ACCESS_KEY_ID"
+	SecretAccessKeyEnv = "AWS_SECRET_ACCESS_KEY"
+	SessionTokenEnv    = "AWS_SESSION_TOKEN"
+
+	// EtcdTLSDir holds the cluster's client certificate Secret (tls.crt, tls.key, ca.crt).
+	EtcdTLSDir = "/etc/etcd-operator/etcd-tls"
+	// StorageCADir holds the Secret of the CA an S3 server's certificate is checked against.
+	StorageCADir = "/etc/etcd-operator/storage-ca"
+	// StorageCAKey is the key of that CA in its Secret.
+	StorageCAKey = "ca.crt"
+	// ClaimDir is where a PersistentVolumeClaim destination or source is mounted.
+	ClaimDir = "/var/lib/etcd-operator/claim"
+	// TerminationMessagePath is the Kubernetes default, which the operator reads back.
+	TerminationMessagePath = "/dev/termination-log"
+
+	// ExitPermanent tells the Job not to retry: retrying cannot help (bad credentials, no
+	// bucket). Any other failure exits 1 and the Job retries it with backoff.
+	ExitPermanent = 2
+)
+
+// JobConfig is everything an agent Job needs that is not a secret.
+type JobConfig struct {
+	Cluster string `json:"cluster"`
+	// Preserve-data: the member whose data directory is copied.
+	Member string `json:"member,omitempty"`
+	// Recovery names the directory of the recovery's copies in the recovery claim (its start
+	// time); empty, the copy is made at the claim's root.
+	Recovery string `json:"recovery,omitempty"`
+	// Backup: the namespace, name and UID of the EtcdBackup, which its snapshots' keys carry
+	// so that its retention deletes its own snapshots and no other.
+	Namespace string `json:"namespace,omitempty"`
+	Backup    string `json:"backup,omitempty"`
+	BackupUID string `json:"backupUID,omitempty"`
+	// Endpoints of the cluster's client Service: the agent asks it for the member list and
+	// then picks the member to stream from.
+	Endpoints []string `json:"endpoints"`
+	// TLS: the client certificate is mounted at EtcdTLSDir.
+	TLS bool `json:"tls,omitempty"`
+	// Auth without TLS: the root password is in EtcdPasswordEnv.
+	Auth bool `json:"auth,omitempty"`
+
+	Storage etcdv1alpha1.StorageLocation `json:"storage"`
+
+	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have.
+	Key    string `json:"key,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
+
+	// Retention, applied after a verified upload.
+	MaxCount int           `json:"maxCount,omitempty"`
+	MaxAge   time.Duration `json:"maxAge,omitempty"`
+}
+
+// A restore Job prepares one member's data on its claim, mounted where the member pod mounts it:
+// the agent stages the snapshot, the target etcd image's etcdutl restores it next to it, and
+// the agent moves that into place.
+const (
+	// MemberDataMount is where the member's claim is mounted, as in its pod.
+	MemberDataMount = "/var/lib/etcd"
+	// MemberDataDir is the data directory etcd runs with.
+	MemberDataDir = MemberDataMount + "/data"
+	// RestoreStagingDir holds the snapshot and etcdutl's output until install.
+	RestoreStagingDir = MemberDataMount + "/restore"
+	// StagedSnapshot and StagedDataDir are inside RestoreStagingDir.
+	StagedSnapshot = RestoreStagingDir + "/snapshot.db"
+	StagedDataDir  = RestoreStagingDir + "/data"
+)

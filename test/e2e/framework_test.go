@@ -1,0 +1,288 @@
+//go:build e2e
+
+package e2e
+
+// The helpers the e2e tests share: waiting, the objects they make and read, and the state of
+// the operator's kinds. Helpers of one test stay in its file.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// Waiting.
+
+func waitFor(t testing.TB, what string, done wait.ConditionWithContextFunc) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Second, readyTimeout, true, done); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// pollUntil polls done every 200ms until it says so or timeout passes.
+func pollUntil(ctx context.Context, timeout time.Duration, done func(context.Context) (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := done(ctx)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not done after %v", timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Kubernetes objects.
+
+func testNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		GenerateName: prefix,
+		Labels:       map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+	}}
+	if err := k8sClient.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = k8sClient.Delete(context.Background(), ns)
+		}
+	})
+	return ns.Name
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8sClient.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create %s: %v", obj.GetName(), err)
+	}
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func rolledOut(d *appsv1.Deployment) bool {
+	if d.Status.ObservedGeneration < d.Generation || d.Spec.Replicas == nil {
+		return false
+	}
+	want := *d.Spec.Replicas
+	if d.Status.UpdatedReplicas != want || d.Status.ReadyReplicas != want || d.Status.Replicas != want {
+		return false
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func conditionTrue(obj *unstructured.Unstructured, conditionType string) bool {
+	conditions, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == conditionType {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
+// podLog is the tail of a pod's only container's log, or why it could not be read.
+func podLog(namespace, pod string) string {
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return err.Error()
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err.Error()
+	}
+	log, err := clientset.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{TailLines: ptrTo(int64(50))}).DoRaw(context.Background())
+	if err != nil {
+		return err.Error()
+	}
+	return string(log)
+}
+
+func kubectlGet(t *testing.T, namespace, resource string) string {
+	out, err := exec.Command(envOr("E2E_KUBECTL", "../../bin/k8s/kubectl"), "get", resource, "-n", namespace, "-o", "wide").CombinedOutput()
+	if err != nil {
+		t.Logf("kubectl get %s: %v", resource, err)
+	}
+	return string(out)
+}
+
+// EtcdClusters.
+
+// patchSpec changes the spec with a merge patch, which the operator's concurrent status
+// writes cannot make conflict.
+func patchSpec(t *testing.T, c *etcdv1alpha1.EtcdCluster, change func(*etcdv1alpha1.EtcdCluster)) {
+	t.Helper()
+	before := c.DeepCopy()
+	change(c)
+	if err := k8sClient.Patch(context.Background(), c, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func scaleTo(t *testing.T, c *etcdv1alpha1.EtcdCluster, size int32) {
+	t.Helper()
+	patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Size = size })
+	waitAvailable(t, c, int(size))
+	if pods := memberPods(t, c); len(pods) != int(size) {
+		t.Fatalf("%d member pods after scaling to %d", len(pods), size)
+	}
+}
+
+// waitAvailable waits until the cluster reports Available with size healthy voting members
+// and status agrees with itself.
+func waitAvailable(t *testing.T, c *etcdv1alpha1.EtcdCluster, size int) {
+	t.Helper()
+	deadline := time.Now().Add(memberTimeout)
+	for {
+		err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(c), c)
+		if err == nil && isAvailable(c, size) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster %s not Available with %d members after %v: err %v, status %+v", c.Name, size, memberTimeout, err, c.Status)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func isAvailable(c *etcdv1alpha1.EtcdCluster, size int) bool {
+	voters := 0
+	for _, m := range c.Status.Members {
+		if !m.IsLearner && m.Healthy {
+			voters++
+		}
+	}
+	return meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) &&
+		c.Status.ObservedGeneration == c.Generation &&
+		int(c.Status.ReadyMembers) == size && voters == size && len(c.Status.Members) == size &&
+		!meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionProgressing)
+}
+
+func memberPods(t *testing.T, c *etcdv1alpha1.EtcdCluster) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := k8sClient.List(context.Background(), pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// clientServiceEndpoint reaches the client Service by its cluster IP: the node routes it like
+// any pod would, while the host cannot resolve cluster DNS names.
+func clientServiceEndpoint(t *testing.T, c *etcdv1alpha1.EtcdCluster) string {
+	t.Helper()
+	svc := &corev1.Service{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: c.Namespace, Name: resources.ClientServiceName(c.Name)}, svc); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, resources.ClientPort)
+}
+
+// EtcdBackups and EtcdRestores.
+
+// waitBackupPhase waits for one of the phases and returns the backup as it then was.
+func waitBackupPhase(t *testing.T, b *etcdv1alpha1.EtcdBackup, timeout time.Duration, phases ...etcdv1alpha1.BackupPhase) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range phases {
+			if b.Status.Phase == p {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("EtcdBackup %s: phase %q after %v, want one of %v; status %+v", b.Name, b.Status.Phase, timeout, phases, b.Status)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitRestorePhase waits until the restore has finished, one way or the other.
+func waitRestorePhase(t *testing.T, rs *etcdv1alpha1.EtcdRestore, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(rs), rs); err != nil {
+			t.Fatal(err)
+		}
+		if rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("EtcdRestore %s: phase %q after %v; status %+v", rs.Name, rs.Status.Phase, timeout, rs.Status)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// Small things.
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
