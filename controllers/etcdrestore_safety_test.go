@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -349,5 +350,62 @@ func TestInPlaceRestoreRecordsTheRestoredRevisionBeforeTheCutOver(t *testing.T) 
 	got = reconcileRestore(t, r, got)
 	if !cutOver() || got.Status.RestoredRevision != 42 {
 		t.Fatalf("after the record: cut over %t, status %+v; want the cut-over with revision 42 kept", cutOver(), got.Status)
+	}
+}
+
+// An in-place restore whose completion write is lost to a conflict cleans up nothing: the hold
+// on the cluster stays until the outcome is on record. The next look records it, then lets go;
+// no restore Job is started again at any point, and the restore completes once.
+func TestRestoreOutcomeLostToAConflictIsRecordedBeforeItsCleanUp(t *testing.T) {
+	rs := inPlaceRestore("r1")
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
+	seed := resources.SeedMemberName("c", string(rs.UID))
+	c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name, resources.AnnotationRestoreSeed: seed})
+	claim := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+	conflicts, completions := 1, 0
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(rs, c, claim).
+		WithStatusSubresource(&etcdv1alpha1.EtcdRestore{}, &etcdv1alpha1.EtcdCluster{}).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if restore, ok := obj.(*etcdv1alpha1.EtcdRestore); ok && restore.Status.Phase == etcdv1alpha1.RestoreCompleted {
+				if conflicts > 0 {
+					conflicts--
+					return apierrors.NewConflict(schema.GroupResource{Group: "etcd.database.dev", Resource: "etcdrestores"}, obj.GetName(), nil)
+				}
+				completions++
+			}
+			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		}}).Build()
+	r := &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultRepository: "registry.test/etcd", Now: time.Now}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}
+	held := func() bool {
+		t.Helper()
+		got := &etcdv1alpha1.EtcdCluster{}
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Annotations[resources.AnnotationRestorePending] == rs.Name
+	}
+
+	if _, err := r.Reconcile(t.Context(), req); err == nil {
+		t.Fatal("a reconcile whose record was refused reported success")
+	}
+	if !held() {
+		t.Fatal("the cluster was let go before the restore's outcome was on record")
+	}
+	for range 2 {
+		if _, err := r.Reconcile(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := &etcdv1alpha1.EtcdRestore{}
+	if err := k8s.Get(t.Context(), req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != etcdv1alpha1.RestoreCompleted || completions != 1 || held() {
+		t.Fatalf("phase %q, completions recorded %d, cluster still held %v; want Completed once, then the hold gone", got.Status.Phase, completions, held())
+	}
+	jobs := &batchv1.JobList{}
+	if err := k8s.List(t.Context(), jobs, client.InNamespace("ns")); err != nil || len(jobs.Items) != 0 {
+		t.Fatalf("restore Jobs %v (%v): none may start again", jobs.Items, err)
 	}
 }
