@@ -191,7 +191,7 @@ BENCH ?= .
 BENCH_COUNT ?= 3x
 
 .PHONY: bench-e2e
-bench-e2e: cluster-deploy ## Benchmarks against a plain StatefulSet on the local cluster (time to Available, member recovery, idle writes).
+bench-e2e: cluster-deploy ## Benchmarks against a plain StatefulSet on the local cluster (time to Available, member recovery, idle writes, quorum-loss recovery).
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) go test -tags e2e -run '^$$' -bench '$(BENCH)' -benchtime $(BENCH_COUNT) -timeout 60m ./test/e2e/
 
 CLUSTER_DEMO_NAMESPACE ?= demo

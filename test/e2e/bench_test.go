@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -80,9 +82,9 @@ func BenchmarkTimeToAvailable(b *testing.B) {
 // firstLinearizableRead tries, in the background, a linearizable Get through the Service ns/name
 // (which may not exist yet) until one succeeds; the function it returns waits for that and gives
 // the time from start. The Service is reached at its cluster IP, which the node routes (the host
-// cannot resolve cluster DNS). gRPC reconnects every 50 ms rather than with its default backoff
-// of 1 s and growing, a Get waiting for a connection goes out as soon as there is one, and each
-// Get has half a second, so the polling itself adds little to the figure.
+// cannot resolve cluster DNS). The client reconnects quickly (quickReconnect), a Get waiting for
+// a connection goes out as soon as there is one, and each Get has half a second, so the polling
+// itself adds little to the figure.
 func firstLinearizableRead(b *testing.B, start time.Time, ns, name string) func() time.Duration {
 	done, failed := make(chan time.Duration, 1), make(chan error, 1)
 	go func() {
@@ -101,8 +103,7 @@ func firstLinearizableRead(b *testing.B, start time.Time, ns, name string) func(
 				}
 				cl, err = clientv3.New(clientv3.Config{
 					Endpoints: []string{fmt.Sprintf("http://%s:%d", svc.Spec.ClusterIP, resources.ClientPort)}, Logger: zap.NewNop(),
-					DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
-						Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1, MaxDelay: 50 * time.Millisecond}})},
+					DialOptions: quickReconnect,
 				})
 				if err != nil {
 					continue
@@ -129,6 +130,11 @@ func firstLinearizableRead(b *testing.B, start time.Time, ns, name string) func(
 		}
 	}
 }
+
+// quickReconnect has gRPC reconnect every 50 ms rather than with its default backoff of 1 s and
+// growing: a benchmark polling a member that is starting sees it serve within 50 ms.
+var quickReconnect = []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: time.Second,
+	Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1, MaxDelay: 50 * time.Millisecond}})}
 
 // BenchmarkMemberPodKilled: a member pod deleted until the cluster is fully healthy again,
 // against a StatefulSet pod deleted until the StatefulSet has 3 Ready pods again. Where the time
@@ -190,6 +196,387 @@ func (r recreation) report(b *testing.B, prefix string) {
 	b.ReportMetric(r.created.Seconds()/n, prefix+"-created-s")
 	b.ReportMetric(r.running.Seconds()/n, prefix+"-running-s")
 	b.ReportMetric(r.ready.Seconds()/n, prefix+"-ready-s")
+}
+
+// BenchmarkQuorumLossRecovery: two of three members lose their pods and claims for good, as
+// nodes and their disks lost would; timed from the loss (pods and claims gone) until the
+// cluster serves at size 3 again with every member a voter. The operator, with policy
+// ForceNewCluster and after: 0s, until its status says Available at size 3 with the recovery
+// complete. The floor is etcd's disaster recovery as a person runs it (etcd.io/docs/v3.6,
+// op-guide/recovery and runtime-configuration), scripted on the pods of a plain StatefulSet:
+// manualQuorumRecovery. Both sides begin with the same keys on every member and must have them
+// all at the end. The operator also copies the survivor's data before rewriting it, which the
+// floor does not; its phases, from status.quorumRecovery (times to the second), show what each
+// step costs.
+func BenchmarkQuorumLossRecovery(b *testing.B) {
+	var op, manual time.Duration
+	var opPhases operatorRecoveryPhases
+	var manualPhases manualRecoveryPhases
+	for i := 0; i < b.N; i++ {
+		ns := benchNamespace(b)
+		c := &etcdv1alpha1.EtcdCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quorum%d", i), Namespace: ns},
+			Spec: etcdv1alpha1.EtcdClusterSpec{Size: 3, Version: etcdVersion,
+				Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+				QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
+					Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster,
+					After:  &metav1.Duration{},
+				}},
+		}
+		if err := k8sClient.Create(context.Background(), c); err != nil {
+			b.Fatal(err)
+		}
+		s := benchStatefulSet(b, ns, fmt.Sprintf("stsquorum%d", i))
+		waitAvailableB(b, c, 3)
+		waitStatefulSetReady(b, s, 3)
+		clusterPods := client.MatchingLabels{resources.LabelCluster: c.Name}
+		writeQuorumBenchKeys(b, podClientURLs(listPods(b, ns, clusterPods)))
+		writeQuorumBenchKeys(b, podClientURLs(listPods(b, ns, s.Spec.Selector.MatchLabels)))
+
+		lost := loseMembers(b, c, 2)
+		start := time.Now()
+		pollFor(b, "cluster "+c.Name+" recovered at size 3", recoveryTimeout, func(ctx context.Context) (bool, error) {
+			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
+			return err == nil && isAvailable(c, 3) && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.CompletionTime != nil, err
+		})
+		elapsed := time.Since(start)
+		phases := operatorPhases(b, c.Status.QuorumRecovery, start)
+		b.Logf("N=%d #%d: operator: lost %v, recovered from %s in %.2f s: %+v", b.N, i, lost, c.Status.QuorumRecovery.Member, elapsed.Seconds(), phases)
+		logTimeline(b, "operator", start, listPods(b, ns, clusterPods))
+		checkQuorumBenchKeys(b, podClientURLs(listPods(b, ns, clusterPods)))
+		op += elapsed
+		opPhases.add(phases)
+
+		survivor, lostPods := s.Name+"-2", []string{s.Name + "-0", s.Name + "-1"}
+		loseStatefulSetMembers(b, s, lostPods)
+		start = time.Now()
+		steps := manualQuorumRecovery(b, s, survivor, lostPods, start)
+		elapsed = time.Since(start)
+		b.Logf("N=%d #%d: by hand: lost %v, recovered from %s in %.2f s: %+v", b.N, i, lostPods, survivor, elapsed.Seconds(), steps)
+		logTimeline(b, "by hand", start, listPods(b, ns, s.Spec.Selector.MatchLabels))
+		checkQuorumBenchKeys(b, podClientURLs(listPods(b, ns, s.Spec.Selector.MatchLabels)))
+		manual += elapsed
+		manualPhases.add(steps)
+	}
+	report(b, "operator-s", op, "by-hand-s", manual)
+	opPhases.report(b)
+	manualPhases.report(b)
+}
+
+// operatorRecoveryPhases is where the operator's recovery time goes, from its record: from the
+// loss until it begins, until the survivor's data is copied, until the survivor runs with
+// --force-new-cluster, until it serves alone, and until the cluster is complete again (the
+// restart without the flag and the lost members added back, one at a time).
+type operatorRecoveryPhases struct{ begin, preserve, force, serve, rejoin time.Duration }
+
+func operatorPhases(b *testing.B, qr *etcdv1alpha1.QuorumRecoveryStatus, loss time.Time) operatorRecoveryPhases {
+	if qr.PreservedData == nil || qr.ForcedTime == nil || qr.ServedTime == nil {
+		b.Fatalf("status.quorumRecovery misses a step: %+v", *qr)
+	}
+	return operatorRecoveryPhases{
+		begin:    qr.StartTime.Sub(loss),
+		preserve: qr.PreservedData.Time.Sub(qr.StartTime.Time),
+		force:    qr.ForcedTime.Sub(qr.PreservedData.Time.Time),
+		serve:    qr.ServedTime.Sub(qr.ForcedTime.Time),
+		rejoin:   qr.CompletionTime.Sub(qr.ServedTime.Time),
+	}
+}
+
+func (p *operatorRecoveryPhases) add(o operatorRecoveryPhases) {
+	p.begin += o.begin
+	p.preserve += o.preserve
+	p.force += o.force
+	p.serve += o.serve
+	p.rejoin += o.rejoin
+}
+
+func (p operatorRecoveryPhases) report(b *testing.B) {
+	n := float64(b.N)
+	b.ReportMetric(p.begin.Seconds()/n, "operator-begin-s")
+	b.ReportMetric(p.preserve.Seconds()/n, "operator-preserve-s")
+	b.ReportMetric(p.force.Seconds()/n, "operator-force-s")
+	b.ReportMetric(p.serve.Seconds()/n, "operator-serve-s")
+	b.ReportMetric(p.rejoin.Seconds()/n, "operator-rejoin-s")
+}
+
+// manualRecoveryPhases is where the time goes by hand, each from the end of the one before:
+// until the survivor serves alone with --force-new-cluster, until it serves again without the
+// flag, and until every lost member is back as a voter and all three serve.
+type manualRecoveryPhases struct{ force, restart, rejoin time.Duration }
+
+func (p *manualRecoveryPhases) add(o manualRecoveryPhases) {
+	p.force += o.force
+	p.restart += o.restart
+	p.rejoin += o.rejoin
+}
+
+func (p manualRecoveryPhases) report(b *testing.B) {
+	n := float64(b.N)
+	b.ReportMetric(p.force.Seconds()/n, "by-hand-force-s")
+	b.ReportMetric(p.restart.Seconds()/n, "by-hand-restart-s")
+	b.ReportMetric(p.rejoin.Seconds()/n, "by-hand-rejoin-s")
+}
+
+// loseStatefulSetMembers loses the pods and claims of members of s as loseMembers does for an
+// EtcdCluster. The StatefulSet is first deleted, its pods and claims orphaned and left running,
+// so that nothing recreates what is lost, as the paused operator does not: from here on a
+// person recovers the members by hand.
+func loseStatefulSetMembers(b *testing.B, s *appsv1.StatefulSet, members []string) {
+	ctx := context.Background()
+	if err := k8sClient.Delete(ctx, s, client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil {
+		b.Fatal(err)
+	}
+	poll(b, "StatefulSet "+s.Name+" gone, its pods orphaned", func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(s), &appsv1.StatefulSet{})), nil
+	})
+	var lost []client.Object
+	for _, name := range members {
+		lost = append(lost,
+			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: statefulSetClaimName(name)}},
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name}})
+	}
+	for _, obj := range lost {
+		if err := k8sClient.Delete(ctx, obj, client.GracePeriodSeconds(0)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	poll(b, "the lost members' pods and claims gone", func(ctx context.Context) (bool, error) {
+		for _, obj := range lost {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj); err == nil || ignoreNotFound(err) != nil {
+				return false, ignoreNotFound(err)
+			}
+		}
+		return true, nil
+	})
+}
+
+// manualQuorumRecovery is etcd's answer to a majority lost for good, done by hand on the pods
+// of the StatefulSet s, with each step begun as soon as the one before is seen done — what a
+// person with kubectl and etcdctl does at best: stop the survivor and start it alone with
+// --force-new-cluster on its data; once it serves, restart it without the flag (a later restart
+// with it would drop members again); then for each lost member `etcdctl member add
+// --learner`, start it on a fresh claim with the initial cluster member add printed and
+// --initial-cluster-state=existing, and `etcdctl member promote` it once it has caught up;
+// done when every member is a voter and all three serve linearizable reads. The pods are the
+// StatefulSet's template, its peer names kept by hostname and subdomain.
+func manualQuorumRecovery(b *testing.B, s *appsv1.StatefulSet, survivor string, lost []string, start time.Time) manualRecoveryPhases {
+	var phases manualRecoveryPhases
+	since := start
+	step := func() time.Duration {
+		d := time.Since(since)
+		since = time.Now()
+		return d
+	}
+
+	replacePod(b, s, survivor, "--force-new-cluster")
+	awaitServing(b, s.Namespace, survivor)
+	phases.force = step()
+
+	endpoint := replacePod(b, s, survivor)
+	awaitServing(b, s.Namespace, survivor)
+	phases.restart = step()
+
+	cl := benchEtcdClient(b, endpoint)
+	defer cl.Close()
+	ctx := context.Background()
+	for _, name := range lost {
+		// etcd refuses to add a member until every voter has been connected for 5 s
+		// (--strict-reconfig-check, on by default), which the member just promoted has not:
+		// retried, as a person would.
+		var added *clientv3.MemberAddResponse
+		pollFor(b, "member add "+name+" --learner", recoveryTimeout, func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			var err error
+			added, err = cl.MemberAddAsLearner(ctx, []string{statefulSetPeerURL(s, name)})
+			if errors.Is(err, rpctypes.ErrUnhealthy) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		var initial []string
+		for _, m := range added.Members {
+			memberName := m.Name
+			if m.ID == added.Member.ID {
+				memberName = name
+			}
+			initial = append(initial, memberName+"="+m.PeerURLs[0])
+		}
+		claim := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: statefulSetClaimName(name), Namespace: s.Namespace},
+			Spec:       *s.Spec.VolumeClaimTemplates[0].Spec.DeepCopy(),
+		}
+		if err := k8sClient.Create(ctx, claim); err != nil {
+			b.Fatal(err)
+		}
+		if err := k8sClient.Create(ctx, statefulSetPod(s, name,
+			"--initial-cluster="+strings.Join(initial, ","), "--initial-cluster-state=existing")); err != nil {
+			b.Fatal(err)
+		}
+		// etcd refuses to promote a learner not yet in sync with the leader: retried, as a
+		// person would.
+		pollFor(b, "member promote "+name, recoveryTimeout, func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := cl.MemberPromote(ctx, added.Member.ID)
+			return err == nil, nil
+		})
+	}
+	members, err := cl.MemberList(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	voters := 0
+	for _, m := range members.Members {
+		if !m.IsLearner {
+			voters++
+		}
+	}
+	if len(members.Members) != 3 || voters != 3 {
+		b.Fatalf("after the recovery by hand: %d members, %d voters, want 3 voters", len(members.Members), voters)
+	}
+	for _, name := range append([]string{survivor}, lost...) {
+		awaitServing(b, s.Namespace, name)
+	}
+	phases.rejoin = step()
+	return phases
+}
+
+// replacePod stops member name's pod, waits until it is gone and starts it again from the
+// StatefulSet's template with flags; it returns the new pod's client URL.
+func replacePod(b *testing.B, s *appsv1.StatefulSet, name string, flags ...string) string {
+	ctx := context.Background()
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name}}
+	if err := k8sClient.Delete(ctx, old); err != nil {
+		b.Fatal(err)
+	}
+	poll(b, "pod "+name+" stopped", func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(old), old)), nil
+	})
+	pod := statefulSetPod(s, name, flags...)
+	if err := k8sClient.Create(ctx, pod); err != nil {
+		b.Fatal(err)
+	}
+	return awaitPodURL(b, pod)
+}
+
+// awaitServing waits until the member in pod ns/name answers a linearizable read at its pod IP.
+func awaitServing(b *testing.B, ns, name string) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	cl := benchEtcdClient(b, awaitPodURL(b, pod))
+	defer cl.Close()
+	pollFor(b, "member "+name+" serving", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err := cl.Get(ctx, "bench")
+		return err == nil, nil
+	})
+}
+
+// awaitPodURL waits until pod has an IP and returns its client URL.
+func awaitPodURL(b *testing.B, pod *corev1.Pod) string {
+	poll(b, "pod "+pod.Name+" has an IP", func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+		return err == nil && pod.Status.PodIP != "", ignoreNotFound(err)
+	})
+	return podClientURLs([]corev1.Pod{*pod})[0]
+}
+
+// statefulSetPod is the pod the StatefulSet s would make for member name, its etcd flags
+// replaced or added by flags, and with nothing to own it.
+func statefulSetPod(s *appsv1.StatefulSet, name string, flags ...string) *corev1.Pod {
+	spec := s.Spec.Template.Spec.DeepCopy()
+	spec.Hostname, spec.Subdomain = name, s.Spec.ServiceName
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: s.Spec.VolumeClaimTemplates[0].Name, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: statefulSetClaimName(name)},
+	}})
+	etcd := &spec.Containers[0]
+	for _, flag := range flags {
+		key, _, _ := strings.Cut(flag, "=")
+		etcd.Args = append(slices.DeleteFunc(etcd.Args, func(arg string) bool {
+			k, _, _ := strings.Cut(arg, "=")
+			return k == key
+		}), flag)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.Namespace, Labels: maps.Clone(s.Spec.Template.Labels)},
+		Spec:       *spec,
+	}
+}
+
+// statefulSetClaimName is the claim a StatefulSet's volume claim template makes for a pod.
+func statefulSetClaimName(pod string) string { return "data-" + pod }
+
+// statefulSetPeerURL is member pod's peer URL, as benchStatefulSet advertises it.
+func statefulSetPeerURL(s *appsv1.StatefulSet, pod string) string {
+	return fmt.Sprintf("http://%s.%s.%s.svc:2380", pod, s.Spec.ServiceName, s.Namespace)
+}
+
+const (
+	quorumBenchKeys   = 100
+	quorumBenchPrefix = "bench/quorum/"
+)
+
+// writeQuorumBenchKeys puts quorumBenchKeys keys through the members at urls, then waits until
+// every member has applied the last: whichever member survives the loss has them all.
+func writeQuorumBenchKeys(b *testing.B, urls []string) {
+	cl := benchEtcdClient(b, urls...)
+	defer cl.Close()
+	last := ""
+	for i := range quorumBenchKeys {
+		last = fmt.Sprintf("%s%03d", quorumBenchPrefix, i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := cl.Put(ctx, last, last)
+		cancel()
+		if err != nil {
+			b.Fatalf("put %s: %v", last, err)
+		}
+	}
+	for _, url := range urls {
+		member := benchEtcdClient(b, url)
+		poll(b, last+" on "+url, func(ctx context.Context) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			resp, err := member.Get(ctx, last, clientv3.WithSerializable())
+			return err == nil && len(resp.Kvs) == 1, nil
+		})
+		member.Close()
+	}
+}
+
+// checkQuorumBenchKeys fails unless every member at urls serves all the keys written before the
+// loss.
+func checkQuorumBenchKeys(b *testing.B, urls []string) {
+	for _, url := range urls {
+		cl := benchEtcdClient(b, url)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := cl.Get(ctx, quorumBenchPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		cl.Close()
+		if err != nil {
+			b.Fatalf("count the keys on %s: %v", url, err)
+		}
+		if resp.Count != quorumBenchKeys {
+			b.Fatalf("%s has %d of the %d keys written before the loss", url, resp.Count, quorumBenchKeys)
+		}
+	}
+}
+
+// podClientURLs are the members' client URLs at their pod IPs, which this machine routes to.
+func podClientURLs(pods []corev1.Pod) []string {
+	var urls []string
+	for _, p := range pods {
+		urls = append(urls, fmt.Sprintf("http://%s:%d", p.Status.PodIP, resources.ClientPort))
+	}
+	return urls
+}
+
+func benchEtcdClient(b *testing.B, urls ...string) *clientv3.Client {
+	cl, err := clientv3.New(clientv3.Config{Endpoints: urls, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: quickReconnect})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cl
 }
 
 // BenchmarkIdleClusterWrites: a healthy cluster and a scheduled backup not due, left alone.

@@ -154,7 +154,7 @@ func kubectlGet(t *testing.T, namespace, resource string) string {
 
 // patchSpec changes the spec with a merge patch, which the operator's concurrent status
 // writes cannot make conflict.
-func patchSpec(t *testing.T, c *etcdv1alpha1.EtcdCluster, change func(*etcdv1alpha1.EtcdCluster)) {
+func patchSpec(t testing.TB, c *etcdv1alpha1.EtcdCluster, change func(*etcdv1alpha1.EtcdCluster)) {
 	t.Helper()
 	before := c.DeepCopy()
 	change(c)

@@ -229,7 +229,7 @@ func recoveredFromTheLatestBackup(t *testing.T) {
 // their disks lost for good would, and returns their names, sorted. They go while the cluster
 // is paused, all at once as a lost node's do: one at a time, under a running operator, each
 // would be a member whose volume is lost, removed and replaced while a quorum remains.
-func loseMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, n int) []string {
+func loseMembers(t testing.TB, c *etcdv1alpha1.EtcdCluster, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	names := memberNames(c)[:n]
