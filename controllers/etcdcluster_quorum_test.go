@@ -26,7 +26,14 @@ func lostMajority(t *testing.T, policy etcdv1alpha1.QuorumLossRecoveryPolicy) *s
 		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: policy, After: &metav1.Duration{}}
 	}, nil)
 	a.reconcile(t, 1)
-	for _, name := range a.members[1:] {
+	a.loseForGood(t, a.members[1:])
+	return a
+}
+
+// loseForGood deletes the pods and claims of members, which stop answering: etcd has no quorum.
+func (a *scriptedCluster) loseForGood(t *testing.T, members []string) {
+	t.Helper()
+	for _, name := range members {
 		for _, obj := range []client.Object{
 			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}},
 			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: resources.PVCName(name)}},
@@ -38,7 +45,6 @@ func lostMajority(t *testing.T, policy etcdv1alpha1.QuorumLossRecoveryPolicy) *s
 		delete(a.etcd.Statuses, resources.ClientURL(a.cluster, name))
 	}
 	a.etcd.NoQuorum = true
-	return a
 }
 
 func (a *scriptedCluster) pod(t *testing.T, name string) (*corev1.Pod, bool) {
@@ -270,18 +276,7 @@ func TestQuorumLostWithEveryMemberIsRestoredFromTheLatestBackup(t *testing.T) {
 		}
 	})
 	a.reconcile(t, 1)
-	for _, name := range a.members {
-		for _, obj := range []client.Object{
-			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}},
-			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: resources.PVCName(name)}},
-		} {
-			if err := a.k8s.Delete(t.Context(), obj); err != nil {
-				t.Fatal(err)
-			}
-		}
-		delete(a.etcd.Statuses, resources.ClientURL(a.cluster, name))
-	}
-	a.etcd.NoQuorum = true
+	a.loseForGood(t, a.members)
 
 	c := a.reconcile(t, 1)
 	qr := c.Status.QuorumRecovery
@@ -319,17 +314,7 @@ func TestQuorumLostWithEveryMemberWaitsForTheUserUnderForceNewCluster(t *testing
 		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{}}
 	}, func() []client.Object { return []client.Object{completedBackup("hourly", "c", 30, 700)} })
 	a.reconcile(t, 1)
-	for _, name := range a.members {
-		for _, obj := range []client.Object{
-			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}},
-			&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: resources.PVCName(name)}},
-		} {
-			if err := a.k8s.Delete(t.Context(), obj); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	a.etcd.NoQuorum = true
+	a.loseForGood(t, a.members)
 	c := a.reconcile(t, 3)
 	restores := &etcdv1alpha1.EtcdRestoreList{}
 	if err := a.k8s.List(t.Context(), restores); err != nil || len(restores.Items) != 0 || c.Status.QuorumRecovery != nil {
