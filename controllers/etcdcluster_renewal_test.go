@@ -1,17 +1,22 @@
 package controllers
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/certs"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 func TestNextReconcileComesNoLaterThanTheEarliestRenewal(t *testing.T) {
@@ -82,4 +87,81 @@ func TestCertificateEventsSayWhyTheyWereIssued(t *testing.T) {
 			t.Errorf("renewal's event does not say the certificate was expiring: %q", e)
 		}
 	}
+}
+
+// The reconciler's clock jumps forward (a node's clock corrected, an operator suspended for
+// months): certificates past their renewal time, and past their expiry too, are renewed at the
+// next reconcile, each event saying they expired; past the CA's own expiry, nothing is renewed
+// against it and the CA is left for the user to replace, as the operator cannot yet rotate it.
+func TestCertificatesAfterTheClockJumpsForward(t *testing.T) {
+	start := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
+	clock := start
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.TLS = &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderOperator,
+			Validity: &metav1.Duration{Duration: 90 * 24 * time.Hour}, RenewBefore: &metav1.Duration{Duration: 30 * 24 * time.Hour}}
+	}, nil)
+	a.r.Clock = func() time.Time { return clock }
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a.cluster)}
+	a.reconcile(t, 1)
+	a.events()
+	caBefore := a.secret(t, resources.CASecretName(a.cluster.Name))
+
+	clock = start.Add(100 * 24 * time.Hour) // past every leaf's expiry, well within the CA's
+	result, err := a.r.Reconcile(t.Context(), req)
+	if err != nil {
+		t.Fatalf("reconcile after the jump: %v", err)
+	}
+	renewed := 0
+	for e := range strings.Lines(a.events()) {
+		if strings.Contains(e, "CertificateIssued") {
+			renewed++
+			if !strings.Contains(e, certs.ReasonExpiring+": the certificate expired at") {
+				t.Errorf("the renewal's event does not say the certificate had expired: %q", e)
+			}
+		}
+	}
+	if renewed != 3 {
+		t.Errorf("%d certificates renewed after the jump, want 3", renewed)
+	}
+	got := a.reconcile(t, 0)
+	for _, cs := range got.Status.Certificates {
+		if cs.Name != string(certs.CA) && !cs.NotAfter.After(clock) {
+			t.Errorf("status: the %s certificate expires at %v, before the clock's %v", cs.Name, cs.NotAfter, clock)
+		}
+	}
+	if result.RequeueAfter <= time.Second {
+		t.Errorf("requeue after %v: the renewed certificates' renewal times are not what the next reconcile waits for", result.RequeueAfter)
+	}
+	if !bytes.Equal(a.secret(t, resources.CASecretName(a.cluster.Name)).Data[certs.KeyCert], caBefore.Data[certs.KeyCert]) {
+		t.Error("the CA was replaced while it was valid")
+	}
+
+	clock = start.Add(901 * 24 * time.Hour) // the CA lives ten leaf validities: 900 days
+	peerBefore := a.secret(t, resources.TLSSecrets(a.cluster).Peer)
+	if _, err := a.r.Reconcile(t.Context(), req); err == nil || !strings.Contains(err.Error(), "must be replaced by hand") {
+		t.Fatalf("reconcile past the CA's expiry: %v, want the CA left for the user to replace", err)
+	}
+	if !bytes.Equal(a.secret(t, resources.CASecretName(a.cluster.Name)).Data[certs.KeyCert], caBefore.Data[certs.KeyCert]) {
+		t.Error("the expired CA was replaced: members that trust the old one would refuse every new certificate")
+	}
+	if !bytes.Equal(a.secret(t, peerBefore.Name).Data[certs.KeyCert], peerBefore.Data[certs.KeyCert]) {
+		t.Error("a certificate was issued by an expired CA")
+	}
+	got = a.reconcile(t, 0)
+	degraded := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+	if degraded == nil || degraded.Reason != etcdv1alpha1.ReasonCertificateError || !strings.Contains(degraded.Message, "expired at") {
+		t.Errorf("Degraded past the CA's expiry: %+v, want CertificateError saying the CA expired", degraded)
+	}
+	if e := a.events(); !strings.Contains(e, "Warning "+etcdv1alpha1.ReasonCertificateError) {
+		t.Errorf("no Warning event for the expired CA:\n%s", e)
+	}
+}
+
+func (a *scriptedCluster) secret(t *testing.T, name string) *corev1.Secret {
+	t.Helper()
+	secret := &corev1.Secret{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: a.cluster.Namespace, Name: name}, secret); err != nil {
+		t.Fatal(err)
+	}
+	return secret
 }

@@ -87,26 +87,44 @@ func ParseSchedule(s string) (cron.Schedule, error) {
 	return sched, nil
 }
 
-// maxMissedRuns bounds the walk over missed run times after a long downtime.
-const maxMissedRuns = 100000
-
 // Due says whether a scheduled run should start now and when the following one is due. since
 // is when the last run was scheduled, or when the EtcdBackup was created. However many runs
-// were missed while the operator was down, at most one starts now, for the latest missed time.
+// were missed while the operator was down, or its clock jumped forward over, at most one
+// starts now, for the latest missed time; and a clock that jumped back starts none for a time
+// at or before since.
 func Due(sched cron.Schedule, since, now time.Time) (runNow bool, scheduledFor, next time.Time) {
 	first := sched.Next(since)
 	if first.IsZero() || first.After(now) {
 		return false, time.Time{}, first
 	}
-	scheduledFor = first
-	for range maxMissedRuns {
-		n := sched.Next(scheduledFor)
-		if n.IsZero() || n.After(now) {
+	scheduledFor = latestRunBy(sched, since, now)
+	return true, scheduledFor, sched.Next(scheduledFor)
+}
+
+// latestRunBy is the latest run time of sched after since and at or before now, given that
+// the first run after since is by now. Walking every run from since would take millions of
+// steps after weeks of downtime on a schedule every few seconds (a bounded walk stopped short
+// of now, and the run after its catch-up was overdue at once). An @every schedule's runs are
+// since's first run plus whole delays; a cron schedule's are a fixed grid, so it looks back
+// from now instead, over windows doubling from a second, for the first that holds a run, and
+// walks only that window.
+func latestRunBy(sched cron.Schedule, since, now time.Time) time.Time {
+	if every, ok := sched.(cron.ConstantDelaySchedule); ok {
+		first := sched.Next(since)
+		return first.Add(now.Sub(first) / every.Delay * every.Delay)
+	}
+	from := since
+	for back := time.Second; back > 0 && back < now.Sub(since); back *= 2 {
+		if n := sched.Next(now.Add(-back)); !n.IsZero() && !n.After(now) {
+			from = now.Add(-back)
 			break
 		}
-		scheduledFor = n
 	}
-	return true, scheduledFor, sched.Next(scheduledFor)
+	latest := sched.Next(from)
+	for n := sched.Next(latest); !n.IsZero() && !n.After(now); n = sched.Next(n) {
+		latest = n
+	}
+	return latest
 }
 
 // Snapshot is one snapshot found in the destination.

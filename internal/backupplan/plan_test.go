@@ -100,6 +100,22 @@ func TestDue(t *testing.T) {
 			t.Errorf("%s: Due = %v, %v, %v; want %v, %v, %v", tc.name, runNow, scheduledFor, next, tc.runNow, tc.scheduledFor, tc.next)
 		}
 	}
+	// Weeks of missed runs on the most frequent schedules: the walk over them once stopped at
+	// 100000 runs, short of now, and the run after its catch-up was overdue at once.
+	latest := t0.Add(100 * 24 * time.Hour)
+	for spec, period := range map[string]time.Duration{"@every 10s": 10 * time.Second, "* * * * *": time.Minute} {
+		sched, err := ParseSchedule(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runNow, scheduledFor, next := Due(sched, t0, latest.Add(5*time.Second))
+		if !runNow || !scheduledFor.Equal(latest) || !next.Equal(latest.Add(period)) {
+			t.Errorf("%s, 100 days missed: Due = %v, %v, %v; want %v, then %v", spec, runNow, scheduledFor, next, latest, latest.Add(period))
+		}
+	}
+	if runNow, _, next := Due(hourly, t0.Add(3*time.Hour), t0.Add(time.Hour)); runNow || !next.Equal(t0.Add(4*time.Hour)) {
+		t.Errorf("clock back before the last run: runNow %v, next %v; want no run until the one after it", runNow, next)
+	}
 	if _, err := ParseSchedule("every hour"); err == nil {
 		t.Error("a malformed schedule parsed")
 	}
