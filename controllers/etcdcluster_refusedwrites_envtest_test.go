@@ -390,7 +390,7 @@ func (f *refusedWritesFixture) refuse(t *testing.T, name string, rules []admissi
 	}
 	waitFor(t, func() error {
 		if err := probe(ctx); err == nil || !strings.Contains(err.Error(), refusal) {
-			return fmt.Errorf("policy %s not in effect yet: probe answered %v", name, err)
+			return fmt.Errorf("policy %s not in effect yet: probe answered %w", name, err)
 		}
 		return nil
 	})
