@@ -308,7 +308,11 @@ func (r *EtcdClusterReconciler) restoreFromBackup(ctx context.Context, c *etcdv1
 			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: c.Name},
 		},
 	}
-	return r.createOwned(ctx, c, rs)
+	if err := r.createOwned(ctx, c, rs); err != nil {
+		return err
+	}
+	// gofail: var quorumRestoreCreated struct{}
+	return nil
 }
 
 // recordQuorumRecovery keeps status.quorumRecovery true to what this reconcile decided and saw.

@@ -70,6 +70,7 @@ func TestFailpointWalk(t *testing.T) {
 		"change the root password":   w.changeRootPassword,
 		"renew certificates":         w.renewCertificates,
 		"recover a lost quorum":      w.recoverLostQuorum,
+		"restore a lost cluster from its latest backup": w.restoreLostCluster,
 	}
 	for _, op := range failpoints.Walk {
 		if steps[op.Name] == nil {
@@ -474,6 +475,33 @@ func (w *failpointWalk) recoverLostQuorum(t *testing.T) {
 		}
 	}
 	t.Logf("%d keys before the loss, %d after the recovery", len(before), len(after))
+}
+
+// restoreLostCluster loses every member of the cluster for good and lets the operator restore
+// it in place from the newest snapshot of its backups: the backup's data at its revision, the
+// recovery and its restore on record.
+func (w *failpointWalk) restoreLostCluster(t *testing.T) {
+	ctx := context.Background()
+	patchSpec(t, w.cluster, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{
+			Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup, After: &metav1.Duration{}}
+	})
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(w.cluster), w.cluster); err != nil {
+		t.Fatal(err)
+	}
+	lost := loseMembers(t, w.cluster, 3)
+	w.waitCluster(t, w.cluster, "the lost cluster restored from its backup", func(c *etcdv1alpha1.EtcdCluster) bool {
+		qr := c.Status.QuorumRecovery
+		return qr != nil && qr.Backup != nil && qr.CompletionTime != nil && slices.Equal(qr.LostMembers, lost)
+	})
+	qr, art := w.cluster.Status.QuorumRecovery, w.backupOf.Status.LastBackup
+	if qr.Member != "" || qr.Backup.EtcdBackup != w.backupOf.Name || qr.Backup.SnapshotURI != art.URI || qr.Backup.Revision != art.Revision {
+		t.Errorf("status.quorumRecovery %+v, backup %+v: want a recovery from %s's snapshot %s at revision %d", *qr, *qr.Backup, w.backupOf.Name, art.URI, art.Revision)
+	}
+	rs := &etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: qr.Backup.EtcdRestore}}
+	w.waitRestored(t, rs)
+	w.converged(t, w.cluster, 3, w.plainClient)
+	w.expectBackedUpData(t, w.cluster, art.Revision)
 }
 
 // keyspace is every key of the cluster with its value, read linearizably.

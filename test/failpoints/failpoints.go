@@ -144,6 +144,20 @@ var Walk = []Operation{
 			{"memberPodStopped", 1},
 		},
 	},
+	{
+		// Every member loses its pod and claim for good (policy FromLatestBackup): the recovery
+		// is recorded with the newest snapshot, its in-place EtcdRestore made, and that restore
+		// stages the snapshot, cuts over and records its outcome.
+		Name: "restore a lost cluster from its latest backup",
+		Failpoints: []Failpoint{
+			{"quorumRestoreCreated", 1},
+			{"restoreSeedClaimStaged", 1},
+			{"restoreJobCreated", 1},
+			{"restoreCutOverStarted", 1},
+			{"restoreClaimGiven", 1},
+			{"restoreOutcomeRecorded", 1},
+		},
+	},
 }
 
 // Names are every failpoint of the walk, each once.
