@@ -201,6 +201,32 @@ func (s *s3Server) stop(t *testing.T) {
 	})
 }
 
+// kill stops the server at once: no replica, and its pod deleted without a grace period, so
+// that an upload under way is cut off rather than let finish.
+func (s *s3Server) kill(t *testing.T) {
+	t.Helper()
+	s.scale(t, 0)
+	pods, err := s.pods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pods {
+		if err := k8sClient.Delete(context.Background(), &pods[i], client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
+	s.stop(t)
+}
+
+// uploadUnderWay says whether the server lists a multipart upload under prefix: an upload has
+// begun and not completed.
+func (s *s3Server) uploadUnderWay(ctx context.Context, bucket, prefix string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := s.client.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(prefix)})
+	return err == nil && len(out.Uploads) > 0
+}
+
 // start scales a stopped server back to one replica and returns once it answers from the host.
 func (s *s3Server) start(t *testing.T) {
 	t.Helper()
