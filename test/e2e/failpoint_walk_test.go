@@ -710,6 +710,7 @@ func (w *failpointWalk) jobsGone(t *testing.T, selector client.MatchingLabels) {
 // removes a member from etcd before it deletes the member's pod, and deletes no voter's pod
 // otherwise outside an in-place restore or a roll-out.
 type memberWatch struct {
+	namespace  string
 	mu         sync.Mutex
 	initial    map[uint64]string
 	seen       map[uint64]string
@@ -720,7 +721,7 @@ type memberWatch struct {
 
 func watchMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, connect func() *clientv3.Client, checkDeletes bool) *memberWatch {
 	t.Helper()
-	m := &memberWatch{initial: map[uint64]string{}, seen: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &memberWatch{namespace: c.Namespace, initial: map[uint64]string{}, seen: map[uint64]string{}, stop: make(chan struct{}), done: make(chan struct{})}
 	var cl *clientv3.Client
 	list := func(ctx context.Context) (*clientv3.MemberListResponse, error) {
 		if cl == nil {
@@ -847,7 +848,36 @@ func (m *memberWatch) expectAdded(t *testing.T, n int) {
 	}
 	if len(added) != n {
 		t.Errorf("etcd gained %d members during the operation, %v; want %d: a member was added twice, or one too few", len(added), added, n)
+		logEvents(t, m.namespace)
 	}
+}
+
+// logEvents logs the namespace's events in time order: the operator's steps, for a failure
+// to be read after the cluster is gone.
+func logEvents(t *testing.T, namespace string) {
+	t.Helper()
+	events := &corev1.EventList{}
+	if err := k8sClient.List(context.Background(), events, client.InNamespace(namespace)); err != nil {
+		t.Logf("list the events of %s: %v", namespace, err)
+		return
+	}
+	slices.SortFunc(events.Items, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
+	var lines []string
+	for _, e := range events.Items {
+		lines = append(lines, fmt.Sprintf("%s %s %s/%s %s: %s", eventTime(e).UTC().Format("15:04:05.000"), e.Type,
+			e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message))
+	}
+	t.Logf("events in %s:\n%s", namespace, strings.Join(lines, "\n"))
+}
+
+func eventTime(e corev1.Event) time.Time {
+	switch {
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
 }
 
 // expectFinalAllNew checks, after an in-place restore, that no member of the old cluster is in
