@@ -337,7 +337,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		requested := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 		m.PVCTooSmall = claimTooSmall(c, pvc)
 		m.PVCUnboundOutdated = pvc.Status.Phase == corev1.ClaimPending &&
-			(requested.Cmp(wantSize) != 0 || !ptr.Equal(pvc.Spec.StorageClassName, c.Spec.Storage.StorageClassName))
+			(requested.Cmp(wantSize) != 0 || storageClassChanged(c, pvc))
 	}
 
 	members := make([]membership.Member, 0, len(byName))
@@ -369,6 +369,14 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		LastVoters:           lastVoters(c),
 		Recovery:             recoveryPolicy(c, &obs.recovery, now),
 	}
+}
+
+// storageClassChanged: the spec names a StorageClass the claim was not made with. A spec that
+// names none leaves the class to the API server, which gives the claim the default class at
+// creation: that is no change, and a claim waiting for its first pod (WaitForFirstConsumer)
+// must not be made again for it.
+func storageClassChanged(c *etcdv1alpha1.EtcdCluster, pvc *corev1.PersistentVolumeClaim) bool {
+	return c.Spec.Storage.StorageClassName != nil && !ptr.Equal(pvc.Spec.StorageClassName, c.Spec.Storage.StorageClassName)
 }
 
 func defragPolicy(c *etcdv1alpha1.EtcdCluster) membership.DefragPolicy {
