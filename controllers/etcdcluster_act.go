@@ -230,7 +230,7 @@ func (r *EtcdClusterReconciler) addLearner(ctx context.Context, c *etcdv1alpha1.
 func joiningInitialCluster(c *etcdv1alpha1.EtcdCluster, obs *observation, joining string) string {
 	names := []string{joining}
 	for _, m := range obs.members {
-		if m.Name != "" && m.Name != joining {
+		if m.Started() && m.Name != joining {
 			names = append(names, m.Name)
 		}
 	}

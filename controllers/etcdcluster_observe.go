@@ -136,7 +136,7 @@ func memberHealth(c *etcdv1alpha1.EtcdCluster, obs *observation) map[uint64]stri
 		case obs.defragmenting != "" && name == obs.defragmenting:
 			// Busy by the operator's doing: it answers nothing, and its readiness may lapse,
 			// until the rewrite ends; the decision waits for it meanwhile.
-		case !answered && m.Name == "":
+		case !answered && !m.Started():
 			out[m.ID] = "not started yet"
 		case !answered:
 			out[m.ID] = "did not answer its status request"
@@ -306,7 +306,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 			continue // not one of ours: never act on it
 		}
 		m := get(name)
-		m.ID, m.Started, m.IsLearner = em.ID, em.Name != "", em.IsLearner
+		m.ID, m.Started, m.IsLearner = em.ID, em.Started(), em.IsLearner
 		if st, ok := obs.statuses[em.ID]; ok {
 			_, unhealthy := obs.unhealthy[em.ID]
 			m.Healthy = !unhealthy

@@ -22,12 +22,20 @@ import (
 
 // Member is one entry of etcd's member list.
 type Member struct {
-	ID         uint64
-	Name       string // empty until the member has started and published its name
-	PeerURLs   []string
+	ID uint64
+	// Name is empty for a learner until it has started; a member of the initial cluster has
+	// its name from --initial-cluster, listed before it has ever run.
+	Name     string
+	PeerURLs []string
+	// ClientURLs are published by the member when it starts: empty until it has run once.
 	ClientURLs []string
 	IsLearner  bool
 }
+
+// Started says whether the member has run at least once: it has published its client URLs.
+// Its name does not say it: the members of the initial cluster are listed by name from the
+// start.
+func (m Member) Started() bool { return len(m.ClientURLs) > 0 }
 
 // IDString is the member ID the way etcdctl prints it.
 func (m Member) IDString() string { return FormatID(m.ID) }

@@ -262,3 +262,41 @@ func TestNoSpaceRecoveryAgainstRealEtcd(t *testing.T) {
 		t.Fatalf("write after disarming: %v", err)
 	}
 }
+
+// What Member.Started rests on: two of three initial members serve, and etcd lists the third by
+// its name from --initial-cluster though it has never run; only its client URLs are missing
+// until it starts. A learner added since is listed with neither.
+func TestAnInitialMemberIsListedByNameBeforeItRuns(t *testing.T) {
+	servers := etcdtest.NewServers(t, 3)
+	initial := etcdtest.InitialCluster(servers...)
+	for _, s := range servers[:2] {
+		s.Start(t, "new", initial)
+	}
+	for _, s := range servers[:2] {
+		s.WaitReady(t)
+	}
+	c, err := etcd.New(etcd.Config{Endpoints: etcdtest.ClientURLs(servers[:2])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	started := func() map[string]bool {
+		_, members := mustMembers(t, c)
+		out := map[string]bool{}
+		for _, m := range members {
+			out[m.Name] = m.Started()
+		}
+		return out
+	}
+	if got := started(); len(got) != 3 || !got["m0"] || !got["m1"] || got["m2"] {
+		t.Fatalf("started by name %v, want m0 and m1 started and m2 listed by name, not started", got)
+	}
+	servers[2].Start(t, "new", initial)
+	servers[2].WaitReady(t)
+	eventually(t, 10*time.Second, func() error {
+		if got := started(); !got["m2"] {
+			return fmt.Errorf("started by name %v after m2 serves", got)
+		}
+		return nil
+	})
+}

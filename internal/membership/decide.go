@@ -38,7 +38,7 @@ type Member struct {
 
 	// From etcd.
 	ID        uint64 // 0 when etcd does not list the member
-	Started   bool   // etcd knows the member's name: it has started at least once
+	Started   bool   // it has run at least once (published its client URLs)
 	IsLearner bool
 	// Healthy: answered its status call with no error, caught up with the leader's log, and
 	// (voters) its pod is ready.
