@@ -31,6 +31,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 	"github.com/etcd-database/etcd-operator/test/failpoints"
+	"github.com/etcd-database/etcd-operator/test/linearizability"
 )
 
 // convergeTimeout bounds one operation of the walk, its crashes and restarts included.
@@ -44,7 +45,8 @@ const convergeTimeout = 8 * time.Minute
 // goes on from what it observes. After each operation the cluster must have converged: Available
 // with exactly spec.size voters, no member added twice, no pod of a member deleted while etcd
 // still listed it, no orphan pod or claim, no acknowledged write lost, and the backup's and
-// restores' status true to what happened. A failpoint the operation did not reach fails it.
+// restores' status true to what happened; and what concurrent clients saw from the creation to
+// the backup (scale-out, scale-in and upgrade, with their crashes) must be linearizable. A failpoint the operation did not reach fails it.
 //
 // E2E_FAILPOINT_OPERATIONS (a regexp) arms only the operations it matches; the others still run,
 // as the later ones need them, without crashes.
@@ -109,9 +111,11 @@ type failpointWalk struct {
 	operator *failpointOperator
 	ns       string
 
-	// The cluster whose life the walk follows, its writer and its backup.
+	// The cluster whose life the walk follows, its writer, the clients whose history is checked
+	// for linearizability while it is scaled and upgraded, and its backup.
 	cluster  *etcdv1alpha1.EtcdCluster
 	writer   *writer
+	clients  *linearizability.Workload
 	s3       *s3Server
 	backupOf *etcdv1alpha1.EtcdBackup
 	// afterBackup is a key written after the backup, which no restore of it may bring back.
@@ -138,6 +142,7 @@ func (w *failpointWalk) create(t *testing.T) {
 	w.converged(t, w.cluster, 3, w.plainClient)
 	members.expectAdded(t, 3)
 	w.writer = startWriter(w.walkT, clientServiceEndpoint(t, w.cluster), "/walk")
+	w.clients = startWorkload(w.walkT, clientServiceEndpoint(t, w.cluster))
 	waitFor(t, "the writer's first acknowledged writes", func(context.Context) (bool, error) { return w.writer.ackedCount() > 10, nil })
 }
 
@@ -160,11 +165,13 @@ func (w *failpointWalk) upgrade(t *testing.T) {
 	w.noAckedWriteLost(t)
 }
 
-// backup takes a one-shot backup to S3 once the writer has stopped, so that every acknowledged
-// write is in it.
+// backup takes a one-shot backup to S3 once the writer and the clients have stopped, so that
+// every acknowledged write is in it. What the clients saw through the scale-out, scale-in and
+// upgrade, crashes included, must be linearizable.
 func (w *failpointWalk) backup(t *testing.T) {
 	ctx := context.Background()
 	w.writer.verify(t)
+	checkLinearizable(t, w.clients)
 	w.s3 = startS3Server(t, w.ns)
 	w.s3.createBucket(t, backupBucket)
 	w.backupOf = &etcdv1alpha1.EtcdBackup{

@@ -31,8 +31,9 @@ func startWorkload(t *testing.T, endpoint string) *linearizability.Workload {
 }
 
 // checkLinearizable stops the workload and fails t unless its history is linearizable; a
-// history that is not is written as porcupine's visualization under $ARTIFACTS.
-func checkLinearizable(t *testing.T, w *linearizability.Workload) {
+// history that is not is written as porcupine's visualization under $ARTIFACTS. It returns the
+// history's counts, for summaries.
+func checkLinearizable(t *testing.T, w *linearizability.Workload) linearizability.Counts {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -40,5 +41,5 @@ func checkLinearizable(t *testing.T, w *linearizability.Workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	linearizability.Verify(t, h, linearizabilityCheckTimeout)
+	return linearizability.Verify(t, h, linearizabilityCheckTimeout).Counts
 }
