@@ -261,7 +261,8 @@ func (r *EtcdClusterReconciler) stopMembers(ctx context.Context, obs *observatio
 }
 
 // deleteOrphans deletes the pods of members no longer in etcd, and their claims as the
-// retention policy says; a retained claim is unlabelled so it no longer counts as a member.
+// retention policy says (or kept, for members a quorum recovery did without); a retained claim
+// is unlabelled so it no longer counts as a member.
 // Each delete is conditional on the UID observed: it removes the object the decision was made
 // about, never a newer one of the same name that the cache does not show yet.
 func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
@@ -276,7 +277,7 @@ func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alph
 		if !ok {
 			continue
 		}
-		if c.Spec.Storage.RetentionPolicy.WhenScaled == etcdv1alpha1.RetainPVC {
+		if c.Spec.Storage.RetentionPolicy.WhenScaled == etcdv1alpha1.RetainPVC || keptFromRecovery(c, name) {
 			patch := client.MergeFrom(pvc.DeepCopy())
 			delete(pvc.Labels, resources.LabelCluster)
 			pvc.Labels["etcd.database.dev/retained-from"] = c.Name

@@ -348,7 +348,7 @@ func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step me
 // the newest backup's snapshot, by an EtcdRestore named after the cluster and the time.
 func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, now time.Time) *etcdv1alpha1.QuorumRecoveryStatus {
 	qr := &etcdv1alpha1.QuorumRecoveryStatus{
-		Member: step.Member, LostMembers: lostVoters(c, obs), StartTime: metav1.NewTime(now),
+		Member: step.Member, LostMembers: lostVoters(c, obs, now), StartTime: metav1.NewTime(now),
 		Trigger: "spec.quorumLossRecovery.policy " + string(c.Spec.QuorumLossRecovery.Policy),
 	}
 	if step.Member != "" && c.Annotations[etcdv1alpha1.AnnotationRecoverFrom] == step.Member {
@@ -363,15 +363,21 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 	return qr
 }
 
-// lostVoters are the last voters whose claims are gone.
-func lostVoters(c *etcdv1alpha1.EtcdCluster, obs *observation) []string {
-	var out []string
-	for _, name := range lastVoters(c) {
-		if _, ok := obs.pvcs[name]; !ok {
-			out = append(out, name)
-		}
-	}
-	return out
+// lostVoters are the last voters whose data the recovery does without: their claims are gone,
+// or their pods found no node (membership.VotersByFate).
+func lostVoters(c *etcdv1alpha1.EtcdCluster, obs *observation, now time.Time) []string {
+	_, lost, stranded := membership.VotersByFate(obs.decisionInput(c, now))
+	return slices.DeleteFunc(lastVoters(c), func(name string) bool {
+		return !slices.Contains(lost, name) && !slices.Contains(stranded, name)
+	})
+}
+
+// keptFromRecovery: name is a member a quorum recovery did without. Its claim, if it has one, is
+// out of reach rather than gone, and may hold writes the survivor lacked: it is kept, never
+// deleted as an orphan's.
+func keptFromRecovery(c *etcdv1alpha1.EtcdCluster, name string) bool {
+	qr := c.Status.QuorumRecovery
+	return qr != nil && slices.Contains(qr.LostMembers, name)
 }
 
 // announceQuorumRecovered posts the event that ends a recovery.

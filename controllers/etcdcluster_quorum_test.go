@@ -325,3 +325,36 @@ func TestQuorumLostWithEveryMemberWaitsForTheUserUnderForceNewCluster(t *testing
 		t.Errorf("Degraded %+v: want QuorumLost saying how to restore", d)
 	}
 }
+
+// A member a recovery did without because its pod found no node keeps its claim once the
+// recovered cluster serves: its data is out of reach, not gone, and may hold writes the
+// survivor lacked. Its pod goes, as an orphan's; its claim is released (unlabelled as a member,
+// labelled as kept from the cluster), never deleted.
+func TestAMemberARecoveryDidWithoutKeepsItsClaim(t *testing.T) {
+	a := newScriptedCluster(t, 3, nil, nil)
+	stranded := a.members[2]
+	a.etcd.Members = a.etcd.Members[:2] // the recovered cluster: the survivor and one re-added
+	c := &etcdv1alpha1.EtcdCluster{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKeyFromObject(a.cluster), c); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	c.Status.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{Member: a.members[0], LostMembers: []string{stranded},
+		Trigger: "spec.quorumLossRecovery.policy ForceNewCluster", StartTime: now, ServedTime: &now}
+	if err := a.k8s.Status().Update(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+
+	a.reconcile(t, 1)
+
+	if _, ok := a.pod(t, stranded); ok {
+		t.Errorf("the stranded member's pod is left")
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: resources.PVCName(stranded)}, pvc); err != nil {
+		t.Fatalf("the claim of %s, which the recovery did without, was deleted: %v", stranded, err)
+	}
+	if pvc.Labels[resources.LabelCluster] != "" || pvc.Labels["etcd.database.dev/retained-from"] != c.Name {
+		t.Errorf("claim labels %v: want it released from the cluster and labelled retained-from=%s", pvc.Labels, c.Name)
+	}
+}

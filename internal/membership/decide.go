@@ -10,7 +10,8 @@
 //   - "healthy" means what the next step needs of the members that remain: etcd answers with
 //     no error, the member has applied the log to within MaxLagEntries of the leader, and its
 //     pod is ready (clients reach it);
-//   - quorum lost for good (a majority of the last voters' data is gone) is recovered only by
+//   - quorum lost for good (a majority of the last voters' data is gone, or out of reach: their
+//     pods have found no node for spec.quorumLossRecovery.after) is recovered only by
 //     the policy's leave (and after spec.quorumLossRecovery.after) or the user's, from the
 //     surviving member with the most recent log or the one the user named; a recovery, once
 //     begun, is carried through from that member; its data is copied before it is rewritten;
@@ -55,6 +56,10 @@ type Member struct {
 	PodTerminating bool
 	PodCreated     time.Time
 	PodVersion     string // the etcd version of the pod's image
+	// UnscheduledSince is when the pod, not yet placed on a node, was made; zero once it is
+	// placed, or with no pod. A member whose pod finds no node for long (its volume's node is
+	// gone) has its data out of reach.
+	UnscheduledSince time.Time
 	// PodProblem says why the pod cannot run (unschedulable, image not pullable, crash-looping),
 	// or is empty.
 	PodProblem string
@@ -417,21 +422,27 @@ func recoverQuorum(o Observed) (Step, bool) {
 		return Step{Action: Wait, Operation: OpRestoring,
 			Reason: "EtcdRestore " + o.AwaitingRestore + " restores this cluster in place: no quorum recovery while it runs"}, true
 	}
-	byName := index(o.Members)
-	var survivors, lost []string
-	for _, name := range o.LastVoters {
-		if byName[name].PVCExists {
-			survivors = append(survivors, name)
-		} else {
-			lost = append(lost, name)
-		}
-	}
+	survivors, lost, stranded := VotersByFate(o)
 	if len(survivors) >= Quorum(len(o.LastVoters)) {
 		return Step{}, false // a quorum's data is there: its pods come back
 	}
-	lostWhat := "members " + strings.Join(lost, ", ") + " lost their data"
-	if len(survivors) == 0 {
+	var what []string
+	if len(lost) > 0 {
+		what = append(what, "members "+strings.Join(lost, ", ")+" lost their data")
+	}
+	if len(stranded) > 0 {
+		what = append(what, "the pods of members "+strings.Join(stranded, ", ")+" have found no node for "+o.Recovery.After.String()+
+			" (spec.quorumLossRecovery.after): their volumes' nodes may be gone")
+	}
+	lostWhat := strings.Join(what, "; ")
+	switch {
+	case len(survivors) == 0 && len(stranded) == 0:
 		return recoverFromBackup(o)
+	case len(survivors) == 0:
+		// Their data may come back with their nodes: a restore would throw it away.
+		return Step{Action: Wait, Operation: OpQuorumLost, Members: stranded,
+			Reason: "quorum is lost (" + lostWhat + "), and no member's data can be read: bring their nodes back, or " +
+				"delete their claims to restore the cluster from a backup"}, true
 	}
 	best, unread := furthestLog(o.Members, survivors)
 	if o.Recovery.From != "" {
@@ -462,6 +473,25 @@ func recoverQuorum(o Observed) (Step, bool) {
 	}
 	return Step{Action: BeginRecovery, Member: best, Operation: OpRecoveringQuorum,
 		Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest"}, true
+}
+
+// VotersByFate sorts the last voters for a lost quorum: survivors, whose data can be read; lost,
+// whose claims are gone; and stranded, whose pods have found no node for Recovery.After, their
+// data on a volume out of reach (kept: it may hold writes the survivors lack).
+func VotersByFate(o Observed) (survivors, lost, stranded []string) {
+	byName := index(o.Members)
+	for _, name := range o.LastVoters {
+		m := byName[name]
+		switch {
+		case !m.PVCExists:
+			lost = append(lost, name)
+		case !m.UnscheduledSince.IsZero() && o.Now.Sub(m.UnscheduledSince) >= o.Recovery.After:
+			stranded = append(stranded, name)
+		default:
+			survivors = append(survivors, name)
+		}
+	}
+	return survivors, lost, stranded
 }
 
 // recoverFromBackup decides the recovery of a cluster whose every member lost its data: only a

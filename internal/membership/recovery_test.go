@@ -16,6 +16,13 @@ func lostQuorum(lastVoters []string, members ...Member) Observed {
 		DataSurvivesPod: true, LastVoters: lastVoters}
 }
 
+// unscheduledFor: the member's pod has found no node for d before the observation (lostFor's
+// clock).
+func unscheduledFor(d time.Duration, m Member) Member {
+	m.UnscheduledSince = time.Unix(10000, 0).Add(-d)
+	return m
+}
+
 // survivor runs on its claim but, without a quorum, only reports its own raft index.
 func survivor(name string, raftIndex uint64) Member {
 	return Member{Name: name, PodExists: true, PVCExists: true, RaftIndex: raftIndex, PodVersion: "3.6.16"}
@@ -48,6 +55,20 @@ func TestQuorumLostForGood(t *testing.T) {
 		want     Step
 		reason   string // a part of the reason, when it matters
 	}{
+		{"pods that found no node for spec.quorumLossRecovery.after: their data is out of reach, the survivor recovers",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(10*time.Minute, survivor("b", 0)), unscheduledFor(10*time.Minute, survivor("c", 0))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "the pods of members b, c have found no node for 10m0s"},
+		{"not before they have been without a node that long: they may yet start",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(9*time.Minute, survivor("b", 0)), unscheduledFor(10*time.Minute, survivor("c", 0))))),
+			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
+		{"one lost, one stranded: both named",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(10*time.Minute, survivor("c", 0))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "members b lost their data; the pods of members c have found no node"},
+		{"a stranded member is never the survivor", lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 90), unscheduledFor(10*time.Minute, survivor("b", 120))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"every member stranded: no restore over data that may come back with its nodes",
+			lostFor(10*time.Minute, fromBackup("nightly", lostQuorum(abc, unscheduledFor(10*time.Minute, survivor("a", 0)), unscheduledFor(10*time.Minute, survivor("b", 0))))),
+			Step{Action: Wait, Members: []string{"a", "b"}, Operation: OpQuorumLost}, "bring their nodes back, or delete their claims"},
 		{"manual: names the survivor and the one command", lostQuorum(abc, survivor("a", 100)),
 			Step{Action: Wait, Member: "a", Operation: OpQuorumLost}, etcdv1alpha1.AnnotationRecoverFrom + "=a"},
 		{"automatic: the recovery begins from the survivor", automatic(lostQuorum(abc, survivor("a", 100))),

@@ -46,7 +46,8 @@ const convergeTimeout = 8 * time.Minute
 // with exactly spec.size voters, no member added twice, no pod of a member deleted while etcd
 // still listed it, no orphan pod or claim, no acknowledged write lost, and the backup's and
 // restores' status true to what happened; and what concurrent clients saw from the creation to
-// the backup (scale-out, scale-in and upgrade, with their crashes) must be linearizable. A failpoint the operation did not reach fails it.
+// the backup (scale-out, scale-in and upgrade, with their crashes) must be linearizable. A
+// failpoint the operation did not reach fails it.
 //
 // E2E_FAILPOINT_OPERATIONS (a regexp) arms only the operations it matches; the others still run,
 // as the later ones need them, without crashes.
@@ -465,7 +466,7 @@ func (w *failpointWalk) recoverLostQuorum(t *testing.T) {
 	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(w.cluster), w.cluster); err != nil {
 		t.Fatal(err)
 	}
-	lost := loseMembers(t, w.cluster, 2)
+	lost := loseMembers(t, w.cluster, 2, false)
 	w.waitCluster(t, w.cluster, "the lost quorum recovered", func(c *etcdv1alpha1.EtcdCluster) bool {
 		qr := c.Status.QuorumRecovery
 		return qr != nil && qr.CompletionTime != nil && qr.PreservedData != nil && slices.Equal(qr.LostMembers, lost)
@@ -496,7 +497,7 @@ func (w *failpointWalk) restoreLostCluster(t *testing.T) {
 	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(w.cluster), w.cluster); err != nil {
 		t.Fatal(err)
 	}
-	lost := loseMembers(t, w.cluster, 3)
+	lost := loseMembers(t, w.cluster, 3, false)
 	w.waitCluster(t, w.cluster, "the lost cluster restored from its backup", func(c *etcdv1alpha1.EtcdCluster) bool {
 		qr := c.Status.QuorumRecovery
 		return qr != nil && qr.Backup != nil && qr.CompletionTime != nil && slices.Equal(qr.LostMembers, lost)

@@ -33,8 +33,10 @@ const recoveryTimeout = 6 * time.Minute
 // furthest log, with every key the survivor had; first a copy of its data is kept. With the
 // default policy (Manual) nothing happens until the user names the member. Under write load,
 // what is lost is bounded: no acknowledged write at or below the survivor's revision. With
-// every member's volume lost, policy FromLatestBackup restores the newest backup. The cases
-// run two at a time, each on its own cluster.
+// every member's volume lost, policy FromLatestBackup restores the newest backup. Members whose
+// volumes' node is gone (their pods find no node) count as lost once that has lasted
+// quorumLossRecovery.after, and their claims are kept. The cases run two at a time, each on its
+// own cluster.
 func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -42,11 +44,15 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 		lose      int
 		policy    etcdv1alpha1.QuorumLossRecoveryPolicy
 		underLoad bool
+		// nodeGone: the lost members' claims are bound to volumes on a node that does not exist,
+		// rather than deleted.
+		nodeGone bool
 	}{
-		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false},
-		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false},
-		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual, false},
-		{"3 members lose 2 under write load", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, true},
+		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false},
+		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false},
+		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual, false, false},
+		{"3 members lose 2 under write load", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, true, false},
+		{"3 members lose the node of 2 volumes, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,7 +89,7 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 				waitFor(t, "writes under load acknowledged", func(context.Context) (bool, error) { return load.ackedCount() > 20, nil })
 			}
 
-			lost := loseMembers(t, c, tc.lose)
+			lost := loseMembers(t, c, tc.lose, tc.nodeGone)
 			t.Logf("lost members %v", lost)
 			survivors := slices.DeleteFunc(memberNames(c), func(n string) bool { return slices.Contains(lost, n) })
 
@@ -124,6 +130,18 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 			for _, pod := range memberPods(t, c) {
 				if pod.Annotations[resources.AnnotationForceNewCluster] != "" {
 					t.Errorf("pod %s still runs with --force-new-cluster", pod.Name)
+				}
+			}
+			if tc.nodeGone {
+				for _, name := range lost {
+					pvc := &corev1.PersistentVolumeClaim{}
+					if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PVCName(name)}, pvc); err != nil {
+						t.Errorf("the claim of %s, whose node is gone, was not kept: %v", name, err)
+						continue
+					}
+					if pvc.Labels[resources.LabelCluster] != "" || pvc.Labels["etcd.database.dev/retained-from"] != c.Name {
+						t.Errorf("claim %s labels %v: want it released from the cluster, retained-from=%s", pvc.Name, pvc.Labels, c.Name)
+					}
 				}
 			}
 			w.verify(t)
@@ -186,7 +204,7 @@ func recoveredFromTheLatestBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lost := loseMembers(t, c, 3)
+	lost := loseMembers(t, c, 3, false)
 	t.Logf("lost members %v", lost)
 	waitForWithin(t, "the cluster restored from the backup at its spec size", recoveryTimeout, func(ctx context.Context) (bool, error) {
 		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
@@ -229,12 +247,20 @@ func recoveredFromTheLatestBackup(t *testing.T) {
 // their disks lost for good would, and returns their names, sorted. They go while the cluster
 // is paused, all at once as a lost node's do: one at a time, under a running operator, each
 // would be a member whose volume is lost, removed and replaced while a quorum remains.
-func loseMembers(t testing.TB, c *etcdv1alpha1.EtcdCluster, n int) []string {
+func loseMembers(t testing.TB, c *etcdv1alpha1.EtcdCluster, n int, nodeGone bool) []string {
 	t.Helper()
 	ctx := context.Background()
 	names := memberNames(c)[:n]
 	patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Paused = true })
 	defer patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Paused = false })
+	claims := map[string]*corev1.PersistentVolumeClaim{}
+	for _, name := range names {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: resources.PVCName(name)}, pvc); err != nil {
+			t.Fatal(err)
+		}
+		claims[name] = pvc
+	}
 	for _, name := range names {
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(name)}}
 		if err := k8sClient.Delete(ctx, pvc); err != nil {
@@ -259,7 +285,60 @@ func loseMembers(t testing.TB, c *etcdv1alpha1.EtcdCluster, n int) []string {
 		}
 		return true, nil
 	})
+	if nodeGone {
+		for _, name := range names {
+			onGoneNode(t, claims[name])
+		}
+	}
 	return names
+}
+
+// onGoneNode makes the claim again, as the member had it, bound to a volume on a node that does
+// not exist: what a member whose node was lost with its local volume looks like once its pod is
+// gone. Its pods find no node.
+func onGoneNode(t testing.TB, was *corev1.PersistentVolumeClaim) {
+	t.Helper()
+	ctx := context.Background()
+	size := was.Spec.Resources.Requests[corev1.ResourceStorage]
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-gone-" + was.Namespace + "-" + was.Name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              "",
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/nonexistent"}},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"a-node-that-is-gone"}}},
+			}}}},
+			ClaimRef: &corev1.ObjectReference{Namespace: was.Namespace, Name: was.Name},
+		},
+	}
+	if err := k8sClient.Create(ctx, pv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pv) })
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: was.Namespace, Name: was.Name, Labels: was.Labels, Annotations: was.Annotations},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+			StorageClassName: ptrTo(""),
+			VolumeName:       pv.Name,
+		},
+	}
+	for k := range pvc.Annotations {
+		if strings.HasPrefix(k, "pv.kubernetes.io/") || strings.HasPrefix(k, "volume.") {
+			delete(pvc.Annotations, k) // the old binding's, set by the controllers
+		}
+	}
+	if err := k8sClient.Create(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "claim "+pvc.Name+" bound to the volume on the gone node", func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
+		return err == nil && pvc.Status.Phase == corev1.ClaimBound, err
+	})
 }
 
 func memberNames(c *etcdv1alpha1.EtcdCluster) []string {
