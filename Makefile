@@ -85,11 +85,12 @@ bench: envtest-assets $(VERSITYGW) ## Benchmarks: backup throughput and memory a
 		go test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m . ./internal/...
 
 .PHONY: test-all
-test-all: ## What CI runs: make test, then scorecard, the e2e suite (OLM install and upgrade included) and the failpoint walk on a freshly started local cluster, always torn down after.
+test-all: ## What CI runs: make test, then scorecard, the e2e suite (OLM install and upgrade included), the failpoint walk and the short soak on a freshly started local cluster, always torn down after.
 	$(MAKE) --no-print-directory test
 	$(MAKE) --no-print-directory cluster-down PURGE=1
 	status=0; { $(MAKE) --no-print-directory olm-catalog && $(MAKE) --no-print-directory olm-scorecard && \
-		E2E_OLM=1 $(MAKE) --no-print-directory test-e2e && $(MAKE) --no-print-directory test-failpoints; } || status=$$?; \
+		E2E_OLM=1 $(MAKE) --no-print-directory test-e2e && $(MAKE) --no-print-directory test-failpoints && \
+		$(MAKE) --no-print-directory chaos-ci; } || status=$$?; \
 		$(MAKE) --no-print-directory cluster-down PURGE=1; exit $$status
 
 ##@ Build
@@ -143,7 +144,15 @@ $(GOLANGCI_LINT):
 # kubectl version) fail.
 kube_ldflags = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(1) -X $(p).gitMajor=$(word 1,$(subst ., ,$(1:v%=%))) -X $(p).gitMinor=$(word 2,$(subst ., ,$(1))) -X $(p).gitTreeState=clean)
 KUBE_LDFLAGS = $(call kube_ldflags,$(KUBERNETES_VERSION))
+# Cold build times, measured in hack/cluster/TIMINGS.md.
+K8S_BUILD_TIME_kube-apiserver = 4.5 min
+K8S_BUILD_TIME_kube-controller-manager = 1 min
+K8S_BUILD_TIME_kubectl = 30 s
+# A line before each long build, so that a first run on a fresh machine is never silent for minutes.
+building = @echo "==> building $(1) from source (Go module proxy)$(if $(2),; the first time takes about $(2))"
+
 $(K8S_BIN)/%:
+	$(call building,$* $(KUBERNETES_VERSION),$(or $(K8S_BUILD_TIME_$*),a minute))
 	cd hack/tools/kube && go build -ldflags "$(KUBE_LDFLAGS)" -o $(K8S_BIN)/ k8s.io/kubernetes/cmd/$*
 
 # The oldest Kubernetes the bundle installs on (the CSV's minKubeVersion), for test/minkube:
@@ -151,13 +160,16 @@ $(K8S_BIN)/%:
 # it is the version the test compares with minKubeVersion, and the API server derives from it
 # which CEL libraries new CRDs may use.
 $(K8S_MIN_BIN)/kube-apiserver:
+	$(call building,kube-apiserver $(KUBERNETES_MIN_VERSION) (the oldest supported),4 min)
 	cd hack/tools/kube-min && go build -ldflags "$(call kube_ldflags,$(KUBERNETES_MIN_VERSION))" -o $(K8S_MIN_BIN)/ k8s.io/kubernetes/cmd/kube-apiserver
 
 $(ETCD_BIN)/etcd $(ETCD_NEXT_BIN)/etcd: $(LOCALBIN)/etcd/%/etcd:
+	$(call building,etcd $*,40 s)
 	cd hack/tools/etcd/$(basename $*) && CGO_ENABLED=0 go build -o $(LOCALBIN)/etcd/$*/ ./etcd go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
 
 # The S3-compatible server the storage tests (and the backup e2e) run against.
 $(VERSITYGW): hack/tools/versitygw/go.mod
+	$(call building,versitygw (the S3 server of the tests and the demo),2 min)
 	cd hack/tools/versitygw && CGO_ENABLED=0 go build -o $@ github.com/versity/versitygw/cmd/versitygw
 
 .PHONY: envtest-assets

@@ -85,12 +85,15 @@ cluster-packages: ## Install containerd, runc, CNI plugins, iptables, docker-reg
 	fi
 
 $(CLUSTER_COREDNS):
+	$(call building,CoreDNS,3 min)
 	cd hack/tools/coredns && CGO_ENABLED=0 go build -trimpath -o $@ github.com/coredns/coredns
 
 $(CLUSTER_LOCAL_PATH):
+	$(call building,local-path-provisioner,1.5 min)
 	cd hack/tools/local-path-provisioner && CGO_ENABLED=0 go build -trimpath -o $@ github.com/rancher/local-path-provisioner
 
 $(CLUSTER_CRICTL):
+	$(call building,crictl,1 min)
 	cd hack/tools/crictl && go build -trimpath -o $@ sigs.k8s.io/cri-tools/cmd/crictl
 
 $(CLUSTER_PAUSE): hack/tools/pause/main.go
@@ -176,15 +179,33 @@ cluster-deploy: cluster-up build $(CLUSTER_IMAGEBUILDER) ## Bring the cluster up
 		rollout status deployment/$(CLUSTER_OPERATOR_DEPLOYMENT) --timeout=3m
 
 .PHONY: test-e2e
+# What the e2e suite needs to know of the cluster and of this tree's images and tools.
+CLUSTER_E2E_ENV = KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_OPERATOR_IMAGE=$(CLUSTER_E2E_IMAGE) E2E_OPERATOR_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
+	E2E_OPERATOR_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) E2E_S3_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) E2E_BUSYBOX_IMAGE=$(CLUSTER_BUSYBOX_IMAGE) \
+	E2E_ETCDUTL=$(ETCD_BIN)/etcdutl E2E_KUBECTL=$(CLUSTER_KUBECTL) ARTIFACTS=$(ARTIFACTS) \
+	E2E_OPERATOR_SDK=$(OPERATOR_SDK) E2E_REGISTRY_CA=$(CLUSTER_CA) \
+	E2E_OLM_BUNDLE_REPOSITORY=$(CLUSTER_REGISTRY_TLS)/etcd-operator-bundle \
+	E2E_OLM_NEXT_BUNDLE_IMAGE=$(subst $(CLUSTER_REGISTRY)/,$(CLUSTER_REGISTRY_TLS)/,$(OLM_RUNTIME_NEXT_BUNDLE_IMAGE)) \
+	E2E_OLM_INDEX_IMAGE=$(subst $(CLUSTER_REGISTRY)/,$(CLUSTER_REGISTRY_TLS)/,$(OLM_RUNTIME_INDEX_IMAGE))
+
 test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator image built from this tree and run test/e2e.
-	KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_OPERATOR_IMAGE=$(CLUSTER_E2E_IMAGE) E2E_OPERATOR_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
-		E2E_OPERATOR_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) E2E_S3_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) E2E_BUSYBOX_IMAGE=$(CLUSTER_BUSYBOX_IMAGE) \
-		E2E_ETCDUTL=$(ETCD_BIN)/etcdutl E2E_KUBECTL=$(CLUSTER_KUBECTL) ARTIFACTS=$(ARTIFACTS) \
-		E2E_OPERATOR_SDK=$(OPERATOR_SDK) E2E_REGISTRY_CA=$(CLUSTER_CA) \
-		E2E_OLM_BUNDLE_REPOSITORY=$(CLUSTER_REGISTRY_TLS)/etcd-operator-bundle \
-		E2E_OLM_NEXT_BUNDLE_IMAGE=$(subst $(CLUSTER_REGISTRY)/,$(CLUSTER_REGISTRY_TLS)/,$(OLM_RUNTIME_NEXT_BUNDLE_IMAGE)) \
-		E2E_OLM_INDEX_IMAGE=$(subst $(CLUSTER_REGISTRY)/,$(CLUSTER_REGISTRY_TLS)/,$(OLM_RUNTIME_INDEX_IMAGE)) \
-		go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
+	$(CLUSTER_E2E_ENV) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
+
+# The soak. DURATION of fault injection (a Go duration), then the checks; CHAOS_SEED replays a
+# run's choice of faults; CHAOS_TIMEOUT must exceed DURATION by the clusters' last settle.
+DURATION ?= 30m
+CHAOS_CI_DURATION ?= 6m
+CHAOS_SEED ?=
+CHAOS_TIMEOUT ?= 2h
+
+.PHONY: chaos
+chaos: cluster-deploy ## Soak: two clusters under writers, linearizability clients and scheduled backups while members, volumes and the operator are killed and clusters scaled and upgraded, for DURATION (default 30m).
+	$(CLUSTER_E2E_ENV) E2E_CHAOS_DURATION=$(DURATION) E2E_CHAOS_SEED=$(CHAOS_SEED) \
+		go test -tags e2e -count=1 -v -timeout $(CHAOS_TIMEOUT) -run '^TestChaos$$' ./test/e2e/
+
+.PHONY: chaos-ci
+chaos-ci: ## The soak as CI runs it: make chaos for CHAOS_CI_DURATION (default 6m).
+	$(MAKE) --no-print-directory chaos DURATION=$(CHAOS_CI_DURATION) CHAOS_TIMEOUT=30m
 
 # Benchmarks, not tests: figures for docs/performance.md. BENCH selects, BENCH_COUNT repeats.
 BENCH ?= .
@@ -196,18 +217,18 @@ bench-e2e: cluster-deploy ## Benchmarks against a plain StatefulSet on the local
 
 CLUSTER_DEMO_NAMESPACE ?= demo
 
+# Said before anything is built: on a fresh machine the first run builds Kubernetes, etcd, OLM
+# and the operator from source, and a silent terminal for that long looks like a hang.
+.PHONY: demo-intro
+demo-intro:
+	@echo "make demo: the local cluster, OLM and this tree's catalog, then the operator installed through"
+	@echo "a Subscription, a 3-member EtcdCluster and a scheduled backup to an S3 server in the cluster."
+	@echo "On a fresh machine the first run builds everything from source: about 25 minutes on 2 cores"
+	@echo "(Kubernetes and containerd's tools ~13 min, etcd, OLM, the S3 server, the operator). Later runs"
+	@echo "take a few minutes. Each long build says what it builds as it starts."
+
 .PHONY: demo
-demo: cluster-deploy ## The main job on a fresh machine: build everything, start the local cluster, deploy the operator, run a 3-member EtcdCluster.
-	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) create namespace $(CLUSTER_DEMO_NAMESPACE) --dry-run=client -o yaml | \
-		$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) apply -f -
-	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) label --overwrite namespace $(CLUSTER_DEMO_NAMESPACE) pod-security.kubernetes.io/enforce=restricted
-	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n $(CLUSTER_DEMO_NAMESPACE) apply -f config/samples/etcd_v1alpha1_etcdcluster.yaml
-	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n $(CLUSTER_DEMO_NAMESPACE) wait etcdcluster/example \
-		--for=condition=Available --timeout=5m
-	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n $(CLUSTER_DEMO_NAMESPACE) get etcdclusters,pods,pvc,services -o wide
-	@echo
-	@echo "The cluster is running. Try:"
-	@echo "  export KUBECONFIG=$(CLUSTER_KUBECONFIG) PATH=$(CLUSTER_K8S_BIN):\$$PATH"
-	@echo "  kubectl -n $(CLUSTER_DEMO_NAMESPACE) get etcd -o wide"
-	@echo "  kubectl -n $(CLUSTER_DEMO_NAMESPACE) scale etcd example --replicas 5"
-	@echo "Stop it with: make cluster-down (PURGE=1 also deletes its data)"
+demo: demo-intro olm-catalog-head ## The main job on a fresh machine: the local cluster with OLM, the operator installed from this tree's catalog by a Subscription, a 3-member EtcdCluster, a scheduled backup.
+	KUBECTL=$(CLUSTER_KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) DEMO_NAMESPACE=$(CLUSTER_DEMO_NAMESPACE) \
+		VERSITYGW_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) DEPLOYED_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
+		DEPLOYED_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) hack/demo/demo.sh

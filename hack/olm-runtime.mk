@@ -38,6 +38,7 @@ OLM_RUNTIME_CATALOG_SOURCE ?= etcd-operator-catalog
 # the module cache already holding most dependencies (from the opm and operator-sdk builds).
 # cpb is OLM's util/cpb, which bundle unpack Jobs copy out of the util image.
 $(OLM_RUNTIME_BINS) &: hack/tools/olm/go.mod hack/tools/olm/go.sum
+	$(call building,OLM $(OLM_RUNTIME_VERSION),a few minutes)
 	mkdir -p $(OLM_RUNTIME_BIN)
 	cd hack/tools/olm && CGO_ENABLED=0 go build -trimpath \
 		-ldflags "-X github.com/operator-framework/operator-lifecycle-manager/pkg/version.OLMVersion=$(OLM_RUNTIME_VERSION)" \
@@ -125,6 +126,18 @@ olm-up: cluster-base-up olm-images ## Start OLM on the local cluster (starting t
 olm-catalog: olm-up cluster-operator-image release-images $(OLM_RUNTIME_RUN_BUNDLE_TARS) ## Push the operator, bundle and catalog images of this tree and of the earlier releases, and add the catalog to OLM as CatalogSource olm/etcd-operator-catalog.
 	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR) $(OLM_RELEASE_TARS) $(OLM_RUNTIME_RUN_BUNDLE_TARS)
 	$(MAKE) --no-print-directory release-push bundle-build bundle-push catalog-build catalog-push olm-next-bundle
+	$(MAKE) --no-print-directory olm-catalog-source
+
+# What an install of this tree's head needs (make demo): its operator, bundle and catalog images;
+# the catalog still lists the earlier releases, whose images only an upgrade from them needs.
+.PHONY: olm-catalog-head
+olm-catalog-head: olm-up cluster-operator-image
+	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR)
+	$(MAKE) --no-print-directory bundle-build bundle-push catalog-build catalog-push
+	$(MAKE) --no-print-directory olm-catalog-source
+
+.PHONY: olm-catalog-source
+olm-catalog-source:
 	unpacked=$$($(OLM_RUNTIME_KUBECTL) -n olm get jobs -l operatorframework.io/bundle-unpack-ref -o jsonpath='{.items[*].metadata.name}'); \
 	[ -z "$$unpacked" ] || $(OLM_RUNTIME_KUBECTL) -n olm delete jobs,configmaps $$unpacked --ignore-not-found
 	$(OLM_RUNTIME_KUBECTL) -n olm delete pods -l olm.catalogSource=$(OLM_RUNTIME_CATALOG_SOURCE) --ignore-not-found

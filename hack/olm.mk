@@ -170,6 +170,7 @@ catalog-push: ## Push CATALOG_IMG: with Docker if a daemon answers, else catalog
 
 # operator-sdk stamps its version into the bundle's labels; unstamped it writes "unknown".
 $(OPERATOR_SDK):
+	$(call building,operator-sdk $(OPERATOR_SDK_VERSION),a few minutes)
 	cd hack/tools/operator-sdk && CGO_ENABLED=0 go build -tags=containers_image_openpgp \
 		-ldflags "$(foreach v,Version GitVersion ImageVersion,-X github.com/operator-framework/operator-sdk/internal/version.$(v)=$(OPERATOR_SDK_VERSION))" \
 		-o $@ github.com/operator-framework/operator-sdk/cmd/operator-sdk
@@ -178,6 +179,7 @@ $(OPERATOR_SDK):
 # has no libc (netgo and osusergo keep glibc's NSS out). The linker warns that sqlite and pkcs11
 # use dlopen; neither is reached by render, validate or serve of a file-based catalog.
 $(OPM):
+	$(call building,opm $(OPM_VERSION),a few minutes)
 	cd hack/tools/opm && CGO_ENABLED=1 go build -tags=json1,containers_image_openpgp,netgo,osusergo \
 		-ldflags "-X github.com/operator-framework/operator-registry/cmd/opm/version.opmVersion=$(OPM_VERSION) -extldflags=-static" \
 		-o $@ github.com/operator-framework/operator-registry/cmd/opm

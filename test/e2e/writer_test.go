@@ -74,6 +74,13 @@ func (w *writer) ackedCount() int {
 	return len(w.acked)
 }
 
+// failedCount is how many writes failed: each applied or not, nobody knows.
+func (w *writer) failedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failures
+}
+
 // verify stops the writer and checks, with a linearizable read, that every acknowledged key
 // is present with its value.
 func (w *writer) verify(t *testing.T) {

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The main job, as a user does it, on the local cluster that make demo brought up with OLM and
+# this tree's catalog: subscribe to the operator, wait for its CSV to succeed, run the sample
+# EtcdCluster, and back it up on a schedule to an S3 server in the cluster.
+#
+# Environment (make demo sets it): KUBECTL, KUBECONFIG, DEMO_NAMESPACE, VERSITYGW_IMAGE,
+# DEPLOYED_NAMESPACE and DEPLOYED_DEPLOYMENT (make deploy's operator, stopped if it runs).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+ns=${DEMO_NAMESPACE:?}
+k() { "${KUBECTL:?}" "$@"; }
+kn() { k -n "$ns" "$@"; }
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+fail() { printf '\ndemo: %s\n' "$*" >&2; exit 1; }
+
+# wait_for DESCRIPTION SECONDS COMMAND...: until COMMAND succeeds, a dot every 5 s.
+wait_for() {
+	local what=$1 seconds=$2
+	shift 2
+	printf '    waiting for %s (at most %ss) ' "$what" "$seconds"
+	local deadline=$((SECONDS + seconds)) tick=0
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS < deadline)) || { echo; return 1; }
+		sleep 1
+		((++tick % 5)) || printf '.'
+	done
+	echo " done"
+}
+
+step "Namespace $ns (Pod Security: restricted)"
+k create namespace "$ns" --dry-run=client -o yaml | k apply -f -
+k label --overwrite namespace "$ns" pod-security.kubernetes.io/enforce=restricted
+
+# make deploy's operator watches every namespace: two operators must never act on one cluster.
+if [ "$(k -n "${DEPLOYED_NAMESPACE:?}" get deployment "${DEPLOYED_DEPLOYMENT:?}" -o jsonpath='{.spec.replicas}' 2>/dev/null || true)" != "" ]; then
+	step "Stopping make deploy's operator ($DEPLOYED_NAMESPACE/$DEPLOYED_DEPLOYMENT, scaled to 0): only one operator may act on a cluster"
+	k -n "$DEPLOYED_NAMESPACE" scale deployment "$DEPLOYED_DEPLOYMENT" --replicas 0
+fi
+
+step "Installing the operator through OLM: an OperatorGroup and a Subscription to the catalog"
+k -n olm get catalogsource etcd-operator-catalog
+sed "s/DEMO_NAMESPACE/$ns/" "$here/subscription.yaml" | kn apply -f -
+installed_csv() { kn get subscription etcd-operator -o jsonpath='{.status.installedCSV}'; }
+has_installed_csv() { [ -n "$(installed_csv)" ]; }
+wait_for "OLM to resolve the Subscription and install a CSV" 300 has_installed_csv ||
+	{ kn get subscription etcd-operator -o yaml; fail "the Subscription has no installed CSV"; }
+csv=$(installed_csv)
+csv_succeeded() { [ "$(kn get csv "$csv" -o jsonpath='{.status.phase}')" = Succeeded ]; }
+wait_for "CSV $csv to reach Succeeded" 300 csv_succeeded ||
+	{ kn get csv "$csv" -o jsonpath='{.status.phase}: {.status.message}{"\n"}'; fail "CSV $csv did not succeed"; }
+kn get csv
+
+step "A 3-member EtcdCluster (config/samples/etcd_v1alpha1_etcdcluster.yaml)"
+kn apply -f "$root/config/samples/etcd_v1alpha1_etcdcluster.yaml"
+wait_for "EtcdCluster example to be Available" 300 kn wait etcdcluster/example --for=condition=Available --timeout=5s ||
+	{ kn get etcdcluster example -o yaml; fail "EtcdCluster example is not Available"; }
+kn get etcdcluster example -o wide
+
+step "An S3 server in the cluster for the backups, and its bucket"
+if ! kn get secret demo-s3-credentials >/dev/null 2>&1; then
+	# A random key, written only into the Secret: never printed.
+	kn create secret generic demo-s3-credentials --from-literal=AWS_ACCESS_KEY_ID=demo \
+		--from-literal=AWS_SECRET_ACCESS_KEY="$(head -c 30 /dev/urandom | base64 | tr -d '/+=')"
+fi
+sed "s|VERSITYGW_IMAGE|${VERSITYGW_IMAGE:?}|" "$here/s3-server.yaml" | kn apply -f -
+wait_for "the S3 server to be ready" 180 kn rollout status deployment/demo-s3 --timeout=5s ||
+	fail "the S3 server did not start"
+# The bucket, made from this machine through the Service's cluster IP with a signed request
+# (the node routes cluster IPs; the key is read into a variable, not echoed).
+ip=$(kn get service demo-s3 -o jsonpath='{.spec.clusterIP}')
+secret_key=$(kn get secret demo-s3-credentials -o jsonpath='{.data.AWS_SECRET_ACCESS_KEY}' | base64 -d)
+status=$(curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
+	--user "demo:$secret_key" -X PUT "http://$ip:7070/etcd-backups")
+unset secret_key
+case $status in
+200 | 409) echo "    bucket etcd-backups ready (HTTP $status)" ;;
+*) fail "creating bucket etcd-backups answered HTTP $status" ;;
+esac
+
+step "A scheduled EtcdBackup (every 2 minutes, keeping 3), awaited until its first run completes"
+sed "s/DEMO_NAMESPACE/$ns/" "$here/backup.yaml" | kn apply -f -
+backed_up() { [ -n "$(kn get etcdbackup example-every-2m -o jsonpath='{.status.lastBackup.uri}')" ]; }
+wait_for "the first scheduled run (due at the next even minute)" 300 backed_up ||
+	{ kn get etcdbackup example-every-2m -o yaml; fail "no backup completed"; }
+kn get etcdbackup example-every-2m -o wide
+echo "    snapshot: $(kn get etcdbackup example-every-2m -o jsonpath='{.status.lastBackup.uri} (revision {.status.lastBackup.revision}, {.status.lastBackup.sizeBytes} bytes)')"
+
+step "Everything the operator manages here"
+kn get etcd-operator
+cat <<EOF
+
+The operator runs as OLM installed it, and the cluster is backed up every 2 minutes. Try:
+  export KUBECONFIG=$KUBECONFIG PATH=$(dirname "$KUBECTL"):\$PATH
+  kubectl -n $ns get csv                                   # the installed operator
+  kubectl -n $ns get etcd -o wide                          # members, version, conditions
+  kubectl -n $ns scale etcd example --replicas 5           # learners added, then promoted
+  kubectl -n $ns delete pod -l etcd.database.dev/cluster=example --wait=false   # it comes back
+  kubectl -n $ns get etcdbackup example-every-2m -o yaml   # each run's snapshot, revision, sha256
+  sed s/example-every-6h/example-every-2m/ config/samples/etcd_v1alpha1_etcdrestore.yaml | kubectl -n $ns apply -f -
+                                                           # the latest snapshot restored into a new cluster
+Stop it all with: make cluster-down (PURGE=1 also deletes its data)
+EOF
