@@ -173,6 +173,7 @@ envtest-min-assets: $(K8S_MIN_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)
 
 
 -include hack/cluster.mk
+-include hack/multiarch.mk
 -include hack/olm.mk
 -include hack/olm-runtime.mk
 -include hack/failpoints.mk
