@@ -45,11 +45,13 @@ $(foreach p,$(IMAGE_PLATFORMS),$(foreach v,$(MULTIARCH_ETCD_VERSIONS),$(eval $(c
 .PHONY: images-multiarch
 images-multiarch: multiarch-build $(CLUSTER_IMAGEBUILDER) $(foreach p,$(IMAGE_PLATFORMS),$(foreach v,$(MULTIARCH_ETCD_VERSIONS),$(call multiarch_bin,$(p))/etcd/$(v)/etcd)) ## Build the operator (IMG) and etcd images for every IMAGE_PLATFORMS, one OCI image index each, into bin/images/multiarch/.
 	$(CLUSTER_IMAGEBUILDER) build -tag $(IMG) -o $(MULTIARCH_OPERATOR_TAR) $(MULTIARCH_PLATFORM_FLAGS) \
-		-add '$(LOCALBIN)/{os}_{arch}/manager:/manager' -entrypoint /manager -user 65532:65532
+		-add '$(LOCALBIN)/{os}_{arch}/manager:/manager' -entrypoint /manager -user 65532:65532 \
+		$(call image_labels,etcd-operator,$(OPERATOR_IMAGE_DESCRIPTION),$(VERSION))
 	$(foreach v,$(MULTIARCH_ETCD_VERSIONS),$(CLUSTER_IMAGEBUILDER) build -tag $(call CLUSTER_ETCD_IMAGE,$(v)) \
 		-o $(call multiarch_etcd_tar,$(v)) $(MULTIARCH_PLATFORM_FLAGS) \
 		$(foreach b,etcd etcdctl etcdutl,-add '$(LOCALBIN)/{os}_{arch}/etcd/$(v)/$(b):/usr/local/bin/$(b)') \
-		-cmd /usr/local/bin/etcd -user 65532:65532$(multiarch_newline))
+		-cmd /usr/local/bin/etcd -user 65532:65532 \
+		$(call image_labels,etcd,etcd with etcdctl and etcdutl built from the Go module proxy,$(v))$(multiarch_newline))
 
 .PHONY: images-multiarch-push
 images-multiarch-push: $(CLUSTER_IMAGEBUILDER) ## Push images-multiarch's image indexes to REGISTRY, the registry their tags name.

@@ -15,9 +15,10 @@
 // for is refused. `ctr images import` reads both kinds (from an index, only the machine's own
 // platform's content is imported). push sends either kind over plain HTTP to the registry named
 // in its tag, which must be the one given: a tag naming any other registry is refused, so nothing
-// is ever sent off the machine by mistake. Every image gets a base layer with /etc/passwd and
-// /etc/group (root and nonroot 65532, as in distroless) and a world-writable /tmp. Timestamps
-// are fixed, so the same inputs give the same image digest.
+// is ever sent off the machine by mistake. An image without the OCI labels title, description,
+// version, revision, source and licenses (org.opencontainers.image.*) is refused. Every image
+// gets a base layer with /etc/passwd and /etc/group (root and nonroot 65532, as in distroless)
+// and a world-writable /tmp. Timestamps are fixed, so the same inputs give the same image digest.
 package main
 
 import (
@@ -62,6 +63,14 @@ const (
 	annotationContainerdName = "io.containerd.image.name"
 	annotationRefName        = "org.opencontainers.image.ref.name"
 )
+
+// ociLabels are the org.opencontainers.image annotations every image must carry as labels, so
+// that an image found in a registry tells what it is, where its recipe is, the commit it was
+// built from and its license.
+var ociLabels = []string{
+	"org.opencontainers.image.title", "org.opencontainers.image.description", "org.opencontainers.image.version",
+	"org.opencontainers.image.revision", "org.opencontainers.image.source", "org.opencontainers.image.licenses",
+}
 
 // elfMachines are the architectures an image can be built for, with the machine their ELF
 // binaries declare.
@@ -133,6 +142,11 @@ func build(args []string) error {
 			spec.labels = map[string]string{}
 		}
 		spec.labels[k] = v
+	}
+	for _, k := range ociLabels {
+		if spec.labels[k] == "" {
+			return fmt.Errorf("no -label %s=...: every image carries %s", k, strings.Join(ociLabels, ", "))
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -146,6 +147,7 @@ func checkPlatforms(t *testing.T, idx v1.ImageIndex) {
 		if cfg.Config.User != "65532:65532" || !slices.Equal(cfg.Config.Entrypoint, []string{"/tool"}) {
 			t.Errorf("the %s image's config: %+v", platform, cfg.Config)
 		}
+		checkOCILabels(t, cfg.Config.Labels)
 		bin, err := elf.NewFile(bytes.NewReader(fileInImage(t, img, "tool")))
 		if err != nil {
 			t.Fatalf("the %s image's /tool: %v", platform, err)
@@ -162,8 +164,9 @@ func checkPlatforms(t *testing.T, idx v1.ImageIndex) {
 
 // multiPlatformArgs build an image of the cross-built tool for linux/amd64 and linux/arm64.
 func multiPlatformArgs(t *testing.T, tag, out string) []string {
-	return []string{"-tag", tag, "-o", out, "-platform", "linux/amd64", "-platform", "linux/arm64",
-		"-add", filepath.Join(crossBuilt(t), "{os}_{arch}", "tool") + ":/tool", "-entrypoint", "/tool", "-user", "65532:65532"}
+	return append([]string{"-tag", tag, "-o", out, "-platform", "linux/amd64", "-platform", "linux/arm64",
+		"-add", filepath.Join(crossBuilt(t), "{os}_{arch}", "tool") + ":/tool", "-entrypoint", "/tool", "-user", "65532:65532"},
+		ociLabelArgs()...)
 }
 
 func TestBuildWritesAnIndexOfOneImagePerPlatform(t *testing.T) {
@@ -203,15 +206,15 @@ func TestBuildRefusesABinaryOfAnotherArchitecture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = build([]string{"-tag", "127.0.0.1:5000/tool:v1", "-o", filepath.Join(t.TempDir(), "tool.tar"),
-		"-platform", "linux/" + other, "-add", self + ":/tool"})
+	err = build(append([]string{"-tag", "127.0.0.1:5000/tool:v1", "-o", filepath.Join(t.TempDir(), "tool.tar"),
+		"-platform", "linux/" + other, "-add", self + ":/tool"}, ociLabelArgs()...))
 	if err == nil {
 		t.Fatalf("a linux/%s image was built with a linux/%s binary in it", other, runtime.GOARCH)
 	}
 }
 
 func TestPushSendsTheIndex(t *testing.T) {
-	server := httptest.NewServer(registry.New())
+	server := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer server.Close()
 	u, err := url.Parse(server.URL)
 	if err != nil {
