@@ -41,7 +41,8 @@ CLUSTER_PAUSE_IMAGE ?= $(CLUSTER_REGISTRY)/pause:1.0
 CLUSTER_COREDNS_IMAGE ?= $(CLUSTER_REGISTRY)/coredns:$(CLUSTER_COREDNS_VERSION)
 CLUSTER_LOCAL_PATH_IMAGE ?= $(CLUSTER_REGISTRY)/local-path-provisioner:$(CLUSTER_LOCAL_PATH_VERSION)
 # local-path-provisioner's helper pods run shell scripts (mkdir, rm) on the node's volume dirs.
-CLUSTER_BUSYBOX_IMAGE ?= $(CLUSTER_REGISTRY)/busybox:1.35
+CLUSTER_BUSYBOX_VERSION := 1.35
+CLUSTER_BUSYBOX_IMAGE ?= $(CLUSTER_REGISTRY)/busybox:$(CLUSTER_BUSYBOX_VERSION)
 CLUSTER_OPERATOR_IMAGE ?= $(or $(IMG),$(CLUSTER_REGISTRY)/etcd-operator:dev)
 # The operand images: $(CLUSTER_REGISTRY)/etcd:<version>, with etcd, etcdctl and etcdutl.
 CLUSTER_ETCD_IMAGE = $(CLUSTER_REGISTRY)/etcd:$(1)
@@ -103,14 +104,17 @@ $(CLUSTER_IMAGEBUILDER): hack/tools/imagebuilder/main.go hack/tools/imagebuilder
 	cd hack/tools/imagebuilder && go build -trimpath -o $@ .
 
 $(call cluster_tar,$(CLUSTER_PAUSE_IMAGE)): $(CLUSTER_PAUSE) $(CLUSTER_IMAGEBUILDER)
-	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_PAUSE_IMAGE) -o $@ -add $<:/pause -entrypoint /pause -user 65535:65535
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_PAUSE_IMAGE) -o $@ -add $<:/pause -entrypoint /pause -user 65535:65535 \
+		$(call image_labels,pause,The local cluster's pod sandbox: sleeps until SIGTERM (hack/tools/pause),1.0)
 
 $(call cluster_tar,$(CLUSTER_COREDNS_IMAGE)): $(CLUSTER_COREDNS) $(CLUSTER_IMAGEBUILDER)
-	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_COREDNS_IMAGE) -o $@ -add $<:/coredns -entrypoint /coredns -user 65532:65532
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_COREDNS_IMAGE) -o $@ -add $<:/coredns -entrypoint /coredns -user 65532:65532 \
+		$(call image_labels,coredns,CoreDNS for the local cluster built from the Go module proxy,$(CLUSTER_COREDNS_VERSION))
 
 $(call cluster_tar,$(CLUSTER_LOCAL_PATH_IMAGE)): $(CLUSTER_LOCAL_PATH) $(CLUSTER_IMAGEBUILDER)
 	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_LOCAL_PATH_IMAGE) -o $@ -add $<:/local-path-provisioner \
-		-entrypoint /local-path-provisioner -user 65532:65532
+		-entrypoint /local-path-provisioner -user 65532:65532 \
+		$(call image_labels,local-path-provisioner,Rancher's local-path-provisioner for the local cluster's volumes,$(CLUSTER_LOCAL_PATH_VERSION))
 
 # imagebuilder arguments for Debian's busybox-static with every applet linked into /bin (expanded
 # by the shell when the recipe runs, after cluster-packages installed it).
@@ -118,24 +122,28 @@ CLUSTER_BUSYBOX_FILES = -add /bin/busybox:/bin/busybox $$(/bin/busybox --list | 
 
 # Runs as root: the helper pods create and remove volume directories owned by root on the node.
 $(call cluster_tar,$(CLUSTER_BUSYBOX_IMAGE)): $(CLUSTER_IMAGEBUILDER) | cluster-packages
-	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_BUSYBOX_IMAGE) -o $@ $(CLUSTER_BUSYBOX_FILES) -cmd sh
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_BUSYBOX_IMAGE) -o $@ $(CLUSTER_BUSYBOX_FILES) -cmd sh \
+		$(call image_labels,busybox,Debian's busybox-static with every applet linked into /bin,$(CLUSTER_BUSYBOX_VERSION),GPL-2.0-only)
 
 # Laid out as the upstream etcd images are (binaries in /usr/local/bin, etcd as the command), so
 # that the operator's pod specs work with either.
 $(CLUSTER_IMAGES)/etcd_%.tar: $(CLUSTER_BIN)/etcd/%/etcd $(CLUSTER_IMAGEBUILDER)
 	$(CLUSTER_IMAGEBUILDER) build -tag $(call CLUSTER_ETCD_IMAGE,$*) -o $@ \
 		$(foreach b,etcd etcdctl etcdutl,-add $(CLUSTER_BIN)/etcd/$*/$(b):/usr/local/bin/$(b)) \
-		-cmd /usr/local/bin/etcd -user 65532:65532
+		-cmd /usr/local/bin/etcd -user 65532:65532 \
+		$(call image_labels,etcd,etcd with etcdctl and etcdutl built from the Go module proxy,$*)
 
 # The server's arguments (credentials, port, the posix backend's directory) come from the pod spec.
 $(call cluster_tar,$(CLUSTER_VERSITYGW_IMAGE)): $(CLUSTER_VERSITYGW) $(CLUSTER_IMAGEBUILDER)
 	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_VERSITYGW_IMAGE) -o $@ -add $<:/versitygw \
-		-entrypoint /versitygw -user 65532:65532
+		-entrypoint /versitygw -user 65532:65532 \
+		$(call image_labels,versitygw,The S3-compatible server the backup and restore e2e tests run,$(CLUSTER_VERSITYGW_VERSION))
 
 .PHONY: cluster-operator-image
 cluster-operator-image: build $(CLUSTER_IMAGEBUILDER) ## Build the operator's image IMG from bin/manager into bin/images/ (load it with make images).
 	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_OPERATOR_IMAGE) -o $(CLUSTER_OPERATOR_TAR) \
-		-add $(CLUSTER_BIN)/manager:/manager -entrypoint /manager -user 65532:65532
+		-add $(CLUSTER_BIN)/manager:/manager -entrypoint /manager -user 65532:65532 \
+		$(call image_labels,etcd-operator,$(OPERATOR_IMAGE_DESCRIPTION),$(VERSION))
 
 .PHONY: images
 images: $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_TEST_TARS) cluster-operator-image ## Build every image and load it into the running cluster's containerd and registry.
@@ -172,7 +180,8 @@ CLUSTER_E2E_TAR := $(CLUSTER_IMAGES)/etcd-operator_e2e.tar
 .PHONY: cluster-deploy
 cluster-deploy: cluster-up build $(CLUSTER_IMAGEBUILDER) ## Bring the cluster up if needed and deploy the operator image built from this tree.
 	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_E2E_IMAGE) -o $(CLUSTER_E2E_TAR) \
-		-add $(CLUSTER_BIN)/manager:/manager -entrypoint /manager -user 65532:65532
+		-add $(CLUSTER_BIN)/manager:/manager -entrypoint /manager -user 65532:65532 \
+		$(call image_labels,etcd-operator,$(OPERATOR_IMAGE_DESCRIPTION),$(VERSION))
 	$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_E2E_TAR)
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) $(MAKE) --no-print-directory deploy IMG=$(CLUSTER_E2E_IMAGE)
 	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n $(CLUSTER_OPERATOR_NAMESPACE) \

@@ -38,7 +38,8 @@ failpoint-build: $(GOFAIL) ## Build bin/manager-failpoints, the manager with its
 .PHONY: failpoint-image
 failpoint-image: failpoint-build $(CLUSTER_IMAGEBUILDER) ## Build the failpoint build's image (tag etcd-operator:failpoints-<hash>) into bin/images/.
 	$(CLUSTER_IMAGEBUILDER) build -tag $(FAILPOINT_IMAGE) -o $(FAILPOINT_TAR) \
-		-add $(FAILPOINT_MANAGER):/manager -entrypoint /manager -user 65532:65532
+		-add $(FAILPOINT_MANAGER):/manager -entrypoint /manager -user 65532:65532 \
+		$(call image_labels,etcd-operator,etcd Operator built with its gofail failpoints enabled for the failpoint walk,$(VERSION))
 
 # The walk redeploys the operator Deployment with the failpoint image (make deploy) and sets its
 # gofail environment itself; `make cluster-deploy` puts the normal build back.

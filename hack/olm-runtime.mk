@@ -53,14 +53,16 @@ $(call cluster_tar,$(OLM_RUNTIME_IMAGE)): $(OLM_RUNTIME_BINS) $(CLUSTER_IMAGEBUI
 	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_IMAGE) -o $@ \
 		$(foreach c,$(OLM_RUNTIME_CMDS),-add $(OLM_RUNTIME_BIN)/$(c):/bin/$(c)) \
 		-add /bin/busybox:/bin/busybox -link /bin/cp:busybox \
-		-entrypoint /bin/olm -user 65532:65532
+		-entrypoint /bin/olm -user 65532:65532 \
+		$(call image_labels,olm,Operator Lifecycle Manager's commands built from the Go module proxy with busybox's cp,$(OLM_RUNTIME_VERSION),Apache-2.0 AND GPL-2.0-only)
 
 # What upstream's quay.io/operator-framework/opm image holds: the catalog operator runs
 # `opm alpha bundle extract` from it in bundle unpack Jobs.
 $(call cluster_tar,$(OLM_RUNTIME_OPM_IMAGE)): $(OLM_RUNTIME_OPM) $(OLM_RUNTIME_GRPC_HEALTH_PROBE) $(CLUSTER_IMAGEBUILDER)
 	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_OPM_IMAGE) -o $@ \
 		-add $(OLM_RUNTIME_OPM):/bin/opm -add $(OLM_RUNTIME_GRPC_HEALTH_PROBE):/bin/grpc_health_probe \
-		-entrypoint /bin/opm -user 65532:65532
+		-entrypoint /bin/opm -user 65532:65532 \
+		$(call image_labels,opm,operator-registry's opm and grpc_health_probe built from the Go module proxy,$(OLM_RUNTIME_OPM_VERSION))
 
 # What operator-sdk run bundle runs its one-bundle catalog from, offline: --index-image (its pod
 # runs `sh -c "opm serve ..."`; the label tells operator-sdk the index is a file-based catalog, with
@@ -87,16 +89,19 @@ olm-next-bundle: ## Build and push the test bundle one patch version past this t
 		-e 's/^  version: $(VERSION)$$/  version: $(OLM_RUNTIME_NEXT_VERSION)/' "$$csv" && \
 	{ grep -qx '  name: $(PACKAGE).v$(OLM_RUNTIME_NEXT_VERSION)' "$$csv" && grep -qx '  version: $(OLM_RUNTIME_NEXT_VERSION)' "$$csv" || \
 		{ echo "bundle/ is not version $(VERSION): its CSV's name and version could not be raised" >&2; exit 1; }; } && \
-	$(MAKE) --no-print-directory bundle-build bundle-push BUNDLE_DIR="$$work" BUNDLE_IMG=$(OLM_RUNTIME_NEXT_BUNDLE_IMAGE)
+	$(MAKE) --no-print-directory bundle-build bundle-push BUNDLE_DIR="$$work" BUNDLE_IMG=$(OLM_RUNTIME_NEXT_BUNDLE_IMAGE) \
+		VERSION=$(OLM_RUNTIME_NEXT_VERSION)
 
 $(call cluster_tar,$(OLM_RUNTIME_INDEX_IMAGE)): $(OLM_RUNTIME_OPM) $(CLUSTER_IMAGEBUILDER) | cluster-packages
 	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_INDEX_IMAGE) -o $@ -add $(OLM_RUNTIME_OPM):/bin/opm \
 		$(CLUSTER_BUSYBOX_FILES) -add /dev/null:/configs/.indexignore:0644 \
-		-label operators.operatorframework.io.index.configs.v1=/configs -entrypoint /bin/opm -user 65532:65532
+		-label operators.operatorframework.io.index.configs.v1=/configs -entrypoint /bin/opm -user 65532:65532 \
+		$(call image_labels,opm-index,An empty file-based catalog served by opm: operator-sdk run bundle's index image,$(OLM_RUNTIME_OPM_VERSION),Apache-2.0 AND GPL-2.0-only)
 
 $(call cluster_tar,$(OLM_RUNTIME_UNPACK_IMAGE)): $(CLUSTER_IMAGEBUILDER) | cluster-packages
 	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_UNPACK_IMAGE) -o $@ \
-		$(CLUSTER_BUSYBOX_FILES) -cmd sh -user 65532:65532
+		$(CLUSTER_BUSYBOX_FILES) -cmd sh -user 65532:65532 \
+		$(call image_labels,ubi,Debian's busybox-static standing in for the ubi9/ubi image operator-sdk run bundle-upgrade names,$(CLUSTER_BUSYBOX_VERSION),GPL-2.0-only)
 
 .PHONY: olm-images
 olm-images: $(OLM_RUNTIME_TARS) ## Build OLM's binaries (bin/olm/) and its two images (olm, opm) into bin/images/.
@@ -199,7 +204,8 @@ $(OLM_RUNTIME_SCORECARD_TEST): hack/tools/operator-sdk/go.mod
 $(call cluster_tar,$(OLM_RUNTIME_SCORECARD_IMAGE)): $(OLM_RUNTIME_SCORECARD_TEST) $(CLUSTER_IMAGEBUILDER)
 	$(CLUSTER_IMAGEBUILDER) build -tag $(OLM_RUNTIME_SCORECARD_IMAGE) -o $@ \
 		-add $(OLM_RUNTIME_SCORECARD_TEST):/usr/local/bin/scorecard-test -env PATH=/usr/local/bin \
-		-entrypoint /usr/local/bin/scorecard-test -user 65532:65532
+		-entrypoint /usr/local/bin/scorecard-test -user 65532:65532 \
+		$(call image_labels,scorecard-test,operator-sdk's scorecard tests built from the Go module proxy,$(OPERATOR_SDK_VERSION))
 
 .PHONY: olm-scorecard
 olm-scorecard: cluster-base-up $(OPERATOR_SDK) $(call cluster_tar,$(OLM_RUNTIME_SCORECARD_IMAGE)) ## Run operator-sdk scorecard's basic and OLM suites on bundle/ in the local cluster (namespace etcd-operator-scorecard).

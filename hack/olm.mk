@@ -50,13 +50,16 @@ bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) ## Regenerate bundle/ and bundle.
 		--package $(PACKAGE) --version $(VERSION) --channels $(CHANNELS) --default-channel $(DEFAULT_CHANNEL)
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
 
+# The OCI labels name VERSION and IMAGE_REVISION: release-images sets them to the release's.
+OLM_BUNDLE_LABELS = $(call image_labels,etcd-operator-bundle,The OLM bundle of etcd Operator,$(VERSION))
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image BUNDLE_IMG from bundle/: with Docker if a daemon answers, else as a tarball in bin/images/.
 	if docker info >/dev/null 2>&1; then \
-		docker build -f $(BUNDLE_DIR)/bundle.Dockerfile -t $(BUNDLE_IMG) $(BUNDLE_DIR); \
+		docker build -f $(BUNDLE_DIR)/bundle.Dockerfile -t $(BUNDLE_IMG) $(subst -label ,--label ,$(OLM_BUNDLE_LABELS)) $(BUNDLE_DIR); \
 	else \
 		$(MAKE) --no-print-directory $(DOCKERFILE_IMAGE) && mkdir -p $(OLM_IMAGES) && \
-		$(DOCKERFILE_IMAGE) -f $(BUNDLE_DIR)/bundle.Dockerfile -context $(BUNDLE_DIR) -tag $(BUNDLE_IMG) -o $(call olm_tar,$(BUNDLE_IMG)); \
+		$(DOCKERFILE_IMAGE) -f $(BUNDLE_DIR)/bundle.Dockerfile -context $(BUNDLE_DIR) -tag $(BUNDLE_IMG) -o $(call olm_tar,$(BUNDLE_IMG)) \
+			$(OLM_BUNDLE_LABELS); \
 	fi
 
 .PHONY: bundle-push
@@ -123,8 +126,9 @@ release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of e
 		(cd "$$src" && CGO_ENABLED=0 go build -o "$$src/bin/manager" .); \
 		mkdir -p $(OLM_IMAGES); \
 		$(OLM_IMAGEBUILDER) build -tag "$$img" -o $(OLM_IMAGES)/etcd-operator_v$$version.tar \
-			-add "$$src/bin/manager:/manager" -entrypoint /manager -user 65532:65532; \
-		$(MAKE) --no-print-directory bundle-build BUNDLE_DIR="$$src" BUNDLE_IMG="$$bundle_img"; \
+			-add "$$src/bin/manager:/manager" -entrypoint /manager -user 65532:65532 \
+			$(call image_labels,etcd-operator,$(OPERATOR_IMAGE_DESCRIPTION),$$version,,$$commit); \
+		$(MAKE) --no-print-directory bundle-build BUNDLE_DIR="$$src" BUNDLE_IMG="$$bundle_img" VERSION=$$version IMAGE_REVISION=$$commit; \
 	done
 
 # The operator images are tarballs whatever the engine (imagebuilder made them); the bundle
@@ -146,10 +150,11 @@ catalog.Dockerfile: | $(OPM)
 
 # Without Docker the Dockerfile's FROM and RUN are done here: the opm image's binaries are ours,
 # built from the same opm version, and the serve cache its RUN pre-builds comes from our opm.
+OLM_CATALOG_LABELS = $(call image_labels,etcd-operator-catalog,The file-based OLM catalog of etcd Operator served by opm,$(VERSION))
 .PHONY: catalog-build
 catalog-build: catalog.Dockerfile ## Build the catalog image CATALOG_IMG: with Docker if a daemon answers, else as a tarball in bin/images/.
 	if docker info >/dev/null 2>&1; then \
-		docker build -f catalog.Dockerfile -t $(CATALOG_IMG) .; \
+		docker build -f catalog.Dockerfile -t $(CATALOG_IMG) $(subst -label ,--label ,$(OLM_CATALOG_LABELS)) .; \
 	else \
 		$(MAKE) --no-print-directory $(OPM) $(GRPC_HEALTH_PROBE) $(DOCKERFILE_IMAGE) && \
 		work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
@@ -157,7 +162,7 @@ catalog-build: catalog.Dockerfile ## Build the catalog image CATALOG_IMG: with D
 		mkdir -p $(OLM_IMAGES) && \
 		$(DOCKERFILE_IMAGE) -f catalog.Dockerfile -tag $(CATALOG_IMG) -o $(call olm_tar,$(CATALOG_IMG)) \
 			-dir /tmp:1777 -add $(OPM):/bin/opm -add $(GRPC_HEALTH_PROBE):/bin/grpc_health_probe \
-			-add catalog:/configs -add "$$work/cache":/tmp/cache; \
+			-add catalog:/configs -add "$$work/cache":/tmp/cache $(OLM_CATALOG_LABELS); \
 	fi
 
 .PHONY: catalog-push

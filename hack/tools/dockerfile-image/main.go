@@ -2,15 +2,17 @@
 // bundle.Dockerfile and catalog.Dockerfile, without a Docker engine: the labels, files, entrypoint
 // and command come from the Dockerfile itself, so it stays the one recipe for both ways of building.
 //
-//	dockerfile-image -f DOCKERFILE -tag REF -o FILE.tar [-context DIR] [-add SRC:DST]... [-dir DST:MODE]...
+//	dockerfile-image -f DOCKERFILE -tag REF -o FILE.tar [-context DIR] [-add SRC:DST]... [-dir DST:MODE]... [-label K=V]...
 //
 // What a Docker engine would do beyond copying files is the caller's job, made explicit: only the
 // final stage is built, its FROM (unless scratch) is not pulled, RUN is not run and COPY --from is
 // not copied; -add supplies the files they would have produced (for catalog.Dockerfile: opm and
 // grpc_health_probe from the opm image, /configs and the serve cache from the builder stage), and
 // each skipped line is printed. The output is a `docker load`-style tarball, which
-// `imagebuilder push` (hack/tools/imagebuilder) sends to a registry. Timestamps are fixed, so the
-// same inputs give the same digest.
+// `imagebuilder push` (hack/tools/imagebuilder) sends to a registry. -label adds labels to the
+// Dockerfile's; as with imagebuilder, an image without the OCI labels title, description,
+// version, revision, source and licenses (org.opencontainers.image.*) is refused. Timestamps are
+// fixed, so the same inputs give the same digest.
 package main
 
 import (
@@ -43,6 +45,13 @@ import (
 // epoch is the modification time of every file and the image's creation time.
 var epoch = time.Unix(0, 0).UTC()
 
+// ociLabels are the org.opencontainers.image annotations every image must carry as labels (the
+// same as imagebuilder's).
+var ociLabels = []string{
+	"org.opencontainers.image.title", "org.opencontainers.image.description", "org.opencontainers.image.version",
+	"org.opencontainers.image.revision", "org.opencontainers.image.source", "org.opencontainers.image.licenses",
+}
+
 type list []string
 
 func (l *list) String() string     { return strings.Join(*l, ",") }
@@ -61,9 +70,10 @@ func run(args []string) error {
 	contextDir := fs.String("context", ".", "build context the Dockerfile's COPY and ADD sources are relative to")
 	tag := fs.String("tag", "", "image reference, e.g. 127.0.0.1:5000/etcd-operator-bundle:v0.1.0")
 	out := fs.String("o", "", "output tarball")
-	var adds, dirs list
+	var adds, dirs, labels list
 	fs.Var(&adds, "add", "SRC:DST adds a file or directory the FROM image or a RUN would have provided")
 	fs.Var(&dirs, "dir", "DST:MODE adds an empty directory with an octal mode, e.g. /tmp:1777")
+	fs.Var(&labels, "label", "K=V adds a label to the Dockerfile's (repeat for each)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,6 +87,18 @@ func run(args []string) error {
 	spec, err := parseDockerfile(*dockerfile)
 	if err != nil {
 		return err
+	}
+	for _, l := range labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("-label %q: want K=V", l)
+		}
+		spec.labels[k] = v
+	}
+	for _, k := range ociLabels {
+		if spec.labels[k] == "" {
+			return fmt.Errorf("no label %s, from the Dockerfile or -label: every image carries %s", k, strings.Join(ociLabels, ", "))
+		}
 	}
 	for _, s := range spec.skipped {
 		fmt.Fprintf(os.Stderr, "dockerfile-image: not executed, supplied by -add: %s\n", s)

@@ -7,11 +7,51 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
+
+// ociLabelArgs are the -label flags of the OCI labels every image must carry.
+func ociLabelArgs() []string {
+	return []string{"-label", "org.opencontainers.image.title=tool", "-label", "org.opencontainers.image.description=A tool",
+		"-label", "org.opencontainers.image.version=1.0.0", "-label", "org.opencontainers.image.revision=0123456789abcdef",
+		"-label", "org.opencontainers.image.source=https://example.com/tool", "-label", "org.opencontainers.image.licenses=Apache-2.0"}
+}
+
+// checkOCILabels checks that an image's config carries the labels ociLabelArgs gives.
+func checkOCILabels(t *testing.T, labels map[string]string) {
+	t.Helper()
+	args := ociLabelArgs()
+	for i := 1; i < len(args); i += 2 {
+		k, v, _ := strings.Cut(args[i], "=")
+		if labels[k] != v {
+			t.Errorf("label %s is %q, want %q (labels: %v)", k, labels[k], v, labels)
+		}
+	}
+}
+
+func TestBuildRefusesAnImageWithoutTheOCILabels(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	all := ociLabelArgs()
+	for i := 1; i < len(all); i += 2 {
+		label, _, _ := strings.Cut(all[i], "=")
+		without := slices.Concat(all[:i-1], all[i+1:])
+		empty := slices.Concat(all[:i], []string{label + "="}, all[i+1:])
+		for name, labels := range map[string][]string{"without " + label: without, "with an empty " + label: empty} {
+			args := append([]string{"-tag", "127.0.0.1:5000/tool:v1", "-o", filepath.Join(dir, "tool.tar"), "-add", bin + ":/tool"}, labels...)
+			if err := build(args); err == nil {
+				t.Errorf("an image %s was built", name)
+			}
+		}
+	}
+}
 
 func TestBuildWritesARunnableImage(t *testing.T) {
 	dir := t.TempDir()
@@ -23,7 +63,7 @@ func TestBuildWritesARunnableImage(t *testing.T) {
 	args := []string{"-tag", "127.0.0.1:5000/tool:v1", "-o", out, "-add", bin + ":/usr/local/bin/tool",
 		"-link", "/bin/t:/usr/local/bin/tool", "-entrypoint", "/usr/local/bin/tool", "-user", "65532:65532", "-env", "A=b",
 		"-label", "operators.operatorframework.io.index.configs.v1=/configs"}
-	if err := build(args); err != nil {
+	if err := build(append(args, ociLabelArgs()...)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -39,6 +79,7 @@ func TestBuildWritesARunnableImage(t *testing.T) {
 		!slices.Contains(cfg.Config.Env, "A=b") || cfg.Config.Labels["operators.operatorframework.io.index.configs.v1"] != "/configs" {
 		t.Fatalf("config %+v", cfg.Config)
 	}
+	checkOCILabels(t, cfg.Config.Labels)
 
 	files := map[string]*tar.Header{}
 	var order []string
@@ -76,7 +117,7 @@ func TestBuildIsReproducible(t *testing.T) {
 	var digests []string
 	for _, name := range []string{"a.tar", "b.tar"} {
 		out := filepath.Join(dir, name)
-		if err := build([]string{"-tag", "127.0.0.1:5000/tool:v1", "-o", out, "-add", bin + ":/tool"}); err != nil {
+		if err := build(append([]string{"-tag", "127.0.0.1:5000/tool:v1", "-o", out, "-add", bin + ":/tool"}, ociLabelArgs()...)); err != nil {
 			t.Fatal(err)
 		}
 		img, err := tarball.ImageFromPath(out, nil)
@@ -100,8 +141,8 @@ func TestBuildRefusesAPathAddedTwice(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	err := build([]string{"-tag", "127.0.0.1:5000/b:1", "-o", filepath.Join(dir, "b.tar"),
-		"-add", bin + ":/bin/busybox", "-link", "/bin/busybox:busybox"})
+	err := build(append([]string{"-tag", "127.0.0.1:5000/b:1", "-o", filepath.Join(dir, "b.tar"),
+		"-add", bin + ":/bin/busybox", "-link", "/bin/busybox:busybox"}, ociLabelArgs()...))
 	if err == nil {
 		t.Fatal("a link over an added file was accepted")
 	}
@@ -114,7 +155,7 @@ func TestPushRefusesOtherRegistries(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "tool.tar")
-	if err := build([]string{"-tag", "quay.io/someone/tool:v1", "-o", out, "-add", bin + ":/tool"}); err != nil {
+	if err := build(append([]string{"-tag", "quay.io/someone/tool:v1", "-o", out, "-add", bin + ":/tool"}, ociLabelArgs()...)); err != nil {
 		t.Fatal(err)
 	}
 	if err := push([]string{"-registry", "127.0.0.1:5000", out}); err == nil {
