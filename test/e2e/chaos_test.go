@@ -308,7 +308,9 @@ func (s *chaosSoak) settle() {
 			s.t.Fatalf("after %q (%s), cluster %s was not whole again within %v: %v; status %+v", last.kind, last.target, cc.c.Name, chaosSettleTimeout, err, cc.c.Status)
 		}
 	}
-	s.faults[len(s.faults)-1].window = time.Since(began)
+	last := &s.faults[len(s.faults)-1]
+	last.window = time.Since(began)
+	s.t.Logf("fault %d: %s (%s); both clusters whole again in %v", len(s.faults), last.kind, last.target, last.window.Round(100*time.Millisecond))
 }
 
 // summary: the faults by kind with their availability windows, what the clients did, the
