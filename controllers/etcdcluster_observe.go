@@ -326,7 +326,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m.PodTerminating = !pod.DeletionTimestamp.IsZero()
 		m.ForcedNewCluster = pod.Annotations[resources.AnnotationForceNewCluster] != ""
 		m.PodCreated = pod.CreationTimestamp.Time
-		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
+		m.PodVersion = resources.PodEtcdVersion(pod)
 		m.PodProblem = obs.podProblems[name]
 		m.PodOutdated, m.PodSpecUnrecorded = podSpecOutdated(specHash, pod)
 	}
