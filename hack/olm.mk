@@ -33,6 +33,11 @@ OLM_IMAGES ?= $(LOCALBIN)/images
 olm_tar = $(OLM_IMAGES)/$(subst :,_,$(notdir $(1))).tar
 olm_comma := ,
 
+# The versions a cluster upgrades from to this one in one step: every release the catalog serves
+# (OLM_RELEASES, oldest first). The CSV carries it as olm.skipRange, and make catalog puts it on
+# the bundle's channel entries, where OLM reads it.
+OLM_SKIP_RANGE = >=$(firstword $(subst @, ,$(firstword $(OLM_RELEASES)))) <$(VERSION)
+
 # The committed config/manifests/bases CSV stays hand-written: the descriptors from the
 # +operator-sdk:csv markers are added to a copy, as is the operator image, so `make bundle` leaves
 # config/ untouched. operator-sdk v1.42.2's validators (operator-framework/api v0.34.0) warn that
@@ -46,6 +51,8 @@ bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) ## Regenerate bundle/ and bundle.
 	(cd "$$work/config/manager" && $(KUSTOMIZE) edit set image controller=$(IMG)) && \
 	$(OPERATOR_SDK) generate kustomize manifests -q --package $(PACKAGE) \
 		--input-dir config/manifests --output-dir "$$work/config/manifests" && \
+	$(if $(OLM_RELEASES),(cd "$$work/config/manifests" && $(KUSTOMIZE) edit add patch --kind ClusterServiceVersion \
+		--patch '[{"op": "add", "path": "/metadata/annotations/olm.skipRange", "value": "$(OLM_SKIP_RANGE)"}]') &&) \
 	$(KUSTOMIZE) build "$$work/config/manifests" | $(OPERATOR_SDK) generate bundle -q \
 		--package $(PACKAGE) --version $(VERSION) --channels $(CHANNELS) --default-channel $(DEFAULT_CHANNEL)
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
