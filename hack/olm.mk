@@ -18,7 +18,8 @@ DOCKERFILE_IMAGE ?= $(LOCALBIN)/dockerfile-image
 OLM_IMAGEBUILDER ?= $(LOCALBIN)/imagebuilder
 
 PACKAGE := etcd-operator
-CHANNELS ?= stable
+# The channels the bundle of VERSION is in (CATALOG_TEMPLATE says; bundle/'s annotations repeat it).
+CHANNELS ?= candidate,stable
 DEFAULT_CHANNEL ?= stable
 BUNDLE_IMG ?= $(REGISTRY)/etcd-operator-bundle:v$(VERSION)
 # The tree bundle-build takes bundle.Dockerfile and bundle/ from: this one, or a release's.
@@ -31,7 +32,6 @@ OPM_IMAGE := quay.io/operator-framework/opm:$(OPM_VERSION)
 # Without Docker, images are `docker load`-style tarballs here, named as hack/cluster.mk names its own.
 OLM_IMAGES ?= $(LOCALBIN)/images
 olm_tar = $(OLM_IMAGES)/$(subst :,_,$(notdir $(1))).tar
-olm_comma := ,
 
 # The versions a cluster upgrades from to this one in one step: every release the catalog serves
 # (OLM_RELEASES, oldest first). The CSV carries it as olm.skipRange, and make catalog puts it on
@@ -74,27 +74,31 @@ bundle-push: ## Push BUNDLE_IMG: with Docker if a daemon answers, else bundle-bu
 		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) push -registry $(REGISTRY) $(call olm_tar,$(BUNDLE_IMG)); \
 	fi
 
-# The bundle of VERSION is (re)rendered; earlier versions' blobs stay as they were released.
-# hack/catalog-channel makes it the head of each channel, replacing the previous head; a bundle it
-# refuses (not newer than the head) is taken out again, so the catalog stays valid.
-OLM_BUNDLE_BLOB = $(CATALOG_DIR)/bundles/$(PACKAGE).v$(VERSION).yaml
+# The catalog is rendered from CATALOG_TEMPLATE, opm's semver template: a release is one line,
+# its bundle image, in each channel it goes to. The bundle of VERSION is (re)rendered from bundle/;
+# earlier versions' blobs stay as they were released. hack/catalog-template makes the channels
+# and the package from the template (as `opm alpha render-template semver` would, with the
+# blobs instead of pulling the images); the whole is rendered into a copy and validated there,
+# so a refused change leaves catalog/ as it was.
+CATALOG_TEMPLATE := catalog-template.yaml
+OLM_BUNDLE_BLOB = bundles/$(PACKAGE).v$(VERSION).yaml
 .PHONY: catalog
-catalog: $(OPM) catalog.Dockerfile ## Render bundle/ into catalog/etcd-operator/ as the head of CHANNELS, and validate the catalog.
+catalog: $(OPM) catalog.Dockerfile ## Render CATALOG_TEMPLATE into catalog/etcd-operator/, with bundle/ as the blob of VERSION, and validate the catalog.
 	grep -qx '  version: $(VERSION)' bundle/manifests/$(PACKAGE).clusterserviceversion.yaml || \
 		{ echo "bundle/ is not version $(VERSION): run 'make bundle VERSION=$(VERSION)' first" >&2; exit 1; }
-	mkdir -p $(CATALOG_DIR)/bundles
-	$(OPM) init $(PACKAGE) --default-channel=$(DEFAULT_CHANNEL) --icon=config/manifests/icon.svg --output=yaml \
-		> $(CATALOG_DIR)/package.yaml
+	grep -q '^  - image: $(BUNDLE_IMG)$$' $(CATALOG_TEMPLATE) || \
+		{ echo "$(CATALOG_TEMPLATE) does not list $(BUNDLE_IMG): add '  - image: $(BUNDLE_IMG)' to the channels it is released to" >&2; exit 1; }
+	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
+	mkdir -p "$$work/catalog/$(PACKAGE)/bundles" && \
+	cp -r $(CATALOG_DIR)/bundles/. "$$work/catalog/$(PACKAGE)/bundles/" && \
 	$(OPM) render ./bundle --alpha-image-ref-template '$(BUNDLE_IMG_TEMPLATE)' \
-		--migrate-level bundle-object-to-csv-metadata --output=yaml > $(OLM_BUNDLE_BLOB)
-	for channel in $(subst $(olm_comma), ,$(CHANNELS)); do \
-		go run ./hack/catalog-channel -catalog $(CATALOG_DIR) -channel $$channel -bundle $(PACKAGE).v$(VERSION) || \
-			{ rm -f $(OLM_BUNDLE_BLOB); exit 1; }; \
-	done
-	$(OPM) validate catalog
+		--migrate-level bundle-object-to-csv-metadata --output=yaml > "$$work/catalog/$(PACKAGE)/$(OLM_BUNDLE_BLOB)" && \
+	go run ./hack/catalog-template -template $(CATALOG_TEMPLATE) -catalog "$$work/catalog/$(PACKAGE)" -icon config/manifests/icon.svg && \
+	$(OPM) validate "$$work/catalog" && \
+	rm -rf $(CATALOG_DIR) && cp -r "$$work/catalog/$(PACKAGE)" $(CATALOG_DIR)
 
 .PHONY: catalog-add
-catalog-add: ## Add a new version to the catalog in one step: make catalog-add VERSION=x.y.z (bundle, then catalog).
+catalog-add: ## Add a new version to the catalog in one step, once CATALOG_TEMPLATE lists it: make catalog-add VERSION=x.y.z (bundle, then catalog).
 	$(MAKE) --no-print-directory bundle
 	$(MAKE) --no-print-directory catalog
 

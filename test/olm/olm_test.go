@@ -21,6 +21,8 @@ import (
 const (
 	repoRoot = "../.."
 	pkgName  = "etcd-operator"
+	// catalogTemplate is the semver template make catalog renders the catalog from.
+	catalogTemplate = "catalog-template.yaml"
 )
 
 func repoPath(parts ...string) string {
