@@ -43,16 +43,40 @@ OLM_SKIP_RANGE = >=$(firstword $(subst @, ,$(firstword $(OLM_RELEASES)))) <$(VER
 # config/ untouched. operator-sdk v1.42.2's validators (operator-framework/api v0.34.0) warn that
 # RBAC on events.k8s.io events uses an API removed in 1.25: a false positive, fixed in api v0.45.0
 # (operator-framework/api#378), whose validators test/olm runs and requires clean.
+#
+# USE_IMAGE_DIGESTS=1 makes a release's bundle, for OperatorHub: the operator image (IMG) and every
+# RELATED_IMAGE_* of config/manager are pinned by digest (<repository>@sha256:...) wherever the CSV
+# names them, and the CSV claims disconnected installs. operator-sdk's knob of that name asks a
+# registry for the digests; here they are read from the images' tarballs in OLM_IMAGES
+# (imagebuilder digest), named as hack/cluster.mk names them (make cluster-operator-image IMG=...,
+# bin/images/etcd_v3.6.16.tar), and are the digests `imagebuilder push` gives the pushed images.
+# A pinned etcd image is taken for the default etcd version's (main.go), so config/manager's
+# RELATED_IMAGE_ETCD must be tagged with that version (test/olm checks it).
+USE_IMAGE_DIGESTS ?=
+OLM_PINNED_IMAGES = $(IMG) $(filter-out controller:%,$(shell sed -n '/name: RELATED_IMAGE_/{n;s/^ *value: //p}' config/manager/manager.yaml))
+# Sets each image's digest in the work copy's config/manager, where kustomizeconfig.yaml carries
+# it to the RELATED_IMAGE_* values as well.
+olm_pin_images = for image in $(OLM_PINNED_IMAGES); do \
+		tagless=$${image\#\#*/}; [ "$${tagless\#*:}" != "$$tagless" ] || { echo "$$image has no tag to find its tarball by" >&2; exit 1; }; \
+		repository=$${image%:*}; \
+		digest=$$($(OLM_IMAGEBUILDER) digest -tag "$$image" "$(OLM_IMAGES)/$$(basename "$$image" | tr : _).tar") || \
+			{ echo "no digest for $$image: build its tarball into $(OLM_IMAGES) first (make cluster-operator-image IMG=..., make $(OLM_IMAGES)/etcd_vX.Y.Z.tar)" >&2; exit 1; }; \
+		if [ "$$image" = "$(IMG)" ]; then name=controller; else name=$$repository; fi; \
+		(cd "$$work/config/manager" && $(KUSTOMIZE) edit set image "$$name=$$repository@$$digest") || exit 1; \
+	done
 .PHONY: bundle
-bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) ## Regenerate bundle/ and bundle.Dockerfile for VERSION from config/ and api/, and validate them.
-	rm -rf bundle bundle.Dockerfile
+bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) $(if $(USE_IMAGE_DIGESTS),$(OLM_IMAGEBUILDER)) ## Regenerate bundle/ and bundle.Dockerfile for VERSION from config/ and api/, and validate them (USE_IMAGE_DIGESTS=1: images pinned by digest).
 	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
 	cp -r config "$$work/" && \
 	(cd "$$work/config/manager" && $(KUSTOMIZE) edit set image controller=$(IMG)) && \
+	$(if $(USE_IMAGE_DIGESTS),$(olm_pin_images) &&) \
 	$(OPERATOR_SDK) generate kustomize manifests -q --package $(PACKAGE) \
 		--input-dir config/manifests --output-dir "$$work/config/manifests" && \
 	$(if $(OLM_RELEASES),(cd "$$work/config/manifests" && $(KUSTOMIZE) edit add patch --kind ClusterServiceVersion \
 		--patch '[{"op": "add", "path": "/metadata/annotations/olm.skipRange", "value": "$(OLM_SKIP_RANGE)"}]') &&) \
+	$(if $(USE_IMAGE_DIGESTS),(cd "$$work/config/manifests" && $(KUSTOMIZE) edit add patch --kind ClusterServiceVersion \
+		--patch '[{"op": "replace", "path": "/metadata/annotations/features.operators.openshift.io~1disconnected", "value": "true"}]') &&) \
+	rm -rf bundle bundle.Dockerfile && \
 	$(KUSTOMIZE) build "$$work/config/manifests" | $(OPERATOR_SDK) generate bundle -q \
 		--package $(PACKAGE) --version $(VERSION) --channels $(CHANNELS) --default-channel $(DEFAULT_CHANNEL)
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework

@@ -5,10 +5,13 @@
 //	imagebuilder build -tag REF -o FILE.tar [-add SRC:DST[:MODE]]... [-link DST:TARGET]...
 //	    [-entrypoint ARG]... [-cmd ARG]... [-user UID:GID] [-env K=V]... [-label K=V]... [-workdir DIR]
 //	imagebuilder push -registry HOST:PORT FILE.tar...
+//	imagebuilder digest -tag REF FILE.tar
 //
 // build writes a `docker load`-style tarball, which `ctr images import` reads; push sends such
 // tarballs over plain HTTP to the registry named in their tag, which must be the one given: a
-// tag naming any other registry is refused, so nothing is ever sent off the machine by mistake. Every image gets a base layer with /etc/passwd and
+// tag naming any other registry is refused, so nothing is ever sent off the machine by mistake.
+// digest prints the digest push makes the image known by, for references pinned by digest
+// (make bundle USE_IMAGE_DIGESTS=1), if the tarball is tagged REF. Every image gets a base layer with /etc/passwd and
 // /etc/group (root and nonroot 65532, as in distroless) and a world-writable /tmp. Timestamps
 // are fixed, so the same inputs give the same image digest.
 package main
@@ -58,6 +61,8 @@ func main() {
 		err = build(os.Args[2:])
 	case "push":
 		err = push(os.Args[2:])
+	case "digest":
+		err = digest(os.Args[2:])
 	default:
 		usage()
 	}
@@ -68,7 +73,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: imagebuilder build -tag REF -o FILE.tar [flags] | imagebuilder push -registry HOST:PORT FILE.tar...")
+	fmt.Fprintln(os.Stderr, "usage: imagebuilder build -tag REF -o FILE.tar [flags] | imagebuilder push -registry HOST:PORT FILE.tar... | imagebuilder digest -tag REF FILE.tar")
 	os.Exit(2)
 }
 
@@ -294,4 +299,42 @@ func push(args []string) error {
 		fmt.Printf("pushed %s\n", ref)
 	}
 	return nil
+}
+
+func digest(args []string) error {
+	fs := flag.NewFlagSet("digest", flag.ExitOnError)
+	tag := fs.String("tag", "", "the image reference the tarball must be tagged with")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tag == "" || fs.NArg() != 1 {
+		return errors.New("-tag and one tarball are required")
+	}
+	d, err := imageDigest(fs.Arg(0), *tag)
+	if err != nil {
+		return err
+	}
+	fmt.Println(d)
+	return nil
+}
+
+// imageDigest is the digest of the tarball's image, which must be tagged tag: the digest of its
+// manifest, which push sends as it is (the layers are stored compressed, so nothing is rebuilt).
+func imageDigest(file, tag string) (string, error) {
+	manifest, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(file) })
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	if len(manifest) != 1 || !slices.Equal(manifest[0].RepoTags, []string{tag}) {
+		return "", fmt.Errorf("%s: want one image tagged %s, found %+v", file, tag, manifest)
+	}
+	img, err := tarball.ImageFromPath(file, nil)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	return d.String(), nil
 }
