@@ -81,7 +81,7 @@ vet: ## go vet, including the build-tagged e2e tests.
 	go vet -tags e2e ./...
 
 .PHONY: test
-test: envtest-assets envtest-min-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW) vet lint ## Unit and envtest tests against a real kube-apiserver and etcd, the CRDs also on the oldest supported one; fails if generated files are stale.
+test: envtest-assets envtest-min-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW) $(LOCALBIN)/imagebuilder vet lint ## Unit and envtest tests against a real kube-apiserver and etcd, the CRDs also on the oldest supported one; fails if generated files are stale.
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" MIN_KUBE_ASSETS="$(ENVTEST_MIN_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \
 		go test $(GO_TEST_FLAGS) ./...

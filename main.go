@@ -2,6 +2,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"flag"
@@ -28,6 +29,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/controllers"
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 // watchNamespacesEnv is set by config/manager from the pod's olm.targetNamespaces annotation,
@@ -35,8 +37,9 @@ import (
 const watchNamespacesEnv = "WATCH_NAMESPACES"
 
 // relatedImageEtcdEnv names the etcd image the operator was installed with (the CSV's
-// relatedImages, so that mirrors for disconnected installs cover it). Clusters run
-// <its repository>:v<spec.version> unless they set spec.repository.
+// relatedImages, so that mirrors for disconnected installs cover it). Clusters that set no
+// spec.repository run <its repository>:v<spec.version>; pinned by digest, it is run as it is for
+// its own version (etcdImages).
 const relatedImageEtcdEnv = "RELATED_IMAGE_ETCD"
 
 // relatedImageOperatorEnv is the operator's own image, which its agent Jobs run.
@@ -129,10 +132,10 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 		return nil, err
 	}
 	if err := controllers.SetupWithManager(mgr, controllers.Options{
-		DefaultEtcdRepository: etcdRepository(os.Getenv(relatedImageEtcdEnv)),
-		AgentImage:            os.Getenv(relatedImageOperatorEnv),
-		PodEnv:                proxy.ReadProxyVarsFromEnv(),
-		UpgradeableCondition:  upgradeable,
+		DefaultEtcdImages:    etcdImages(os.Getenv(relatedImageEtcdEnv)),
+		AgentImage:           os.Getenv(relatedImageOperatorEnv),
+		PodEnv:               proxy.ReadProxyVarsFromEnv(),
+		UpgradeableCondition: upgradeable,
 	}); err != nil {
 		return nil, err
 	}
@@ -165,18 +168,12 @@ func controllerConfig() config.Controller {
 	return config.Controller{}
 }
 
-// etcdRepository is the repository part of an image reference: what precedes the tag or digest.
-func etcdRepository(image string) string {
-	if image == "" {
-		return defaultEtcdRepository
-	}
-	if at := strings.Index(image, "@"); at >= 0 {
-		image = image[:at]
-	}
-	if colon := strings.LastIndex(image, ":"); colon > strings.LastIndex(image, "/") {
-		image = image[:colon]
-	}
-	return image
+// etcdImages are the images of clusters that set no spec.repository, from RELATED_IMAGE_ETCD:
+// <its repository>:v<version> by tag, but for the version of an image pinned by digest, which is
+// run as it is. That version is the default one (the image the bundle pins is the default
+// version's), unless a v<version> tag stands before the digest.
+func etcdImages(relatedImage string) resources.EtcdImages {
+	return resources.EtcdImagesOf(cmp.Or(relatedImage, defaultEtcdRepository), etcdv1alpha1.DefaultEtcdVersion)
 }
 
 func splitNamespaces(list string) []string {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/controllers"
 )
 
@@ -32,16 +34,25 @@ func TestWatchNamespacesFollowOLMTargetNamespaces(t *testing.T) {
 	}
 }
 
-func TestEtcdRepositoryComesFromTheRelatedImage(t *testing.T) {
-	for image, want := range map[string]string{
-		"":                                 defaultEtcdRepository,
-		"127.0.0.1:5000/etcd:v3.6.16":      "127.0.0.1:5000/etcd",
-		"quay.io/coreos/etcd@sha256:abcd":  "quay.io/coreos/etcd",
-		"registry:5000/mirror/etcd":        "registry:5000/mirror/etcd",
-		"registry/etcd:v3.6.16@sha256:abc": "registry/etcd",
+// Clusters that name no repository run RELATED_IMAGE_ETCD's: pinned by digest, it is used as it
+// is for the default version (or the version its tag names), never stripped to its repository;
+// every other version, and every version of a tagged image, is <repository>:v<version>.
+func TestEtcdImagesComeFromTheRelatedImage(t *testing.T) {
+	digest := "@sha256:" + strings.Repeat("0123456789abcdef", 4)
+	other := "3.7.3"
+	for _, tc := range []struct{ relatedImage, defaultVersion, otherVersion string }{
+		{"", defaultEtcdRepository + ":v" + etcdv1alpha1.DefaultEtcdVersion, defaultEtcdRepository + ":v" + other},
+		{"127.0.0.1:5000/etcd:v3.6.16", "127.0.0.1:5000/etcd:v" + etcdv1alpha1.DefaultEtcdVersion, "127.0.0.1:5000/etcd:v" + other},
+		{"registry:5000/mirror/etcd", "registry:5000/mirror/etcd:v" + etcdv1alpha1.DefaultEtcdVersion, "registry:5000/mirror/etcd:v" + other},
+		{"quay.io/coreos/etcd" + digest, "quay.io/coreos/etcd" + digest, "quay.io/coreos/etcd:v" + other},
+		{"127.0.0.1:5000/etcd" + digest, "127.0.0.1:5000/etcd" + digest, "127.0.0.1:5000/etcd:v" + other},
 	} {
-		if got := etcdRepository(image); got != want {
-			t.Errorf("etcdRepository(%q) = %q, want %q", image, got, want)
+		images := etcdImages(tc.relatedImage)
+		if got := images.Image(etcdv1alpha1.DefaultEtcdVersion); got != tc.defaultVersion {
+			t.Errorf("RELATED_IMAGE_ETCD=%q: the default version's image is %q, want %q", tc.relatedImage, got, tc.defaultVersion)
+		}
+		if got := images.Image(other); got != tc.otherVersion {
+			t.Errorf("RELATED_IMAGE_ETCD=%q: %s's image is %q, want %q", tc.relatedImage, other, got, tc.otherVersion)
 		}
 	}
 }

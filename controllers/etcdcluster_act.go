@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -376,7 +377,9 @@ func (r *EtcdClusterReconciler) upgradeMember(ctx context.Context, c *etcdv1alph
 		return fmt.Errorf("member %s has no pod to upgrade", name)
 	}
 	patch := client.StrategicMergeFrom(pod.DeepCopy())
-	pod.Spec.Containers[0].Image = resources.Image(c, r.DefaultRepository, c.Spec.Version)
+	pod.Spec.Containers[0].Image = resources.Image(c, r.DefaultImages, c.Spec.Version)
+	// In the same patch: the image of a version pinned by digest does not say which it is.
+	metav1.SetMetaDataAnnotation(&pod.ObjectMeta, resources.AnnotationEtcdVersion, c.Spec.Version)
 	if err := r.Patch(ctx, pod, patch); err != nil {
 		return err
 	}
@@ -393,7 +396,7 @@ func (r *EtcdClusterReconciler) createMember(ctx context.Context, c *etcdv1alpha
 		}
 		// gofail: var memberClaimCreated struct{}
 	}
-	if err := r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultRepository, r.PodEnv)); err != nil {
+	if err := r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultImages, r.PodEnv)); err != nil {
 		return err
 	}
 	// gofail: var memberPodCreated struct{}

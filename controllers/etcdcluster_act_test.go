@@ -52,7 +52,7 @@ func TestStepInTerminatingNamespaceIsDroppedOtherFailuresRetried(t *testing.T) {
 					return tc.createErr
 				},
 			}).Build()
-			r := &EtcdClusterReconciler{Client: c, DefaultRepository: "registry.test/etcd"}
+			r := &EtcdClusterReconciler{Client: c, DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}}
 			cluster := &etcdv1alpha1.EtcdCluster{
 				ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "gone", UID: "uid"},
 				Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 3, Version: "3.6.16"},

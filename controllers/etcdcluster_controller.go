@@ -46,8 +46,8 @@ type EtcdClusterReconciler struct {
 	Etcd  *etcd.Cache
 	// defrags are the defragmentations running in the background.
 	defrags defragmentations
-	// DefaultRepository is the etcd image repository when spec.repository is empty.
-	DefaultRepository string
+	// DefaultImages are the etcd images of clusters whose spec.repository is empty.
+	DefaultImages resources.EtcdImages
 	// PodEnv is added to every etcd container (OLM's proxy settings).
 	PodEnv []corev1.EnvVar
 	// AgentImage is the operator's own image, which copies a member's data before a quorum

@@ -329,7 +329,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		if pod.Spec.NodeName == "" && !m.PodTerminating {
 			m.UnscheduledSince = pod.CreationTimestamp.Time
 		}
-		m.PodVersion = resources.VersionOfImage(pod.Spec.Containers[0].Image)
+		m.PodVersion = resources.PodEtcdVersion(pod)
 		m.PodProblem = obs.podProblems[name]
 		m.PodOutdated, m.PodSpecUnrecorded = podSpecOutdated(specHash, pod)
 	}

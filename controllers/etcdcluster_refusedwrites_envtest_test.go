@@ -145,7 +145,7 @@ func newRefusedWritesFixture(t *testing.T) *refusedWritesFixture {
 		if err := k8s.Create(ctx, resources.MemberPVC(cluster, spec)); err != nil {
 			t.Fatal(err)
 		}
-		pod := resources.MemberPod(cluster, spec, "registry.test/etcd", nil)
+		pod := resources.MemberPod(cluster, spec, resources.EtcdImages{Repository: "registry.test/etcd"}, nil)
 		if err := ctrl.SetControllerReference(cluster, pod, k8s.Scheme()); err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +156,7 @@ func newRefusedWritesFixture(t *testing.T) *refusedWritesFixture {
 	}
 	f.runPods(t)
 	f.r = &EtcdClusterReconciler{Client: k8s, APIReader: k8s, Etcd: etcd.NewCacheWith(f.etcd.Dial), Recorder: f.recorder,
-		DefaultRepository: "registry.test/etcd"}
+		DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}}
 	f.converge(t, 3)
 	f.etcd.Calls = nil
 	return f

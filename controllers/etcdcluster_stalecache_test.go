@@ -12,6 +12,7 @@ import (
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 func testScheme(t *testing.T) *runtime.Scheme {
@@ -36,7 +37,7 @@ func staleTestCluster() *etcdv1alpha1.EtcdCluster {
 func TestBootstrapRepeatedFromAStaleCacheMakesTheSameMembers(t *testing.T) {
 	cluster := staleTestCluster()
 	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cluster).Build()
-	r := &EtcdClusterReconciler{Client: c, DefaultRepository: "registry.test/etcd"}
+	r := &EtcdClusterReconciler{Client: c, DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}}
 	step := membership.Step{Action: membership.Bootstrap, Size: 3}
 	for range 2 {
 		if _, err := r.act(t.Context(), cluster, &observation{}, step); err != nil {

@@ -36,10 +36,10 @@ type EtcdRestoreReconciler struct {
 	Recorder  events.EventRecorder
 	// AgentImage is the operator's own image, which the restore Jobs run.
 	AgentImage string
-	// DefaultRepository is the etcd image repository for clusters that name none.
-	DefaultRepository string
-	PodEnv            []corev1.EnvVar
-	Now               func() time.Time
+	// DefaultImages are the etcd images of clusters whose spec.repository is empty.
+	DefaultImages resources.EtcdImages
+	PodEnv        []corev1.EnvVar
+	Now           func() time.Time
 }
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch;update;patch
@@ -353,7 +353,7 @@ func (r *EtcdRestoreReconciler) startJob(ctx context.Context, rs *etcdv1alpha1.E
 	if r.AgentImage == "" {
 		return failed(etcdv1alpha1.ReasonAgentImageUnknown, "the operator was started without RELATED_IMAGE_OPERATOR, the image its restore Jobs run")
 	}
-	job, err := resources.RestoreJob(rs, c, seed, src.RestoreSource, r.AgentImage, r.DefaultRepository, r.PodEnv)
+	job, err := resources.RestoreJob(rs, c, seed, src.RestoreSource, r.AgentImage, r.DefaultImages, r.PodEnv)
 	if err != nil {
 		return err
 	}

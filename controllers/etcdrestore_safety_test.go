@@ -47,7 +47,7 @@ func restoreReconciler(t *testing.T, objects ...client.Object) (*EtcdRestoreReco
 	t.Helper()
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).
 		WithStatusSubresource(&etcdv1alpha1.EtcdRestore{}, &etcdv1alpha1.EtcdCluster{}).Build()
-	return &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultRepository: "registry.test/etcd", Now: time.Now}, k8s
+	return &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}, k8s
 }
 
 func reconcileRestore(t *testing.T, r *EtcdRestoreReconciler, rs *etcdv1alpha1.EtcdRestore) *etcdv1alpha1.EtcdRestore {
@@ -375,7 +375,7 @@ func TestRestoreOutcomeLostToAConflictIsRecordedBeforeItsCleanUp(t *testing.T) {
 			}
 			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		}}).Build()
-	r := &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultRepository: "registry.test/etcd", Now: time.Now}
+	r := &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}
 	held := func() bool {
 		t.Helper()

@@ -35,6 +35,13 @@ type scriptedCluster struct {
 // members are made, and extra (called after mutate) adds objects. The first member leads.
 func newScriptedCluster(t *testing.T, size int, mutate func(*etcdv1alpha1.EtcdCluster), extra func() []client.Object) *scriptedCluster {
 	t.Helper()
+	return newScriptedClusterWithImages(t, size, resources.EtcdImages{Repository: "registry.test/etcd"}, mutate, extra)
+}
+
+// newScriptedClusterWithImages is newScriptedCluster with the operator's default etcd images:
+// the members run theirs, and so does the reconciler.
+func newScriptedClusterWithImages(t *testing.T, size int, images resources.EtcdImages, mutate func(*etcdv1alpha1.EtcdCluster), extra func() []client.Object) *scriptedCluster {
+	t.Helper()
 	cluster := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1", Generation: 1},
 		// The CRD's defaults that matter here; the fake client applies none.
@@ -51,7 +58,7 @@ func newScriptedCluster(t *testing.T, size int, mutate func(*etcdv1alpha1.EtcdCl
 	for i := range size {
 		name := fmt.Sprintf("c-m%04d", i)
 		names = append(names, name)
-		pod := resources.MemberPod(cluster, resources.MemberSpec{Name: name, Version: "3.6.16"}, "registry.test/etcd", nil)
+		pod := resources.MemberPod(cluster, resources.MemberSpec{Name: name, Version: "3.6.16"}, images, nil)
 		pod.Status = corev1.PodStatus{PodIP: fmt.Sprintf("10.0.0.%d", i+1), Phase: corev1.PodRunning,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 		objects = append(objects, pod, resources.MemberPVC(cluster, resources.MemberSpec{Name: name}))
@@ -66,7 +73,7 @@ func newScriptedCluster(t *testing.T, size int, mutate func(*etcdv1alpha1.EtcdCl
 	}
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).WithStatusSubresource(cluster).Build()
 	recorder := events.NewFakeRecorder(100)
-	r := &EtcdClusterReconciler{Client: cacheView(k8s), APIReader: k8s, Etcd: etcd.NewCacheWith(fakeEtcd.Dial), Recorder: recorder, DefaultRepository: "registry.test/etcd"}
+	r := &EtcdClusterReconciler{Client: cacheView(k8s), APIReader: k8s, Etcd: etcd.NewCacheWith(fakeEtcd.Dial), Recorder: recorder, DefaultImages: images}
 	return &scriptedCluster{cluster: cluster, members: names, k8s: k8s, etcd: fakeEtcd, r: r, recorder: recorder}
 }
 

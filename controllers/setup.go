@@ -13,12 +13,14 @@ import (
 	"github.com/operator-framework/operator-lib/conditions"
 
 	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 // Options are the settings the reconcilers share.
 type Options struct {
-	// DefaultEtcdRepository is the etcd image repository for clusters that name none.
-	DefaultEtcdRepository string
+	// DefaultEtcdImages are the etcd images of clusters that name no repository: the one the
+	// operator was installed with (RELATED_IMAGE_ETCD).
+	DefaultEtcdImages resources.EtcdImages
 	// PodEnv is added to the containers the operator runs (OLM's proxy settings).
 	PodEnv []corev1.EnvVar
 	// AgentImage is the operator's own image, which its backup and restore Jobs run.
@@ -33,13 +35,13 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		SetupWithManager(ctrl.Manager) error
 	}{
 		&EtcdClusterReconciler{
-			Client:            mgr.GetClient(),
-			APIReader:         mgr.GetAPIReader(),
-			Recorder:          mgr.GetEventRecorder("etcdcluster-controller"),
-			Etcd:              etcd.NewCache(),
-			DefaultRepository: opts.DefaultEtcdRepository,
-			PodEnv:            opts.PodEnv,
-			AgentImage:        opts.AgentImage,
+			Client:        mgr.GetClient(),
+			APIReader:     mgr.GetAPIReader(),
+			Recorder:      mgr.GetEventRecorder("etcdcluster-controller"),
+			Etcd:          etcd.NewCache(),
+			DefaultImages: opts.DefaultEtcdImages,
+			PodEnv:        opts.PodEnv,
+			AgentImage:    opts.AgentImage,
 		},
 		&EtcdBackupReconciler{
 			Client:     mgr.GetClient(),
@@ -50,13 +52,13 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			Now:        time.Now,
 		},
 		&EtcdRestoreReconciler{
-			Client:            mgr.GetClient(),
-			APIReader:         mgr.GetAPIReader(),
-			Recorder:          mgr.GetEventRecorder("etcdrestore-controller"),
-			AgentImage:        opts.AgentImage,
-			DefaultRepository: opts.DefaultEtcdRepository,
-			PodEnv:            opts.PodEnv,
-			Now:               time.Now,
+			Client:        mgr.GetClient(),
+			APIReader:     mgr.GetAPIReader(),
+			Recorder:      mgr.GetEventRecorder("etcdrestore-controller"),
+			AgentImage:    opts.AgentImage,
+			DefaultImages: opts.DefaultEtcdImages,
+			PodEnv:        opts.PodEnv,
+			Now:           time.Now,
 		},
 	}
 	if opts.UpgradeableCondition != nil {

@@ -20,6 +20,7 @@ import (
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/controllers"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 // The reconcilers run in a real manager against a real kube-apiserver (envtest), with the
@@ -68,7 +69,7 @@ func runWithManager(m *testing.M) int {
 		return 1
 	}
 	if err := controllers.SetupWithManager(mgr, controllers.Options{
-		DefaultEtcdRepository: "registry.test/etcd", AgentImage: "registry.test/etcd-operator:test",
+		DefaultEtcdImages: resources.EtcdImages{Repository: "registry.test/etcd"}, AgentImage: "registry.test/etcd-operator:test",
 	}); err != nil {
 		fmt.Fprintf(os.Stderr, "setup: %v\n", err)
 		return 1

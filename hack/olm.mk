@@ -18,7 +18,8 @@ DOCKERFILE_IMAGE ?= $(LOCALBIN)/dockerfile-image
 OLM_IMAGEBUILDER ?= $(LOCALBIN)/imagebuilder
 
 PACKAGE := etcd-operator
-CHANNELS ?= stable
+# The channels the bundle of VERSION is in (CATALOG_TEMPLATE says; bundle/'s annotations repeat it).
+CHANNELS ?= candidate,stable
 DEFAULT_CHANNEL ?= stable
 BUNDLE_IMG ?= $(REGISTRY)/etcd-operator-bundle:v$(VERSION)
 # The tree bundle-build takes bundle.Dockerfile and bundle/ from: this one, or a release's.
@@ -31,21 +32,51 @@ OPM_IMAGE := quay.io/operator-framework/opm:$(OPM_VERSION)
 # Without Docker, images are `docker load`-style tarballs here, named as hack/cluster.mk names its own.
 OLM_IMAGES ?= $(LOCALBIN)/images
 olm_tar = $(OLM_IMAGES)/$(subst :,_,$(notdir $(1))).tar
-olm_comma := ,
+
+# The versions a cluster upgrades from to this one in one step: every release the catalog serves
+# (OLM_RELEASES, oldest first). The CSV carries it as olm.skipRange, and make catalog puts it on
+# the bundle's channel entries, where OLM reads it.
+OLM_SKIP_RANGE = >=$(firstword $(subst @, ,$(firstword $(OLM_RELEASES)))) <$(VERSION)
 
 # The committed config/manifests/bases CSV stays hand-written: the descriptors from the
 # +operator-sdk:csv markers are added to a copy, as is the operator image, so `make bundle` leaves
 # config/ untouched. operator-sdk v1.42.2's validators (operator-framework/api v0.34.0) warn that
 # RBAC on events.k8s.io events uses an API removed in 1.25: a false positive, fixed in api v0.45.0
 # (operator-framework/api#378), whose validators test/olm runs and requires clean.
+#
+# USE_IMAGE_DIGESTS=1 makes a release's bundle, for OperatorHub: the operator image (IMG) and every
+# RELATED_IMAGE_* of config/manager are pinned by digest (<repository>@sha256:...) wherever the CSV
+# names them, and the CSV claims disconnected installs. operator-sdk's knob of that name asks a
+# registry for the digests; here they are read from the images' tarballs in OLM_IMAGES
+# (imagebuilder digest), named as hack/cluster.mk names them (make cluster-operator-image IMG=...,
+# bin/images/etcd_v3.6.16.tar), and are the digests `imagebuilder push` gives the pushed images.
+# A pinned etcd image is taken for the default etcd version's (main.go), so config/manager's
+# RELATED_IMAGE_ETCD must be tagged with that version (test/olm checks it).
+USE_IMAGE_DIGESTS ?=
+OLM_PINNED_IMAGES = $(IMG) $(filter-out controller:%,$(shell sed -n '/name: RELATED_IMAGE_/{n;s/^ *value: //p}' config/manager/manager.yaml))
+# Sets each image's digest in the work copy's config/manager, where kustomizeconfig.yaml carries
+# it to the RELATED_IMAGE_* values as well.
+olm_pin_images = for image in $(OLM_PINNED_IMAGES); do \
+		tagless=$${image\#\#*/}; [ "$${tagless\#*:}" != "$$tagless" ] || { echo "$$image has no tag to find its tarball by" >&2; exit 1; }; \
+		repository=$${image%:*}; \
+		digest=$$($(OLM_IMAGEBUILDER) digest -tag "$$image" "$(OLM_IMAGES)/$$(basename "$$image" | tr : _).tar") || \
+			{ echo "no digest for $$image: build its tarball into $(OLM_IMAGES) first (make cluster-operator-image IMG=..., make $(OLM_IMAGES)/etcd_vX.Y.Z.tar)" >&2; exit 1; }; \
+		if [ "$$image" = "$(IMG)" ]; then name=controller; else name=$$repository; fi; \
+		(cd "$$work/config/manager" && $(KUSTOMIZE) edit set image "$$name=$$repository@$$digest") || exit 1; \
+	done
 .PHONY: bundle
-bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) ## Regenerate bundle/ and bundle.Dockerfile for VERSION from config/ and api/, and validate them.
-	rm -rf bundle bundle.Dockerfile
+bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) $(if $(USE_IMAGE_DIGESTS),$(OLM_IMAGEBUILDER)) ## Regenerate bundle/ and bundle.Dockerfile for VERSION from config/ and api/, and validate them (USE_IMAGE_DIGESTS=1: images pinned by digest).
 	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
 	cp -r config "$$work/" && \
 	(cd "$$work/config/manager" && $(KUSTOMIZE) edit set image controller=$(IMG)) && \
+	$(if $(USE_IMAGE_DIGESTS),$(olm_pin_images) &&) \
 	$(OPERATOR_SDK) generate kustomize manifests -q --package $(PACKAGE) \
 		--input-dir config/manifests --output-dir "$$work/config/manifests" && \
+	$(if $(OLM_RELEASES),(cd "$$work/config/manifests" && $(KUSTOMIZE) edit add patch --kind ClusterServiceVersion \
+		--patch '[{"op": "add", "path": "/metadata/annotations/olm.skipRange", "value": "$(OLM_SKIP_RANGE)"}]') &&) \
+	$(if $(USE_IMAGE_DIGESTS),(cd "$$work/config/manifests" && $(KUSTOMIZE) edit add patch --kind ClusterServiceVersion \
+		--patch '[{"op": "replace", "path": "/metadata/annotations/features.operators.openshift.io~1disconnected", "value": "true"}]') &&) \
+	rm -rf bundle bundle.Dockerfile && \
 	$(KUSTOMIZE) build "$$work/config/manifests" | $(OPERATOR_SDK) generate bundle -q \
 		--package $(PACKAGE) --version $(VERSION) --channels $(CHANNELS) --default-channel $(DEFAULT_CHANNEL)
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
@@ -70,27 +101,31 @@ bundle-push: ## Push BUNDLE_IMG: with Docker if a daemon answers, else bundle-bu
 		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) push -registry $(REGISTRY) $(call olm_tar,$(BUNDLE_IMG)); \
 	fi
 
-# The bundle of VERSION is (re)rendered; earlier versions' blobs stay as they were released.
-# hack/catalog-channel makes it the head of each channel, replacing the previous head; a bundle it
-# refuses (not newer than the head) is taken out again, so the catalog stays valid.
-OLM_BUNDLE_BLOB = $(CATALOG_DIR)/bundles/$(PACKAGE).v$(VERSION).yaml
+# The catalog is rendered from CATALOG_TEMPLATE, opm's semver template: a release is one line,
+# its bundle image, in each channel it goes to. The bundle of VERSION is (re)rendered from bundle/;
+# earlier versions' blobs stay as they were released. hack/catalog-template makes the channels
+# and the package from the template (as `opm alpha render-template semver` would, with the
+# blobs instead of pulling the images); the whole is rendered into a copy and validated there,
+# so a refused change leaves catalog/ as it was.
+CATALOG_TEMPLATE := catalog-template.yaml
+OLM_BUNDLE_BLOB = bundles/$(PACKAGE).v$(VERSION).yaml
 .PHONY: catalog
-catalog: $(OPM) catalog.Dockerfile ## Render bundle/ into catalog/etcd-operator/ as the head of CHANNELS, and validate the catalog.
+catalog: $(OPM) catalog.Dockerfile ## Render CATALOG_TEMPLATE into catalog/etcd-operator/, with bundle/ as the blob of VERSION, and validate the catalog.
 	grep -qx '  version: $(VERSION)' bundle/manifests/$(PACKAGE).clusterserviceversion.yaml || \
 		{ echo "bundle/ is not version $(VERSION): run 'make bundle VERSION=$(VERSION)' first" >&2; exit 1; }
-	mkdir -p $(CATALOG_DIR)/bundles
-	$(OPM) init $(PACKAGE) --default-channel=$(DEFAULT_CHANNEL) --icon=config/manifests/icon.svg --output=yaml \
-		> $(CATALOG_DIR)/package.yaml
+	grep -q '^  - image: $(BUNDLE_IMG)$$' $(CATALOG_TEMPLATE) || \
+		{ echo "$(CATALOG_TEMPLATE) does not list $(BUNDLE_IMG): add '  - image: $(BUNDLE_IMG)' to the channels it is released to" >&2; exit 1; }
+	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
+	mkdir -p "$$work/catalog/$(PACKAGE)/bundles" && \
+	cp -r $(CATALOG_DIR)/bundles/. "$$work/catalog/$(PACKAGE)/bundles/" && \
 	$(OPM) render ./bundle --alpha-image-ref-template '$(BUNDLE_IMG_TEMPLATE)' \
-		--migrate-level bundle-object-to-csv-metadata --output=yaml > $(OLM_BUNDLE_BLOB)
-	for channel in $(subst $(olm_comma), ,$(CHANNELS)); do \
-		go run ./hack/catalog-channel -catalog $(CATALOG_DIR) -channel $$channel -bundle $(PACKAGE).v$(VERSION) || \
-			{ rm -f $(OLM_BUNDLE_BLOB); exit 1; }; \
-	done
-	$(OPM) validate catalog
+		--migrate-level bundle-object-to-csv-metadata --output=yaml > "$$work/catalog/$(PACKAGE)/$(OLM_BUNDLE_BLOB)" && \
+	go run ./hack/catalog-template -template $(CATALOG_TEMPLATE) -catalog "$$work/catalog/$(PACKAGE)" -icon config/manifests/icon.svg && \
+	$(OPM) validate "$$work/catalog" && \
+	rm -rf $(CATALOG_DIR) && cp -r "$$work/catalog/$(PACKAGE)" $(CATALOG_DIR)
 
 .PHONY: catalog-add
-catalog-add: ## Add a new version to the catalog in one step: make catalog-add VERSION=x.y.z (bundle, then catalog).
+catalog-add: ## Add a new version to the catalog in one step, once CATALOG_TEMPLATE lists it: make catalog-add VERSION=x.y.z (bundle, then catalog).
 	$(MAKE) --no-print-directory bundle
 	$(MAKE) --no-print-directory catalog
 

@@ -21,6 +21,10 @@ var invalidObjects = []struct {
 	{"cluster version with v prefix", cluster(`version: v3.6.16`), "spec.version in body should match"},
 	{"cluster version too old", cluster(`version: 3.4.30`), "spec.version in body should match"},
 	{"cluster repository not an image name", cluster(`repository: "Registry/Etcd"`), "spec.repository in body should match"},
+	{"cluster repository digest too short", cluster(`repository: "registry.example/etcd@sha256:abc"`), "spec.repository in body should match"},
+	{"cluster repository digest upper-case", cluster(`repository: "registry.example/etcd@sha256:` + strings.Repeat("A", 64) + `"`), "spec.repository in body should match"},
+	{"cluster repository digest of another algorithm", cluster(`repository: "registry.example/etcd@sha512:` + strings.Repeat("a", 128) + `"`), "spec.repository in body should match"},
+	{"cluster repository digest alone", cluster(`repository: "@sha256:` + strings.Repeat("a", 64) + `"`), "spec.repository in body should match"},
 	{"cluster storage too small", cluster("storage:\n  size: 32Mi"), "storage.size must be at least 64Mi"},
 	{"cluster storage not a quantity", cluster("storage:\n  size: lots"), "spec.storage.size"},
 	{"cluster ephemeral with storage class", cluster("storage:\n  ephemeral: true\n  storageClassName: fast"), "storage.storageClassName has no meaning with storage.ephemeral: true"},
@@ -126,6 +130,20 @@ func named(kind, name, body string) string {
 
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+// A repository pinned by digest names one image, run as it is for spec.version: what a
+// disconnected install mirrors by digest. With or without a registry port, and with a tag beside
+// the digest (which then names the version the digest is).
+func TestRepositoryPinnedByDigestIsAccepted(t *testing.T) {
+	digest := "@sha256:" + strings.Repeat("0123456789abcdef", 4)
+	for _, repository := range []string{
+		"registry.example/etcd" + digest,
+		"127.0.0.1:5000/mirror/etcd" + digest,
+		"registry.example/etcd:v3.6.16" + digest,
+	} {
+		create(t, object(t, cluster("repository: "+strconv.Quote(repository))))
+	}
 }
 
 // The refusal of http:// endpoints is an opt-in, not a ban: a trusted in-cluster server works.

@@ -54,6 +54,25 @@ var updateCases = []struct {
 	{"cluster auth added", cluster("size: 3"), setField(map[string]any{"rootSecretName": "root"}, "spec", "auth"), ""},
 	{"cluster auth secret renamed", cluster("auth: {rootSecretName: root}"), setField("root-2", "spec", "auth", "rootSecretName"), ""},
 	{"cluster paused", cluster("size: 3"), setField(true, "spec", "paused"), ""},
+	{"cluster pinned image changed with its version", cluster("version: 3.6.16\nrepository: r.example/etcd@sha256:" + strings.Repeat("a", 64)),
+		func(u *unstructured.Unstructured) {
+			setField("3.7.3", "spec", "version")(u)
+			setField("r.example/etcd@sha256:"+strings.Repeat("b", 64), "spec", "repository")(u)
+		}, ""},
+	{"cluster pinned image unpinned with a version change", cluster("version: 3.6.16\nrepository: r.example/etcd@sha256:" + strings.Repeat("a", 64)),
+		func(u *unstructured.Unstructured) {
+			setField("3.7.3", "spec", "version")(u)
+			setField("r.example/etcd", "spec", "repository")(u)
+		}, ""},
+	{"cluster pinned image kept through a version change", cluster("version: 3.6.16\nrepository: r.example/etcd@sha256:" + strings.Repeat("a", 64)),
+		setField("3.7.3", "spec", "version"), "spec.repository is pinned by digest"},
+	{"cluster pinned by digest along with a version change", cluster("version: 3.6.16\nrepository: r.example/etcd"),
+		func(u *unstructured.Unstructured) {
+			setField("3.7.3", "spec", "version")(u)
+			setField("r.example/etcd@sha256:"+strings.Repeat("b", 64), "spec", "repository")(u)
+		}, ""},
+	{"cluster pinned image changed alone", cluster("version: 3.6.16\nrepository: r.example/etcd@sha256:" + strings.Repeat("a", 64)),
+		setField("r.example/etcd@sha256:"+strings.Repeat("b", 64), "spec", "repository"), ""},
 
 	{"scheduled backup suspended", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'"), setField(true, "spec", "suspend"), ""},
 	{"scheduled backup retention max age zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {maxAge: 24h}"), setField("0s", "spec", "retention", "maxAge"), "retention.maxAge must be above 0"},
@@ -120,7 +139,7 @@ func TestEmptyClusterSpecGetsSafeDefaults(t *testing.T) {
 	got := c.Spec
 	want := etcdv1alpha1.EtcdClusterSpec{
 		Size:    3,
-		Version: "3.6.16",
+		Version: etcdv1alpha1.DefaultEtcdVersion,
 		Storage: etcdv1alpha1.StorageSpec{
 			Size:            ptr.To(resource.MustParse("4Gi")),
 			RetentionPolicy: etcdv1alpha1.PVCRetentionPolicy{WhenScaled: etcdv1alpha1.DeletePVC, WhenDeleted: etcdv1alpha1.RetainPVC},

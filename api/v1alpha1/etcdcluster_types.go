@@ -36,8 +36,14 @@ type EtcdClusterSpec struct {
 	// Repository overrides the etcd image repository; the image is <repository>:v<version>.
 	// Empty means the image the operator was installed with (its RELATED_IMAGE_ETCD setting).
 	// The image must contain the etcd, etcdctl and etcdutl binaries of that version.
+	//
+	// A repository pinned by digest (<repository>@sha256:<digest>, as mirrors for disconnected
+	// clusters name images) is taken for the image of spec.version and run as it is; with a
+	// v<version> tag before the digest, for the image of that version. Any other version a
+	// member runs (the one an upgrade starts from, say) is <repository>:v<version>, by tag.
+	// Changing spec.version therefore changes the digest too, in the same update.
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:Pattern=`^[a-z0-9]+([._:/-][a-z0-9]+)*$`
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+([._:/-][a-z0-9]+)*(@sha256:[a-f0-9]{64})?$`
 	// +optional
 	Repository string `json:"repository,omitempty"`
 
@@ -661,6 +667,10 @@ type EtcdClusterStatus struct {
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || (has(oldSelf.spec.version) && self.spec.version == oldSelf.spec.version) || !has(self.status) || !has(self.status.currentVersion) || !isSemver(self.status.currentVersion) || semver(self.spec.version).major() * 1000 + semver(self.spec.version).minor() >= semver(self.status.currentVersion).major() * 1000 + semver(self.status.currentVersion).minor()",fieldPath=".spec.version",message="version cannot be downgraded below the running version (status.currentVersion): etcd does not roll its data back to an older format; restore a backup into a new EtcdCluster of the older version instead",messageExpression="'version cannot be downgraded below the running version ' + self.status.currentVersion + ' (status.currentVersion): etcd does not roll its data back to an older format; choose a version of the running minor version or the next one, or restore a backup into a new EtcdCluster of the older version instead'"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || (has(oldSelf.spec.version) && self.spec.version == oldSelf.spec.version) || !has(self.status) || !has(self.status.currentVersion) || !isSemver(self.status.currentVersion) || semver(self.spec.version).major() * 1000 + semver(self.spec.version).minor() <= semver(self.status.currentVersion).major() * 1000 + semver(self.status.currentVersion).minor() + 1",fieldPath=".spec.version",message="version can be at most one minor version above the running version (status.currentVersion): upgrade one minor version at a time, and wait for status.currentVersion to reach it before the next",messageExpression="'version can be at most one minor version above the running version ' + self.status.currentVersion + ' (status.currentVersion): upgrade one minor version at a time, and wait for status.currentVersion to reach it before the next'"
+//
+// An image pinned by digest is the image of one version: a new version needs a new image.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.repository) || !self.spec.repository.contains('@') || !has(oldSelf.spec.repository) || self.spec.repository != oldSelf.spec.repository || !has(self.spec.version) || !has(oldSelf.spec.version) || self.spec.version == oldSelf.spec.version",fieldPath=".spec.repository",message="spec.repository is pinned by digest, the image of one etcd version: change it to the digest of the new version's image in the same update as spec.version, or name the repository without a digest"
 //
 // Storage can be corrected until the cluster has formed (status.clusterID is set): before that
 // no member holds data. From then on a volume cannot change class or kind, nor shrink.

@@ -10,6 +10,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
+// DefaultEtcdVersion is the etcd version of a cluster that names none: spec.version's default
+// in the CRD (a marker cannot name this constant; api's contract tests check the two agree), and
+// the version an etcd image pinned by digest without a version tag is taken to be.
+const DefaultEtcdVersion = "3.6.16"
+
 var (
 	// GroupVersion is the group and version of every kind in this package.
 	GroupVersion = schema.GroupVersion{Group: "etcd.database.dev", Version: "v1alpha1"}

@@ -142,7 +142,7 @@ func RestoreJobName(restore string) string { return jobName(restore, "-restore")
 // agent fetches and checks the snapshot, the etcdutl of the cluster's own etcd image restores
 // it as a one-member cluster, and the agent moves the result into the data directory. The
 // other members join the usual way, as learners.
-func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member string, src RestoreSource, agentImage, defaultRepository string, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member string, src RestoreSource, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
 	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256})
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
@@ -162,7 +162,7 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 	})
 	restore := agentContainer(corev1.Container{
 		Name:  RestoreEtcdutlContainer,
-		Image: Image(c, defaultRepository, c.Spec.Version),
+		Image: Image(c, images, c.Spec.Version),
 		// The etcd image of the version the cluster will run: its etcdutl writes the data
 		// directory in the format that version expects.
 		Command: []string{"/usr/local/bin/etcdutl"},

@@ -175,7 +175,7 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 		t.Errorf("volumes %+v mounted %+v: want the two claims only", pod.Volumes, ctr.VolumeMounts)
 	}
 	// The agent reads agent.MemberDataDir: the data directory etcd runs with, on that claim.
-	etcdPod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, "etcd", nil).Spec
+	etcdPod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil).Spec
 	etcdMount := etcdPod.Containers[0].VolumeMounts[0]
 	if etcdPod.Volumes[0].PersistentVolumeClaim.ClaimName != PVCName("prod-abcde") || etcdMount.MountPath != jobspec.MemberDataMount ||
 		!slices.Contains(etcdPod.Containers[0].Args, "--data-dir="+jobspec.MemberDataDir) {
@@ -241,7 +241,7 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
-		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", "etcd", nil)
+		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", EtcdImages{Repository: "etcd"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 		"peer Service":   labels.SelectorFromSet(PeerService(c).Spec.Selector),
 		"budget":         pdb,
 	}
-	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, "etcd", nil)
+	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil)
 	for what, sel := range selectors {
 		if !sel.Matches(labels.Set(member.Labels)) {
 			t.Errorf("the %s does not select member pod labels %v", what, member.Labels)
@@ -287,7 +287,7 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 		t.Fatal(err)
 	}
 	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
-		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", "etcd", nil)
+		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", EtcdImages{Repository: "etcd"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +297,7 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 	}
 	member := MemberSpec{Name: "prod-abcde", Version: "3.6.16"}
 	made := map[string]map[string]string{
-		"member pod":          MemberPod(c, member, "etcd", nil).Labels,
+		"member pod":          MemberPod(c, member, EtcdImages{Repository: "etcd"}, nil).Labels,
 		"member claim":        MemberPVC(c, member).Labels,
 		"peer Service":        PeerService(c).Labels,
 		"client Service":      ClientService(c).Labels,

@@ -44,6 +44,9 @@ const (
 	AnnotationRestoredBy = "etcd.database.dev/restored-by"
 	// AnnotationForceNewCluster marks the pod of a member restarted with --force-new-cluster.
 	AnnotationForceNewCluster = "etcd.database.dev/force-new-cluster"
+	// AnnotationEtcdVersion on a member pod is the etcd version its image runs, which an image
+	// pinned by digest does not say.
+	AnnotationEtcdVersion = "etcd.database.dev/etcd-version"
 
 	managerName = "etcd-operator"
 )

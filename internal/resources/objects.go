@@ -31,14 +31,10 @@ const (
 	etcdUID = 65532
 )
 
-// Image is the etcd image of version for the cluster: spec.repository, or else the repository
-// the operator was installed with.
-func Image(c *etcdv1alpha1.EtcdCluster, defaultRepository, version string) string {
-	repo := c.Spec.Repository
-	if repo == "" {
-		repo = defaultRepository
-	}
-	return repo + ":v" + version
+// Image is the etcd image of version for the cluster: from spec.repository, or else from the
+// image the operator was installed with (ClusterImages).
+func Image(c *etcdv1alpha1.EtcdCluster, defaults EtcdImages, version string) string {
+	return ClusterImages(c, defaults).Image(version)
 }
 
 // VersionOfImage is the etcd version an image built by Image runs, or "" for other images.
@@ -101,7 +97,7 @@ type MemberSpec struct {
 }
 
 // MemberPod is the pod of one member.
-func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository string, extraEnv []corev1.EnvVar) *corev1.Pod {
+func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, extraEnv []corev1.EnvVar) *corev1.Pod {
 	tmpl := c.Spec.PodTemplate
 	labels := maps.Clone(tmpl.Metadata.Labels)
 	if labels == nil {
@@ -116,6 +112,7 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository stri
 	annotations[AnnotationInitialCluster] = m.InitialCluster
 	annotations[AnnotationClusterState] = m.State
 	annotations[AnnotationPodSpecHash] = MemberPodSpecHash(c)
+	annotations[AnnotationEtcdVersion] = m.Version
 	if m.ForceNewCluster {
 		annotations[AnnotationForceNewCluster] = "true"
 	}
@@ -143,7 +140,7 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository stri
 			TopologySpreadConstraints:     topologySpread(c),
 			PriorityClassName:             tmpl.PriorityClassName,
 			ImagePullSecrets:              tmpl.ImagePullSecrets,
-			Containers:                    []corev1.Container{etcdContainer(c, m, defaultRepository, extraEnv)},
+			Containers:                    []corev1.Container{etcdContainer(c, m, images, extraEnv)},
 			Volumes:                       []corev1.Volume{dataVolumeSource(c, m.Name)},
 		},
 	}
@@ -155,7 +152,7 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository stri
 	return pod
 }
 
-func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository string, extraEnv []corev1.EnvVar) corev1.Container {
+func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, extraEnv []corev1.EnvVar) corev1.Container {
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
@@ -168,7 +165,7 @@ func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, defaultRepository 
 	}
 	return corev1.Container{
 		Name:            "etcd",
-		Image:           Image(c, defaultRepository, m.Version),
+		Image:           Image(c, images, m.Version),
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/usr/local/bin/etcd"},
 		Args:            etcdArgs(c, m),

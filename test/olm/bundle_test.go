@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/operator-framework/api/pkg/manifests"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"github.com/operator-framework/api/pkg/validation"
 	validationerrors "github.com/operator-framework/api/pkg/validation/errors"
@@ -34,7 +35,11 @@ import (
 // operator-framework/api this project pins. The Kubernetes version is the cluster's, so that an
 // API removed by then is an error.
 func TestBundlePassesOperatorHubValidation(t *testing.T) {
-	bundle := loadBundle(t)
+	checkOperatorHubValidation(t, loadBundle(t))
+}
+
+func checkOperatorHubValidation(t *testing.T, bundle *manifests.Bundle) {
+	t.Helper()
 	validators := validation.DefaultBundleValidators.WithValidators(
 		validation.OperatorHubV2Validator,
 		validation.StandardCapabilitiesValidator,

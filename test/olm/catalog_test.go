@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/operator-framework/operator-registry/alpha/model"
 	"github.com/operator-framework/operator-registry/alpha/property"
 	"k8s.io/apimachinery/pkg/util/sets"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // loadCatalog does what `opm validate catalog` does: load every blob and build the package model,
@@ -42,73 +44,135 @@ func loadCatalog(t *testing.T) *model.Package {
 	return packages[pkgName]
 }
 
-// Subscriptions follow stable. Its head must be the bundle in bundle/ (a release adds its bundle
-// with `make catalog-add`), and its entries one chain in version order, each replacing the one
-// before and skipping all earlier ones, so that any installed version upgrades straight to the
-// head and OLM sees exactly one head.
-func TestCatalogStableChannelEndsAtTheCurrentBundle(t *testing.T) {
+// The channels subscriptions name: stable, the default and the channel of every release so far
+// (the OLM e2e test subscribes to it), and candidate, which every release enters first: the
+// bundle in bundle/ is its head. In each channel the head is the one entry nothing replaces or
+// skips, every other version upgrades to it in one step, and its entry carries its CSV's
+// olm.skipRange, which OLM reads only there. bundle/'s annotations name the channels it heads.
+func TestCatalogChannelsEndAtTheirNewestRelease(t *testing.T) {
 	pkg := loadCatalog(t)
 	csv := loadBundle(t).CSV
 	if pkg.DefaultChannel == nil || pkg.DefaultChannel.Name != "stable" {
 		t.Fatalf("default channel %v, want stable", pkg.DefaultChannel)
 	}
-	stable := pkg.Channels["stable"]
-	head, err := stable.Head()
-	if err != nil {
-		t.Fatalf("channel stable: %v", err)
-	}
-	if head.Name != csv.Name || !head.Version.Equals(csv.Spec.Version.Version) {
-		t.Errorf("channel stable's head is %s (%s), bundle/ is %s (%s): run `make catalog`",
-			head.Name, head.Version, csv.Name, csv.Spec.Version)
+	if got := sets.KeySet(pkg.Channels); !got.Equal(sets.New("candidate", "stable")) {
+		t.Fatalf("channels %v, want candidate and stable", sets.List(got))
 	}
 
-	chain := make([]*model.Bundle, 0, len(stable.Bundles))
-	for _, b := range stable.Bundles {
-		chain = append(chain, b)
-	}
-	slices.SortFunc(chain, func(a, b *model.Bundle) int { return a.Version.Compare(b.Version) })
-	if chain[len(chain)-1] != head {
-		t.Errorf("channel stable's head %s is not its newest version %s", head.Name, chain[len(chain)-1].Name)
-	}
-	first := chain[0]
-	if first.Replaces != "" || first.SkipRange != "" || len(first.Skips) != 0 {
-		t.Errorf("the oldest entry %s replaces or skips something", first.Name)
-	}
-	for i := 1; i < len(chain); i++ {
-		b, previous := chain[i], chain[i-1]
-		if b.Replaces != previous.Name {
-			t.Errorf("%s replaces %q, want %s", b.Name, b.Replaces, previous.Name)
-		}
-		if want := fmt.Sprintf(">=%s <%s", first.Version, b.Version); b.SkipRange != want {
-			t.Errorf("%s has skipRange %q, want %q", b.Name, b.SkipRange, want)
-		}
-		skipped, err := semver.ParseRange(b.SkipRange)
+	headOf := map[string]*model.Bundle{}
+	for name, channel := range pkg.Channels {
+		head, err := channel.Head()
 		if err != nil {
-			t.Errorf("%s: skipRange: %v", b.Name, err)
+			t.Errorf("channel %s: %v", name, err)
 			continue
 		}
-		for _, older := range chain[:i] {
-			if !skipped(older.Version) {
-				t.Errorf("%s's skipRange %q does not cover %s", b.Name, b.SkipRange, older.Version)
+		headOf[name] = head
+		if newest := slices.MaxFunc(slices.Collect(maps.Values(channel.Bundles)), func(a, b *model.Bundle) int {
+			return a.Version.Compare(b.Version)
+		}); newest != head {
+			t.Errorf("channel %s: the head %s is not its newest version %s", name, head.Name, newest.Name)
+		}
+		if want := blobSkipRange(t, head); head.SkipRange != want {
+			t.Errorf("channel %s: the head %s has skipRange %q, its CSV's olm.skipRange is %q: run `make catalog`", name, head.Name, head.SkipRange, want)
+		}
+		skipped := func(semver.Version) bool { return false }
+		if head.SkipRange != "" {
+			if skipped, err = semver.ParseRange(head.SkipRange); err != nil {
+				t.Errorf("channel %s: %s's skipRange: %v", name, head.Name, err)
+				continue
+			}
+		}
+		for _, b := range channel.Bundles {
+			if b != head && !skipped(b.Version) && head.Replaces != b.Name && !slices.Contains(head.Skips, b.Name) {
+				t.Errorf("channel %s: %s does not upgrade to the head %s in one step", name, b.Name, head.Name)
+			}
+			if !strings.HasSuffix(b.Image, "/etcd-operator-bundle:v"+b.Version.String()) {
+				t.Errorf("%s has image %q, want <registry>/etcd-operator-bundle:v%s", b.Name, b.Image, b.Version)
 			}
 		}
 	}
-
-	for _, b := range chain {
-		if !strings.HasSuffix(b.Image, "/etcd-operator-bundle:v"+b.Version.String()) {
-			t.Errorf("%s has image %q, want <registry>/etcd-operator-bundle:v%s", b.Name, b.Image, b.Version)
+	if head := headOf["candidate"]; head == nil || head.Name != csv.Name || !head.Version.Equals(csv.Spec.Version.Version) {
+		t.Errorf("the head of candidate is %v, bundle/ is %s: list its image under candidate in %s and run `make catalog`", head, csv.Name, catalogTemplate)
+	}
+	heads := sets.New[string]()
+	for name, head := range headOf {
+		if head.Name == csv.Name {
+			heads.Insert(name)
 		}
+	}
+	if named := sets.New(strings.Split(bundleAnnotations(t)["operators.operatorframework.io.bundle.channels.v1"], ",")...); !named.Equal(heads) {
+		t.Errorf("bundle/ names channels %v, it heads %v: set CHANNELS in hack/olm.mk and run `make bundle`", sets.List(named), sets.List(heads))
 	}
 }
 
-// The head bundle's blob must be what `opm render` makes of bundle/ today (apart from createdAt),
-// or the catalog would serve metadata and APIs the bundle image no longer has.
-func TestCatalogHeadIsRenderedFromTheCurrentBundle(t *testing.T) {
-	head, err := loadCatalog(t).Channels["stable"].Head()
+// blobSkipRange is the olm.skipRange annotation of a bundle's CSV, as rendered into its blob.
+func blobSkipRange(t *testing.T, b *model.Bundle) string {
+	t.Helper()
+	if len(b.PropertiesP.CSVMetadatas) != 1 {
+		t.Fatalf("%s has no olm.csv.metadata", b.Name)
+	}
+	return b.PropertiesP.CSVMetadatas[0].Annotations["olm.skipRange"]
+}
+
+// currentBundle is the blob of bundle/ in the catalog, whichever channels it is in.
+func currentBundle(t *testing.T, pkg *model.Package) *model.Bundle {
+	t.Helper()
+	name := loadBundle(t).CSV.Name
+	for _, channel := range pkg.Channels {
+		if b, ok := channel.Bundles[name]; ok {
+			return b
+		}
+	}
+	t.Fatalf("bundle/ (%s) is in no channel of the catalog: list its image in %s and run `make catalog`", name, catalogTemplate)
+	return nil
+}
+
+// bundleAnnotations are bundle/metadata/annotations.yaml's.
+func bundleAnnotations(t *testing.T) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(repoPath("bundle", "metadata", "annotations.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkRenderedFrom(t, head, loadBundle(t), "bundle/", "run `make catalog`")
+	var file struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := sigsyaml.Unmarshal(data, &file); err != nil {
+		t.Fatalf("bundle/metadata/annotations.yaml: %v", err)
+	}
+	return file.Annotations
+}
+
+// The OLM e2e test installs stable's oldest release and has OLM upgrade it to the head: the
+// head's replaces chain must reach the oldest, which OLM needs besides skipRange (a skipRange
+// alone leaves more than one head), and which opm's semver template keeps across minor versions.
+func TestStableReplacesChainReachesItsOldestRelease(t *testing.T) {
+	stable := loadCatalog(t).Channels["stable"]
+	head, err := stable.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldest := slices.MinFunc(slices.Collect(maps.Values(stable.Bundles)), func(a, b *model.Bundle) int {
+		return a.Version.Compare(b.Version)
+	})
+	if oldest == head {
+		t.Fatalf("stable holds only its head %s: there is nothing to upgrade from", head.Name)
+	}
+	chain := []string{head.Name}
+	for b := head; b != oldest; {
+		next, ok := stable.Bundles[b.Replaces]
+		if !ok {
+			t.Fatalf("stable's replaces chain %v ends before its oldest release %s", chain, oldest.Name)
+		}
+		chain = append(chain, next.Name)
+		b = next
+	}
+}
+
+// bundle/'s blob must be what `opm render` makes of bundle/ today (apart from createdAt),
+// or the catalog would serve metadata and APIs the bundle image no longer has.
+func TestCatalogHeadIsRenderedFromTheCurrentBundle(t *testing.T) {
+	checkRenderedFrom(t, currentBundle(t, loadCatalog(t)), loadBundle(t), "bundle/", "run `make catalog`")
 }
 
 // Every earlier version in the catalog is a release whose commit OLM_RELEASES names (hack/olm.mk),
@@ -117,26 +181,26 @@ func TestCatalogHeadIsRenderedFromTheCurrentBundle(t *testing.T) {
 // would not be what the catalog serves.
 func TestCatalogReleasesAreBuiltFromTheirCommits(t *testing.T) {
 	pkg := loadCatalog(t)
-	stable := pkg.Channels["stable"]
-	head, err := stable.Head()
-	if err != nil {
-		t.Fatal(err)
-	}
+	head := currentBundle(t, pkg)
 	releases := olmReleases(t)
 
-	for name, b := range stable.Bundles {
-		if _, ok := releases[b.Version.String()]; !ok && b != head {
+	bundles := map[string]*model.Bundle{}
+	for _, channel := range pkg.Channels {
+		maps.Copy(bundles, channel.Bundles)
+	}
+	for name, b := range bundles {
+		if _, ok := releases[b.Version.String()]; !ok && b.Name != head.Name {
 			t.Errorf("%s is in the catalog but not in OLM_RELEASES (hack/olm.mk): add VERSION@COMMIT of its release", name)
 		}
 	}
 	for version, commit := range releases {
-		b, ok := stable.Bundles[pkgName+".v"+version]
+		b, ok := bundles[pkgName+".v"+version]
 		switch {
 		case !ok:
-			t.Errorf("OLM_RELEASES has %s, which channel stable does not", version)
+			t.Errorf("OLM_RELEASES has %s, which the catalog does not", version)
 			continue
-		case b == head:
-			t.Errorf("OLM_RELEASES has %s, the channel's head, which is built from this tree", version)
+		case b.Name == head.Name:
+			t.Errorf("OLM_RELEASES has %s, the head, which is built from this tree", version)
 			continue
 		}
 		t.Run(version, func(t *testing.T) {

@@ -15,12 +15,15 @@ import (
 
 	"github.com/operator-framework/api/pkg/manifests"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
 const (
 	repoRoot = "../.."
 	pkgName  = "etcd-operator"
+	// catalogTemplate is the semver template make catalog renders the catalog from.
+	catalogTemplate = "catalog-template.yaml"
 )
 
 func repoPath(parts ...string) string {
@@ -76,4 +79,14 @@ var createdAt = regexp.MustCompile(`(?m)^(\s*createdAt:).*$`)
 
 func withoutCreatedAt(data []byte) []byte {
 	return createdAt.ReplaceAll(data, []byte("$1 <normalised>"))
+}
+
+// envValue is the value of the environment variable name, or "".
+func envValue(env []corev1.EnvVar, name string) string {
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
 }

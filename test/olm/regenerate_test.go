@@ -3,6 +3,7 @@ package olm
 import (
 	"bytes"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,17 +34,7 @@ func TestBundleIsRegenerated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command("make", "--no-print-directory", "bundle", "LOCALBIN="+bin)
-	cmd.Dir = work
-	// The make that runs `make test` passes its flags and variables down through the environment;
-	// the bundle must be what the Makefile's defaults make.
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		name, _, _ := strings.Cut(kv, "=")
-		return name == "MAKEFLAGS" || name == "MFLAGS" || name == "MAKELEVEL" || name == "MAKEOVERRIDES"
-	})
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make bundle: %v\n%s", err, out)
-	}
+	runMake(t, work, "bundle", "LOCALBIN="+bin)
 
 	committed := generatedFiles(t, root)
 	fresh := generatedFiles(t, work)
@@ -63,6 +54,77 @@ func TestBundleIsRegenerated(t *testing.T) {
 	}
 }
 
+// catalog/ is generated too: its channels and package are what hack/catalog-template (the
+// channel-making step of `make catalog`) renders from catalog-template.yaml and the committed
+// bundle blobs, byte for byte; TestCatalogHeadIsRenderedFromTheCurrentBundle holds the head's blob
+// to bundle/. So the catalog is the template's, and making it again changes nothing.
+func TestCatalogIsRenderedFromTheTemplate(t *testing.T) {
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	if err := os.CopyFS(work, os.DirFS(filepath.Join(root, "catalog", pkgName))); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "./hack/catalog-template", "-template", catalogTemplate,
+		"-catalog", work, "-icon", filepath.Join("config", "manifests", "icon.svg"))
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hack/catalog-template: %v\n%s", err, out)
+	}
+	for _, file := range []string{"package.yaml", "channels.yaml"} {
+		committed, err := os.ReadFile(filepath.Join(root, "catalog", pkgName, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendered, err := os.ReadFile(filepath.Join(work, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(committed, rendered) {
+			t.Errorf("catalog/%s/%s is not what %s renders: run `make catalog` and commit the result\ncommitted:\n%s\nrendered:\n%s",
+				pkgName, file, catalogTemplate, committed, rendered)
+		}
+	}
+}
+
+// runMake runs a make target in dir with the Makefile's defaults: the make that runs `make test`
+// passes its flags and variables down through the environment, which are dropped.
+func runMake(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("make", append([]string{"--no-print-directory"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return name == "MAKEFLAGS" || name == "MFLAGS" || name == "MAKELEVEL" || name == "MAKEOVERRIDES"
+	})
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// filesUnder reads every file under root/dir, keyed by its path relative to root.
+func filesUnder(t *testing.T, root, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		files[rel], err = os.ReadFile(path)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
 // generatedFiles reads bundle/ and bundle.Dockerfile under root, keyed by their relative path.
 func generatedFiles(t *testing.T, root string) map[string][]byte {
 	t.Helper()
@@ -75,20 +137,7 @@ func generatedFiles(t *testing.T, root string) map[string][]byte {
 		files[rel] = data
 	}
 	read("bundle.Dockerfile")
-	err := filepath.WalkDir(filepath.Join(root, "bundle"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		read(rel)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	maps.Copy(files, filesUnder(t, root, "bundle"))
 	return files
 }
 

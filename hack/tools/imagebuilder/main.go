@@ -6,6 +6,7 @@
 //	    [-link DST:TARGET]... [-entrypoint ARG]... [-cmd ARG]... [-user UID:GID] [-env K=V]...
 //	    [-label K=V]... [-workdir DIR]
 //	imagebuilder push -registry HOST:PORT FILE.tar...
+//	imagebuilder digest -tag REF FILE.tar
 //
 // Without -platform, build writes a `docker load`-style tarball of one image for linux and this
 // machine's architecture. With -platform, repeated for each platform, it writes an OCI image
@@ -15,7 +16,9 @@
 // for is refused. `ctr images import` reads both kinds (from an index, only the machine's own
 // platform's content is imported). push sends either kind over plain HTTP to the registry named
 // in its tag, which must be the one given: a tag naming any other registry is refused, so nothing
-// is ever sent off the machine by mistake. An image without the OCI labels title, description,
+// is ever sent off the machine by mistake. digest prints the digest push makes an image (or an
+// index) known by, for references pinned by digest (make bundle USE_IMAGE_DIGESTS=1), if the
+// tarball is tagged REF. An image without the OCI labels title, description,
 // version, revision, source and licenses (org.opencontainers.image.*) is refused. Every image
 // gets a base layer with /etc/passwd and /etc/group (root and nonroot 65532, as in distroless)
 // and a world-writable /tmp. Timestamps are fixed, so the same inputs give the same image digest.
@@ -89,6 +92,8 @@ func main() {
 		err = build(os.Args[2:])
 	case "push":
 		err = push(os.Args[2:])
+	case "digest":
+		err = digest(os.Args[2:])
 	default:
 		usage()
 	}
@@ -99,7 +104,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: imagebuilder build -tag REF -o FILE.tar [flags] | imagebuilder push -registry HOST:PORT FILE.tar...")
+	fmt.Fprintln(os.Stderr, "usage: imagebuilder build -tag REF -o FILE.tar [flags] | imagebuilder push -registry HOST:PORT FILE.tar... | imagebuilder digest -tag REF FILE.tar")
 	os.Exit(2)
 }
 
@@ -610,4 +615,74 @@ func writeFrom(dst string, r io.Reader) (err error) {
 	}()
 	_, err = io.Copy(f, r)
 	return err
+}
+
+func digest(args []string) error {
+	fs := flag.NewFlagSet("digest", flag.ExitOnError)
+	tag := fs.String("tag", "", "the image reference the tarball must be tagged with")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tag == "" || fs.NArg() != 1 {
+		return errors.New("-tag and one tarball are required")
+	}
+	d, err := imageDigest(fs.Arg(0), *tag)
+	if err != nil {
+		return err
+	}
+	fmt.Println(d)
+	return nil
+}
+
+// imageDigest is the digest of the tarball's image, which must be tagged tag: the digest of its
+// manifest, which push sends as it is (the layers are stored compressed, so nothing is rebuilt).
+func imageDigest(file, tag string) (string, error) {
+	isLayout, err := isOCILayout(file)
+	if err != nil {
+		return "", err
+	}
+	if isLayout {
+		return indexDigest(file, tag)
+	}
+	manifest, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(file) })
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	if len(manifest) != 1 || !slices.Equal(manifest[0].RepoTags, []string{tag}) {
+		return "", fmt.Errorf("%s: want one image tagged %s, found %+v", file, tag, manifest)
+	}
+	img, err := tarball.ImageFromPath(file, nil)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	return d.String(), nil
+}
+
+// indexDigest is the digest of the image index an OCI layout tarball (build -platform) names,
+// which must be tagged tag: what push sends, and what a reference pinned by digest names.
+func indexDigest(file, tag string) (string, error) {
+	dir, err := os.MkdirTemp("", "imagebuilder-digest-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := untar(file, dir); err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	manifest, err := top.IndexManifest()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", file, err)
+	}
+	if len(manifest.Manifests) != 1 || manifest.Manifests[0].Annotations[annotationContainerdName] != tag {
+		return "", fmt.Errorf("%s: want one image index tagged %s", file, tag)
+	}
+	return manifest.Manifests[0].Digest.String(), nil
 }

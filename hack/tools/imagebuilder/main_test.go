@@ -4,13 +4,18 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -160,5 +165,54 @@ func TestPushRefusesOtherRegistries(t *testing.T) {
 	}
 	if err := push([]string{"-registry", "127.0.0.1:5000", out}); err == nil {
 		t.Fatal("pushed an image tagged for another registry")
+	}
+}
+
+// digest names the image push sends: pushed to a registry, the tarball's image is served under
+// that digest, so a reference pinned by it (<repository>@<digest>) pulls exactly that image. It
+// refuses a tarball tagged other than the reference given, whose digest would be another image's.
+func TestDigestIsThePushedImages(t *testing.T) {
+	server := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(server.Close)
+	host := strings.TrimPrefix(server.URL, "http://")
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tag := host + "/tool:v1"
+	out := filepath.Join(dir, "tool_v1.tar")
+	if err := build([]string{"-tag", tag, "-o", out, "-add", bin + ":/tool"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := imageDigest(out, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := push([]string{"-registry", host, out}); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(tag, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := remote.Head(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != pushed.Digest.String() {
+		t.Fatalf("digest %s, the registry serves %s under %s", got, pushed.Digest, tag)
+	}
+	pinned, err := name.ParseReference(host+"/tool@"+got, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Head(pinned); err != nil {
+		t.Fatalf("%s: %v", pinned, err)
+	}
+
+	if _, err := imageDigest(out, host+"/tool:v2"); err == nil {
+		t.Fatal("the digest of a tarball tagged tool:v1 was given for tool:v2")
 	}
 }
