@@ -44,7 +44,11 @@ func TestReleaseBundlePinsEveryImageByDigest(t *testing.T) {
 			t.Fatal(err)
 		}
 		tarball := filepath.Join(images, strings.ReplaceAll(filepath.Base(image), ":", "_")+".tar")
-		run(t, imagebuilder, "build", "-tag", image, "-o", tarball, "-add", content+":/content")
+		args := []string{"build", "-tag", image, "-o", tarball, "-add", content + ":/content"}
+		for _, label := range []string{"title", "description", "version", "revision", "source", "licenses"} {
+			args = append(args, "-label", "org.opencontainers.image."+label+"=stand-in")
+		}
+		run(t, imagebuilder, args...)
 		digest := strings.TrimSpace(run(t, imagebuilder, "digest", "-tag", image, tarball))
 		pinned[image] = image[:strings.LastIndex(image, ":")] + "@" + digest
 	}

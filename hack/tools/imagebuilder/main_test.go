@@ -183,7 +183,7 @@ func TestDigestIsThePushedImages(t *testing.T) {
 	}
 	tag := host + "/tool:v1"
 	out := filepath.Join(dir, "tool_v1.tar")
-	if err := build([]string{"-tag", tag, "-o", out, "-add", bin + ":/tool"}); err != nil {
+	if err := build(append([]string{"-tag", tag, "-o", out, "-add", bin + ":/tool"}, ociLabelArgs()...)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := imageDigest(out, tag)

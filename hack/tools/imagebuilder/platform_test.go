@@ -237,4 +237,12 @@ func TestPushSendsTheIndex(t *testing.T) {
 		t.Fatalf("the registry has no index for %s: %v", tag, err)
 	}
 	checkPlatforms(t, idx)
+	// What a bundle pinned by digest names (make bundle USE_IMAGE_DIGESTS=1) is what was pushed.
+	want, err := idx.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := imageDigest(out, tag); err != nil || got != want.String() {
+		t.Errorf("digest of the index tarball %q (%v), want the pushed index's %s", got, err, want)
+	}
 }
