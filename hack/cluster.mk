@@ -203,7 +203,7 @@ test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator 
 # The soak. DURATION of fault injection (a Go duration), then the checks; CHAOS_SEED replays a
 # run's choice of faults; CHAOS_TIMEOUT must exceed DURATION by the clusters' last settle.
 DURATION ?= 30m
-CHAOS_CI_DURATION ?= 6m
+CHAOS_CI_DURATION ?= 5m
 CHAOS_SEED ?=
 CHAOS_TIMEOUT ?= 2h
 
@@ -213,7 +213,7 @@ chaos: cluster-deploy ## Soak: two clusters under writers, linearizability clien
 		go test -tags e2e -count=1 -v -timeout $(CHAOS_TIMEOUT) -run '^TestChaos$$' ./test/e2e/
 
 .PHONY: chaos-ci
-chaos-ci: ## The soak as CI runs it: make chaos for CHAOS_CI_DURATION (default 6m).
+chaos-ci: ## The soak as CI runs it: make chaos for CHAOS_CI_DURATION (default 5m).
 	$(MAKE) --no-print-directory chaos DURATION=$(CHAOS_CI_DURATION) CHAOS_TIMEOUT=30m
 
 # Benchmarks, not tests: figures for docs/performance.md. BENCH selects, BENCH_COUNT repeats.
