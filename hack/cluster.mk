@@ -232,12 +232,12 @@ CLUSTER_DEMO_NAMESPACE ?= demo
 demo-intro:
 	@echo "make demo: the local cluster, OLM and this tree's catalog, then the operator installed through"
 	@echo "a Subscription, a 3-member EtcdCluster and a scheduled backup to an S3 server in the cluster."
-	@echo "On a fresh machine the first run builds everything from source: about 25 minutes on 2 cores"
-	@echo "(Kubernetes and containerd's tools ~13 min, etcd, OLM, the S3 server, the operator). Later runs"
-	@echo "take a few minutes. Each long build says what it builds as it starts."
+	@echo "On a fresh machine the first run builds everything from source, about 20-30 minutes on 2 cores"
+	@echo "(Kubernetes and the cluster's tools ~13 min measured, then etcd, OLM, opm, the S3 server and the"
+	@echo "operator). Later runs take a few minutes. Each long build says what it builds as it starts."
 
 .PHONY: demo
 demo: demo-intro olm-catalog-head ## The main job on a fresh machine: the local cluster with OLM, the operator installed from this tree's catalog by a Subscription, a 3-member EtcdCluster, a scheduled backup.
-	KUBECTL=$(CLUSTER_KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) DEMO_NAMESPACE=$(CLUSTER_DEMO_NAMESPACE) \
+	KUBECTL=$(CLUSTER_KUBECTL) ETCDCTL=$(ETCD_BIN)/etcdctl KUBECONFIG=$(CLUSTER_KUBECONFIG) DEMO_NAMESPACE=$(CLUSTER_DEMO_NAMESPACE) \
 		VERSITYGW_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) DEPLOYED_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
 		DEPLOYED_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) hack/demo/demo.sh

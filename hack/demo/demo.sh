@@ -3,7 +3,7 @@
 # this tree's catalog: subscribe to the operator, wait for its CSV to succeed, run the sample
 # EtcdCluster, and back it up on a schedule to an S3 server in the cluster.
 #
-# Environment (make demo sets it): KUBECTL, KUBECONFIG, DEMO_NAMESPACE, VERSITYGW_IMAGE,
+# Environment (make demo sets it): KUBECTL, ETCDCTL, KUBECONFIG, DEMO_NAMESPACE, VERSITYGW_IMAGE,
 # DEPLOYED_NAMESPACE and DEPLOYED_DEPLOYMENT (make deploy's operator, stopped if it runs).
 set -euo pipefail
 
@@ -57,6 +57,9 @@ kn apply -f "$root/config/samples/etcd_v1alpha1_etcdcluster.yaml"
 wait_for "EtcdCluster example to be Available" 300 kn wait etcdcluster/example --for=condition=Available --timeout=5s ||
 	{ kn get etcdcluster example -o yaml; fail "EtcdCluster example is not Available"; }
 kn get etcdcluster example -o wide
+# A key, through the client Service (the node routes its cluster IP), for the backup to hold.
+client_ip=$(kn get service example-client -o jsonpath='{.spec.clusterIP}')
+"${ETCDCTL:?}" --endpoints "http://$client_ip:2379" put /demo/greeting "hello from make demo"
 
 step "An S3 server in the cluster for the backups, and its bucket"
 if ! kn get secret demo-s3-credentials >/dev/null 2>&1; then
@@ -71,8 +74,10 @@ wait_for "the S3 server to be ready" 180 kn rollout status deployment/demo-s3 --
 # (the node routes cluster IPs; the key is read into a variable, not echoed).
 ip=$(kn get service demo-s3 -o jsonpath='{.spec.clusterIP}')
 secret_key=$(kn get secret demo-s3-credentials -o jsonpath='{.data.AWS_SECRET_ACCESS_KEY}' | base64 -d)
+# S3 wants the payload's sha256 signed along: here, that of the empty body.
+empty_sha256=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 status=$(curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
-	--user "demo:$secret_key" -X PUT "http://$ip:7070/etcd-backups")
+	--user "demo:$secret_key" -H "x-amz-content-sha256: $empty_sha256" -X PUT "http://$ip:7070/etcd-backups")
 unset secret_key
 case $status in
 200 | 409) echo "    bucket etcd-backups ready (HTTP $status)" ;;
@@ -96,7 +101,7 @@ The operator runs as OLM installed it, and the cluster is backed up every 2 minu
   kubectl -n $ns get csv                                   # the installed operator
   kubectl -n $ns get etcd -o wide                          # members, version, conditions
   kubectl -n $ns scale etcd example --replicas 5           # learners added, then promoted
-  kubectl -n $ns delete pod -l etcd.database.dev/cluster=example --wait=false   # it comes back
+  kubectl -n $ns delete \$(kubectl -n $ns get pod -l etcd.database.dev/cluster=example -o name | head -1)   # a member comes back
   kubectl -n $ns get etcdbackup example-every-2m -o yaml   # each run's snapshot, revision, sha256
   sed s/example-every-6h/example-every-2m/ config/samples/etcd_v1alpha1_etcdrestore.yaml | kubectl -n $ns apply -f -
                                                            # the latest snapshot restored into a new cluster
