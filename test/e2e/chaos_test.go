@@ -358,7 +358,7 @@ func (s *chaosSoak) summary() string {
 	}
 	for _, cc := range s.clusters {
 		completed, failed := cc.backupRuns()
-		fmt.Fprintf(&b, "  %s: %d writes acknowledged, %d not; clients: %v; backups: %d completed, %d failed\n",
+		fmt.Fprintf(&b, "  %s: %d writes acknowledged, %d not; clients: %v; backup runs in status (its bounded history): %d completed, %d failed\n",
 			cc.c.Name, cc.writer.ackedCount(), cc.writer.failedCount(), cc.history, completed, failed)
 	}
 	verdict := "PASS: no acknowledged write lost, every history linearizable, every backup's status true"
