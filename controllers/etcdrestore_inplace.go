@@ -138,14 +138,16 @@ func (r *EtcdRestoreReconciler) giveClaim(ctx context.Context, c *etcdv1alpha1.E
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
 		return err
 	}
-	if pvc.Labels[resources.LabelCluster] == c.Name {
-		return nil
+	if pvc.Labels[resources.LabelCluster] != c.Name {
+		claimPatch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Labels, pvc.OwnerReferences = resources.MemberLabels(c, seed), resources.ClaimOwners(c)
+		if err := r.Patch(ctx, pvc, claimPatch); err != nil {
+			return fmt.Errorf("give claim %s to EtcdCluster %s: %w", pvc.Name, c.Name, err)
+		}
 	}
-	claimPatch := client.MergeFrom(pvc.DeepCopy())
-	pvc.Labels, pvc.OwnerReferences = resources.MemberLabels(c, seed), resources.ClaimOwners(c)
-	if err := r.Patch(ctx, pvc, claimPatch); err != nil {
-		return fmt.Errorf("give claim %s to EtcdCluster %s: %w", pvc.Name, c.Name, err)
-	}
+	// Crossed whenever the claim is the cluster's, given now or before: a crash of the cluster's
+	// reconciler, in the same process, can end the process between the patch and this line, and
+	// the restore, restarted, then finds the claim given.
 	// gofail: var restoreClaimGiven struct{}
 	return nil
 }
