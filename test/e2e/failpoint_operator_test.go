@@ -384,6 +384,16 @@ func (o *failpointOperator) recordCrash(ctx context.Context, pod *corev1.Pod) {
 // crashLog is the log of the manager container that crashed: the previous one once the kubelet
 // has started it again, the current one before. A read that fails is tried again for a while.
 func (o *failpointOperator) crashLog(ctx context.Context, pod *corev1.Pod) string {
+	// The crashed container's log can be gone (a walk once found it so, and had no way to
+	// tell which failpoint fired); its termination message, the log's tail
+	// (FallbackToLogsOnError), stays in the pod's status.
+	for _, st := range pod.Status.ContainerStatuses {
+		for _, terminated := range []*corev1.ContainerStateTerminated{st.LastTerminationState.Terminated, st.State.Terminated} {
+			if st.Name == managerContainer && terminated != nil && failpointPanic.MatchString(terminated.Message) {
+				return terminated.Message
+			}
+		}
+	}
 	var logs []string
 	_ = pollUntil(ctx, 10*time.Second, func(ctx context.Context) (bool, error) {
 		logs = logs[:0]
