@@ -12,8 +12,6 @@ if [[ -z ${CLUSTER_CRICTL:-} ]]; then
 fi
 : "${PURGE:=}"
 
-((EUID == 0)) || die "must run as root (sudo make cluster-down)"
-
 # stop NAME...: SIGTERM to each recorded process that is still ours, then SIGKILL to those still
 # running after 10 s. All at once: each takes a second or two to shut down gracefully.
 stop() {
@@ -68,7 +66,8 @@ kill_leftover_tasks() {
 		socket=$(<"$task/address")
 		socket=${socket#unix://}
 		[[ -S $socket ]] || continue
-		pid=$(ss -xlpH src "$socket" | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2)
+		# Nobody listens on the socket of a shim that was killed with everything else: no PID.
+		pid=$(ss -xlpH src "$socket" | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2) || pid=
 		if [[ -n $pid && $(readlink "/proc/$pid/exe" 2>/dev/null) == */containerd-shim-runc-v2 ]]; then
 			kill -KILL "$pid" 2>/dev/null && log "killed leftover shim $pid"
 		fi
@@ -156,6 +155,7 @@ remove_pod_cgroups() {
 }
 
 main() {
+	((EUID == 0)) || die "must run as root (sudo make cluster-down)"
 	local started=$SECONDS
 	# Nothing may create pods while they are removed, so kubelet and the controllers go first.
 	stop kubelet kube-scheduler kube-controller-manager kube-proxy
@@ -182,4 +182,5 @@ main() {
 	log "cluster down in $((SECONDS - started))s"
 }
 
-main "$@"
+# Sourced (by test/clusterscripts), it only defines the functions above.
+[[ ${BASH_SOURCE[0]} != "$0" ]] || main "$@"
