@@ -186,8 +186,8 @@ func splitNamespaces(list string) []string {
 	return out
 }
 
-// runAgent is the image's other job: `manager agent ...` runs in the backup, restore and
-// preserve-data Jobs the operator makes, with the user's volumes and credentials, and reports
+// runAgent is the image's other job: `manager agent ...` runs in the backup, restore,
+// preserve-data and read-log Jobs the operator makes, with the user's volumes and credentials, and reports
 // through its termination message.
 func runAgent(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -201,8 +201,10 @@ func runAgent(args []string) int {
 		return agent.RunRestoreInstall()
 	case len(args) == 1 && args[0] == "preserve-data":
 		return agent.RunPreserveData()
+	case len(args) == 1 && args[0] == "read-log":
+		return agent.RunReadLog()
 	default:
-		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|preserve-data")
+		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|preserve-data|read-log")
 		return 2
 	}
 }

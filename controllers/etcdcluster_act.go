@@ -67,6 +67,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.preserveData(ctx, c, obs, step.Member)
 	case membership.ForceNewCluster:
 		err = r.forceNewCluster(ctx, c, obs, step.Member)
+	case membership.ReadLogs:
+		err = r.readLogs(ctx, c, obs, step.Members)
 	case membership.RestoreFromBackup:
 		err = r.restoreFromBackup(ctx, c)
 	case membership.ExpandClaims:

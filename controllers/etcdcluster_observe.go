@@ -319,6 +319,13 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 	for name, index := range obs.recovery.raftIndexes {
 		get(name).RaftIndex = index
 	}
+	for name, read := range obs.recovery.logReads {
+		if m := get(name); read.log != nil {
+			m.RaftIndex = read.log.CommitIndex // as it would report it (agent.LogState)
+		} else {
+			m.LogUnreadable = read.failed
+		}
+	}
 	specHash := resources.MemberPodSpecHash(c)
 	for name, pod := range obs.pods {
 		m := get(name)

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -36,6 +37,8 @@ type quorumRecoveryObservation struct {
 	// raftIndexes by member name, from members asked one by one: without a quorum etcd
 	// answers no member list, but each member still reports its own status.
 	raftIndexes map[string]uint64
+	// logReads by member name: the read-log Jobs of the last voters that did not report one.
+	logReads map[string]logRead
 	// preserveJob copies the data of the member the recovery builds on, if it exists;
 	// preserved is its result once it succeeded, preserveFailed why it failed.
 	preserveJob    *batchv1.Job
@@ -47,6 +50,17 @@ type quorumRecoveryObservation struct {
 	// restore is the EtcdRestore a recovery from a backup under way is carried out by, if it
 	// exists.
 	restore *etcdv1alpha1.EtcdRestore
+}
+
+// logRead is what the read-log Job of one member says of its log.
+type logRead struct {
+	job *batchv1.Job
+	// stale: made for an earlier quorum loss, or its report is gone with its pod; deleted, to
+	// be made again.
+	stale bool
+	// log is the result; failed, why there is none, once the Job has failed.
+	log    *agent.LogState
+	failed string
 }
 
 // underwayRecovery is the recovery begun and not completed, or nil.
@@ -63,6 +77,11 @@ func (r *EtcdClusterReconciler) observeQuorumRecovery(ctx context.Context, c *et
 	formedAndLost := !obs.reachable && c.Status.ClusterID != ""
 	if formedAndLost && obs.client != nil {
 		obs.recovery.raftIndexes = raftIndexesWithoutQuorum(ctx, c, obs)
+	}
+	if formedAndLost && underwayRecovery(c) == nil {
+		if err := r.observeLogReads(ctx, c, obs); err != nil {
+			return err
+		}
 	}
 	if formedAndLost && c.Spec.QuorumLossRecovery.Policy == etcdv1alpha1.QuorumLossRecoveryFromLatestBackup && underwayRecovery(c) == nil {
 		latest, err := r.latestBackup(ctx, c)
@@ -113,6 +132,104 @@ func (r *EtcdClusterReconciler) observeQuorumRecovery(ctx context.Context, c *et
 		obs.recovery.preserveFailed = "Job " + job.Name + " failed; `kubectl logs job/" + job.Name + "` says why"
 	}
 	return nil
+}
+
+// observeLogReads reads what the read-log Jobs found of the logs of the last voters that did
+// not report a raft index themselves.
+func (r *EtcdClusterReconciler) observeLogReads(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
+	lostAt, lost := quorumLostSince(c)
+	obs.recovery.logReads = map[string]logRead{}
+	for _, name := range lastVoters(c) {
+		if _, answered := obs.recovery.raftIndexes[name]; answered {
+			continue
+		}
+		job := &batchv1.Job{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: resources.ReadLogJobName(name)}, job)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("get the Job reading member %s's log: %w", name, err)
+		}
+		read := logRead{job: job}
+		if !lost || job.Annotations[resources.AnnotationQuorumLostAt] != lostAt.UTC().Format(time.RFC3339) {
+			read.stale = true
+			obs.recovery.logReads[name] = read
+			continue
+		}
+		succeeded, finished := jobOutcome(job)
+		if finished {
+			report, ok, err := agentReport(ctx, r.Client, job, resources.ReadLogContainer)
+			switch {
+			case err != nil:
+				return fmt.Errorf("read the report of Job %s: %w", job.Name, err)
+			case succeeded && ok && report.Log != nil:
+				read.log = report.Log
+			case succeeded:
+				read.stale = true // the pod, and its report with it, is gone: read again
+			case ok && report.Error != "":
+				read.failed = report.Error + " (Job " + job.Name + "; delete it to read again)"
+			default:
+				read.failed = "Job " + job.Name + " failed; `kubectl logs job/" + job.Name + "` says why"
+			}
+		}
+		obs.recovery.logReads[name] = read
+	}
+	return nil
+}
+
+// quorumLostSince is when the cluster stopped being available, once status says it has.
+func quorumLostSince(c *etcdv1alpha1.EtcdCluster) (time.Time, bool) {
+	available := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable)
+	if available == nil || available.Status != metav1.ConditionFalse {
+		return time.Time{}, false
+	}
+	return available.LastTransitionTime.Time, true
+}
+
+// readLogs makes a read-log Job for each of members that has none for this quorum loss: each
+// reads, from the member's claim, how far its log reaches. One made for an earlier loss, or
+// whose report is gone, is deleted first. Nothing is stopped: the Jobs only read.
+func (r *EtcdClusterReconciler) readLogs(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, members []string) error {
+	lostAt, lost := quorumLostSince(c)
+	if !lost {
+		return nil // this reconcile's report records the loss; the Jobs are made for it next time
+	}
+	var errs []error
+	for _, name := range members {
+		read, exists := obs.recovery.logReads[name]
+		switch {
+		case exists && read.stale:
+			err := r.Delete(ctx, read.job, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &read.job.UID})
+			if ignoreGone(err) != nil {
+				errs = append(errs, fmt.Errorf("delete Job %s: %w", read.job.Name, err))
+			}
+			continue
+		case exists:
+			if _, finished := jobOutcome(read.job); finished {
+				continue
+			}
+			notStarting, _, err := jobNotStarting(ctx, r.Client, read.job, r.now())
+			if err != nil {
+				errs = append(errs, err)
+			} else if notStarting != "" {
+				errs = append(errs, fmt.Errorf("the Job reading member %s's log cannot start: %s", name, notStarting))
+			}
+			continue
+		}
+		node := ""
+		if pod, ok := obs.pods[name]; ok {
+			node = pod.Spec.NodeName
+		}
+		job, err := resources.ReadLogJob(c, name, node, lostAt, r.AgentImage, r.PodEnv)
+		if err == nil {
+			err = r.createOwned(ctx, c, job)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // latestBackup is the EtcdBackup of the cluster whose last completed snapshot is the newest,
@@ -175,8 +292,8 @@ func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, seen *quorumRecoveryObservation
 	if spec.After != nil {
 		p.After = spec.After.Duration
 	}
-	if available := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable); available != nil && available.Status == metav1.ConditionFalse {
-		p.LostSince = available.LastTransitionTime.Time
+	if lostSince, lost := quorumLostSince(c); lost {
+		p.LostSince = lostSince
 	}
 	if qr := underwayRecovery(c); qr != nil {
 		p.Underway = qr.Member

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -60,9 +61,15 @@ func (a *scriptedCluster) pod(t *testing.T, name string) (*corev1.Pod, bool) {
 // finishPreserveJob makes the copy Job succeed with report, as the agent's pod would.
 func (a *scriptedCluster) finishPreserveJob(t *testing.T, member string, succeeded bool, report string) {
 	t.Helper()
+	a.finishAgentJob(t, resources.PreserveDataJobName(member), resources.PreserveDataContainer, succeeded, report)
+}
+
+// finishAgentJob ends the agent Job name, its container reporting report, as its pod would.
+func (a *scriptedCluster) finishAgentJob(t *testing.T, name, container string, succeeded bool, report string) {
+	t.Helper()
 	job := &batchv1.Job{}
-	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PreserveDataJobName(member)}, job); err != nil {
-		t.Fatalf("the Job copying %s's data: %v", member, err)
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: name}, job); err != nil {
+		t.Fatalf("Job %s: %v", name, err)
 	}
 	condition := batchv1.JobComplete
 	if !succeeded {
@@ -73,9 +80,9 @@ func (a *scriptedCluster) finishPreserveJob(t *testing.T, member string, succeed
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-" + job.ResourceVersion, Namespace: "ns",
 			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
-		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: resources.PreserveDataContainer,
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, ContainerStatuses: []corev1.ContainerStatus{{Name: container,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
 	}
 	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
@@ -174,6 +181,135 @@ func TestQuorumLostForGoodIsRecoveredFromACopiedSurvivor(t *testing.T) {
 	}
 	if events := a.events(); !strings.Contains(events, "BeginRecovery") || !strings.Contains(events, "PreserveData") || !strings.Contains(events, "ForceNewCluster") {
 		t.Errorf("every step is an event; got:\n%s", events)
+	}
+}
+
+// lostMajorityMute is a five-member cluster whose members 2 to 4 lost their pods and claims for
+// good, and whose survivors answer nothing (a cluster with password authentication cannot
+// authenticate anyone without a quorum).
+func lostMajorityMute(t *testing.T, objects func() []client.Object) *scriptedCluster {
+	t.Helper()
+	a := newScriptedCluster(t, 5, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{}}
+	}, objects)
+	a.reconcile(t, 1)
+	a.loseForGood(t, a.members[2:])
+	for _, name := range a.members[:2] {
+		delete(a.etcd.Statuses, resources.ClientURL(a.cluster, name))
+	}
+	return a
+}
+
+// readLogJob is the read-log Job of member, which must exist.
+func (a *scriptedCluster) readLogJob(t *testing.T, member string) *batchv1.Job {
+	t.Helper()
+	job := &batchv1.Job{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.ReadLogJobName(member)}, job); err != nil {
+		t.Fatalf("no Job reads member %s's log: %v", member, err)
+	}
+	return job
+}
+
+// readLogsMade reconciles until the survivors' read-log Jobs are made (the loss on record, then
+// the Jobs), and stamps them with their creation time, as the API server would.
+func (a *scriptedCluster) readLogsMade(t *testing.T) *etcdv1alpha1.EtcdCluster {
+	t.Helper()
+	for range 4 {
+		c := a.reconcile(t, 1)
+		made := 0
+		for _, name := range a.members[:2] {
+			job := &batchv1.Job{}
+			if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.ReadLogJobName(name)}, job); err != nil {
+				continue
+			}
+			made++
+			if job.CreationTimestamp.IsZero() && job.Annotations[resources.AnnotationQuorumLostAt] != "2026-01-01T00:00:00Z" {
+				job.CreationTimestamp = metav1.Now()
+				if err := a.k8s.Update(t.Context(), job); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if made == 2 {
+			return c
+		}
+	}
+	t.Fatal("the survivors' read-log Jobs were not made")
+	return nil
+}
+
+// Survivors that do not answer have their logs read from their data by read-log Jobs, which
+// stop nothing; the recovery then builds on the one whose log reaches furthest. A Job left from
+// an earlier quorum loss is not believed: it is made again.
+func TestSurvivorsThatDoNotAnswerHaveTheirLogsReadFromTheirData(t *testing.T) {
+	a := lostMajorityMute(t, nil)
+	m0, m1 := a.members[0], a.members[1]
+	// From an earlier loss: had it been believed, m0 would be the survivor.
+	earlier, err := resources.ReadLogJob(a.cluster, m0, "", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), "agent", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier.UID = "the-earlier-loss" // its pod, left behind, is not the new Job's
+	if err := a.k8s.Create(t.Context(), earlier); err != nil {
+		t.Fatal(err)
+	}
+	a.finishAgentJob(t, earlier.Name, resources.ReadLogContainer, true, `{"log":{"member":"`+m0+`","commitIndex":500,"term":1,"walFiles":1}}`)
+	pods := map[string]types.UID{}
+	for _, name := range a.members[:2] {
+		pod, _ := a.pod(t, name)
+		pods[name] = pod.UID
+	}
+
+	a.readLogsMade(t)
+	c := a.reconcile(t, 1)
+	lostAt, lost := quorumLostSince(c)
+	if !lost {
+		t.Fatal("status does not say the cluster stopped being available")
+	}
+	for _, name := range a.members[:2] {
+		job := a.readLogJob(t, name)
+		if job.Annotations[resources.AnnotationQuorumLostAt] != lostAt.UTC().Format(time.RFC3339) {
+			t.Fatalf("Job %s annotated %v: want one made for this quorum loss, at %s", job.Name, job.Annotations, lostAt)
+		}
+		if pod, ok := a.pod(t, name); !ok || pod.UID != pods[name] {
+			t.Errorf("member %s's pod was touched: reading its log stops nothing", name)
+		}
+	}
+	if c.Status.QuorumRecovery != nil {
+		t.Fatalf("a recovery began before every survivor's log was read: %+v", c.Status.QuorumRecovery)
+	}
+	if d := conditionMessage(c, etcdv1alpha1.ConditionDegraded); !strings.Contains(d, "reading how far their logs reach from their data") {
+		t.Errorf("Degraded says %q: it must say the logs are being read", d)
+	}
+
+	a.finishAgentJob(t, resources.ReadLogJobName(m0), resources.ReadLogContainer, true, `{"log":{"member":"`+m0+`","commitIndex":90,"term":2,"walFiles":1}}`)
+	a.finishAgentJob(t, resources.ReadLogJobName(m1), resources.ReadLogContainer, true, `{"log":{"member":"`+m1+`","commitIndex":120,"term":2,"walFiles":1}}`)
+	c = a.reconcile(t, 1)
+	if qr := c.Status.QuorumRecovery; qr == nil || qr.Member != m1 {
+		t.Fatalf("status.quorumRecovery = %+v, want a recovery from %s, whose log reaches furthest", qr, m1)
+	}
+	if events := a.events(); !strings.Contains(events, "ReadLogs") {
+		t.Errorf("no ReadLogs event:\n%s", events)
+	}
+}
+
+// A log that cannot be read is not guessed at: nothing is rewritten, and status says why and
+// names the annotation that picks the member by hand.
+func TestAnUnreadableLogStopsTheRecoveryAndSaysWhy(t *testing.T) {
+	a := lostMajorityMute(t, nil)
+	m0, m1 := a.members[0], a.members[1]
+	a.readLogsMade(t)
+	a.finishAgentJob(t, resources.ReadLogJobName(m0), resources.ReadLogContainer, true, `{"log":{"member":"`+m0+`","commitIndex":90,"term":2,"walFiles":1}}`)
+	a.finishAgentJob(t, resources.ReadLogJobName(m1), resources.ReadLogContainer, false, `{"error":"/var/lib/etcd/member/wal holds no WAL file","permanent":true}`)
+	c := a.reconcile(t, 3)
+	if c.Status.QuorumRecovery != nil {
+		t.Fatalf("a recovery began though member %s's log could not be read: %+v", m1, c.Status.QuorumRecovery)
+	}
+	d := conditionMessage(c, etcdv1alpha1.ConditionDegraded)
+	for _, want := range []string{"member " + m1 + ": /var/lib/etcd/member/wal holds no WAL file", "delete it to read again", etcdv1alpha1.AnnotationRecoverFrom} {
+		if !strings.Contains(d, want) {
+			t.Errorf("Degraded says %q: it must say %q", d, want)
+		}
 	}
 }
 

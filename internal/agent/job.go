@@ -26,6 +26,7 @@ type Report struct {
 	Backup    *BackupResult  `json:"backup,omitempty"`
 	Restore   *RestoreResult `json:"restore,omitempty"`
 	Preserved *PreservedData `json:"preserved,omitempty"`
+	Log       *LogState      `json:"log,omitempty"`
 	Error     string         `json:"error,omitempty"`
 	Permanent bool           `json:"permanent,omitempty"`
 }
@@ -102,6 +103,26 @@ func RunPreserveData() int {
 		report.Error, report.Permanent = err.Error(), isPermanent(err)
 	} else {
 		report.Preserved = &result
+	}
+	return finish(report)
+}
+
+// RunReadLog is `manager agent read-log`: how far the member's raft log reaches, read from the
+// WAL on its claim (mounted read-only, where its pod mounts it).
+func RunReadLog() int {
+	report := Report{}
+	cfg, err := readJobConfig()
+	if err == nil && cfg.Member == "" {
+		err = permanentError{fmt.Errorf("%s names no member whose log to read", jobspec.ConfigEnv)}
+	}
+	var result LogState
+	if err == nil {
+		result, err = ReadLog(cfg.Member, jobspec.MemberDataDir)
+	}
+	if err != nil {
+		report.Error, report.Permanent = err.Error(), isPermanent(err)
+	} else {
+		report.Log = &result
 	}
 	return finish(report)
 }

@@ -13,7 +13,9 @@
 //   - quorum lost for good (a majority of the last voters' data is gone, or out of reach: their
 //     pods have found no node for spec.quorumLossRecovery.after) is recovered only by
 //     the policy's leave (and after spec.quorumLossRecovery.after) or the user's, from the
-//     surviving member with the most recent log or the one the user named; a recovery, once
+//     surviving member with the most recent log (as it reports it, or as its WAL records it
+//     when it cannot answer; a log that cannot be read is not guessed at) or the one the user
+//     named; a recovery, once
 //     begun, is carried through from that member; its data is copied before it is rewritten;
 //     never is a member forced while another runs forced; a cluster whose every member lost
 //     its data is restored from its newest backup only under policy FromLatestBackup; and no
@@ -77,6 +79,9 @@ type Member struct {
 	PVCUnboundOutdated bool
 	// PVCTooSmall: the claim requests less than spec.storage.size.
 	PVCTooSmall bool
+	// LogUnreadable says why the member's log could not be read from its data (a read-log Job
+	// failed), or is empty. Only read while quorum is lost for good and etcd does not answer.
+	LogUnreadable string
 }
 
 // InEtcd says whether etcd lists the member.
@@ -231,6 +236,9 @@ const (
 	// RestoreFromBackup: create the in-place EtcdRestore of the recovery under way, from its
 	// recorded backup (no member's data survived).
 	RestoreFromBackup Action = "RestoreFromBackup"
+	// ReadLogs: read how far the raft logs of Members reach from their data, with a Job each
+	// (quorum is lost for good and they do not answer). Read-only: nothing is stopped.
+	ReadLogs Action = "ReadLogs"
 )
 
 // Step is the one thing to do next.
@@ -456,9 +464,7 @@ func recoverQuorum(o Observed) (Step, bool) {
 			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + o.Recovery.From + ", as annotated"}, true
 	}
 	if len(unread) > 0 && len(survivors) > 1 {
-		return Step{Action: Wait, Operation: OpQuorumLost, Members: unread,
-			Reason: "quorum is lost for good (" + lostWhat + "); waiting for every surviving member to report its raft index, to recover from the most recent " +
-				"(or name the member to recover from with the annotation " + etcdv1alpha1.AnnotationRecoverFrom + ")"}, true
+		return readLogs(o, unread, lostWhat), true
 	}
 	if !o.Recovery.Automatic {
 		return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
@@ -473,6 +479,29 @@ func recoverQuorum(o Observed) (Step, bool) {
 	}
 	return Step{Action: BeginRecovery, Member: best, Operation: OpRecoveringQuorum,
 		Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest"}, true
+}
+
+// readLogs decides what to do about surviving members that report no raft index (a cluster
+// with password authentication cannot authenticate anyone without a quorum; a member may crash
+// as it starts): their logs are read from their data, as a member that answers would report
+// it, so that the recovery builds on the one that reaches furthest, whichever can answer. A log
+// that cannot be read is not guessed at: the user names the member to recover from.
+func readLogs(o Observed, unread []string, lostWhat string) Step {
+	byName := index(o.Members)
+	var failed []string
+	for _, name := range unread {
+		if why := byName[name].LogUnreadable; why != "" {
+			failed = append(failed, "member "+name+": "+why)
+		}
+	}
+	if len(failed) > 0 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Members: unread,
+			Reason: "quorum is lost for good (" + lostWhat + "), and how far the log of a survivor reaches cannot be read from its data (" +
+				strings.Join(failed, "; ") + "): name the member to recover from with the annotation " + etcdv1alpha1.AnnotationRecoverFrom}
+	}
+	return Step{Action: ReadLogs, Operation: OpQuorumLost, Members: unread,
+		Reason: "quorum is lost for good (" + lostWhat + "); members " + strings.Join(unread, ", ") +
+			" do not answer: reading how far their logs reach from their data, to recover from the most recent"}
 }
 
 // VotersByFate sorts the last voters for a lost quorum: survivors, whose data can be read; lost,

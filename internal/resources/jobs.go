@@ -218,18 +218,14 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}
 	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, extraEnv...)
+	dataVolume, dataMount := memberDataReadOnly(member)
 	volumes := []corev1.Volume{
-		{Name: dataVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
-			ClaimName: PVCName(member), ReadOnly: true,
-		}}},
+		dataVolume,
 		{Name: "claim", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 			ClaimName: QuorumRecoveryClaimName(c.Name),
 		}}},
 	}
-	mounts := []corev1.VolumeMount{
-		{Name: dataVolume, MountPath: dataMount, ReadOnly: true},
-		{Name: "claim", MountPath: jobspec.ClaimDir},
-	}
+	mounts := []corev1.VolumeMount{dataMount, {Name: "claim", MountPath: jobspec.ClaimDir}}
 	podLabels := agentPodLabels(LabelQuorumRecovery, c.Name)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: PreserveDataJobName(member), Namespace: c.Namespace, Labels: agentJobLabels(podLabels, c)},
@@ -237,6 +233,59 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 			Name: PreserveDataContainer, Image: agentImage, Args: []string{"agent", "preserve-data"},
 			Env: env, VolumeMounts: mounts,
 		}, volumes),
+	}, nil
+}
+
+// memberDataReadOnly is member's claim, mounted read-only where its pod mounts it.
+func memberDataReadOnly(member string) (corev1.Volume, corev1.VolumeMount) {
+	return corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: PVCName(member), ReadOnly: true,
+		}}},
+		corev1.VolumeMount{Name: dataVolume, MountPath: dataMount, ReadOnly: true}
+}
+
+// ReadLogContainer is the agent container of a read-log Job.
+const ReadLogContainer = "read-log"
+
+// AnnotationQuorumLostAt, on a read-log Job, is when the quorum loss it reads for began (RFC
+// 3339): a log read during an earlier loss says nothing of this one.
+const AnnotationQuorumLostAt = "etcd.database.dev/quorum-lost-at"
+
+// ReadLogJobName is the Job reading how far member's raft log reaches.
+func ReadLogJobName(member string) string { return jobName(member, "-read-log") }
+
+// ReadLogJob reads how far the raft log of member, a survivor of a quorum lost for good that
+// does not answer, reaches, from the WAL on its claim. The claim is mounted read-only and
+// nothing is locked, so the member's pod, if it runs, runs on: the Job is placed on its node
+// (node, if not empty), where a ReadWriteOnce volume can be mounted twice.
+func ReadLogJob(c *etcdv1alpha1.EtcdCluster, member, node string, lostAt time.Time, agentImage string, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+	if c.Spec.Storage.Ephemeral {
+		return nil, fmt.Errorf("cluster %s keeps its data in emptyDir volumes: member %s has no claim to read", c.Name, member)
+	}
+	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Member: member})
+	if err != nil {
+		return nil, fmt.Errorf("agent configuration: %w", err)
+	}
+	volume, mount := memberDataReadOnly(member)
+	podLabels := agentPodLabels(LabelQuorumRecovery, c.Name)
+	spec := agentJobSpec(podLabels, corev1.Container{
+		Name: ReadLogContainer, Image: agentImage, Args: []string{"agent", "read-log"},
+		Env:          append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, extraEnv...),
+		VolumeMounts: []corev1.VolumeMount{mount},
+	}, []corev1.Volume{volume})
+	if node != "" {
+		spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+			}}},
+		}}
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ReadLogJobName(member), Namespace: c.Namespace, Labels: agentJobLabels(podLabels, c),
+			Annotations: map[string]string{AnnotationQuorumLostAt: lostAt.UTC().Format(time.RFC3339)},
+		},
+		Spec: spec,
 	}, nil
 }
 

@@ -188,6 +188,44 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 	}
 }
 
+// The read-log Job reads the member's claim read-only, writes nothing anywhere, runs beside the
+// member's pod on its node, and says which quorum loss it reads for.
+func TestReadLogJobOnlyReadsTheMemberClaimOnItsNode(t *testing.T) {
+	c := testCluster()
+	lostAt := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
+	job, err := ReadLogJob(c, "prod-abcde", "node-1", lostAt, "registry/etcd-operator:v1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Name != ReadLogJobName("prod-abcde") || job.Labels[LabelQuorumRecovery] != "prod" || job.Spec.Template.Labels[LabelCluster] != "" ||
+		job.Annotations[AnnotationQuorumLostAt] != "2026-11-25T04:00:00Z" {
+		t.Errorf("job %s labels %v annotations %v", job.Name, job.Labels, job.Annotations)
+	}
+	checkAgentJob(t, job)
+	pod := job.Spec.Template.Spec
+	ctr := pod.Containers[0]
+	if len(pod.Containers) != 1 || ctr.Name != ReadLogContainer || !slices.Equal(ctr.Args, []string{"agent", "read-log"}) {
+		t.Errorf("containers %+v", pod.Containers)
+	}
+	if len(pod.Volumes) != 1 || pod.Volumes[0].PersistentVolumeClaim == nil || pod.Volumes[0].PersistentVolumeClaim.ClaimName != PVCName("prod-abcde") ||
+		!pod.Volumes[0].PersistentVolumeClaim.ReadOnly || len(ctr.VolumeMounts) != 1 || !ctr.VolumeMounts[0].ReadOnly ||
+		ctr.VolumeMounts[0].MountPath != jobspec.MemberDataMount {
+		t.Errorf("volumes %+v mounted %+v: want the member's claim only, read-only at %s", pod.Volumes, ctr.VolumeMounts, jobspec.MemberDataMount)
+	}
+	terms := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchFields) != 1 || terms[0].MatchFields[0].Key != "metadata.name" ||
+		!slices.Equal(terms[0].MatchFields[0].Values, []string{"node-1"}) {
+		t.Errorf("node affinity %+v: want the member pod's node", terms)
+	}
+	if job, _ := ReadLogJob(c, "prod-abcde", "", lostAt, "img", nil); job.Spec.Template.Spec.Affinity != nil {
+		t.Errorf("with no member pod on a node, the Job goes where the claim allows: affinity %+v", job.Spec.Template.Spec.Affinity)
+	}
+	c.Spec.Storage.Ephemeral = true
+	if _, err := ReadLogJob(c, "prod-abcde", "", lostAt, "img", nil); err == nil {
+		t.Error("a cluster on emptyDir volumes has no member claim to read")
+	}
+}
+
 // The recovery claim fits the survivor's data (as large as a member's claim), is kept or deleted
 // with the cluster as the members' claims are, and is never taken for a member's.
 func TestQuorumRecoveryClaimIsSizedAndKeptLikeAMemberClaimButIsNone(t *testing.T) {

@@ -35,8 +35,9 @@ const recoveryTimeout = 6 * time.Minute
 // what is lost is bounded: no acknowledged write at or below the survivor's revision. With
 // every member's volume lost, policy FromLatestBackup restores the newest backup. Members whose
 // volumes' node is gone (their pods find no node) count as lost once that has lasted
-// quorumLossRecovery.after, and their claims are kept. The cases run two at a time, each on its
-// own cluster.
+// quorumLossRecovery.after, and their claims are kept. With password authentication no
+// survivor can answer without a quorum: their logs are read from their data instead. The cases
+// run two at a time, each on its own cluster.
 func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -47,12 +48,16 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 		// nodeGone: the lost members' claims are bound to volumes on a node that does not exist,
 		// rather than deleted.
 		nodeGone bool
+		// auth: authentication on, with a password (no TLS). Without a quorum no one can
+		// authenticate, so no survivor answers the operator: their logs are read from their data.
+		auth bool
 	}{
-		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false},
-		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false},
-		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual, false, false},
-		{"3 members lose 2 under write load", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, true, false},
-		{"3 members lose the node of 2 volumes, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, true},
+		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false, false},
+		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false, false},
+		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual, false, false, false},
+		{"3 members lose 2 under write load", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, true, false, false},
+		{"3 members lose the node of 2 volumes, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, true, false},
+		{"5 members with password authentication lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,15 +76,36 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 					},
 				},
 			}
+			user, password := "", ""
+			if tc.auth {
+				user, password = "root", "quorum-lost"
+				root := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: ns}, StringData: map[string]string{"password": password}}
+				if err := k8sClient.Create(ctx, root); err != nil {
+					t.Fatal(err)
+				}
+				c.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: root.Name}
+			}
 			if err := k8sClient.Create(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 			waitAvailable(t, c, int(tc.size))
+			if tc.auth {
+				// Until authentication is on, any password works.
+				waitFor(t, "authentication on", func(ctx context.Context) (bool, error) {
+					cl, err := clientv3.New(clientv3.Config{Endpoints: []string{clientServiceEndpoint(t, c)}, DialTimeout: 2 * time.Second,
+						Logger: zap.NewNop(), Username: user, Password: "wrong"})
+					if err == nil {
+						_, err = cl.Put(ctx, "/e2e/auth-probe", "x")
+						_ = cl.Close()
+					}
+					return err != nil && strings.Contains(err.Error(), "authentication failed"), nil
+				})
+			}
 
 			// Keys written, then time for every member to apply them: a write a quorum
 			// acknowledged may not be on the survivor yet, and would then be lost, as etcd's own
 			// disaster recovery would lose it. verify reads them back after the recovery.
-			w := startWriter(t, clientServiceEndpoint(t, c), "/e2e/quorum")
+			w := startWriterAs(t, clientServiceEndpoint(t, c), "/e2e/quorum", user, password)
 			waitFor(t, "writes acknowledged", func(context.Context) (bool, error) { return w.ackedCount() > 50, nil })
 			w.stop()
 			time.Sleep(5 * time.Second)
@@ -142,6 +168,15 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 					if pvc.Labels[resources.LabelCluster] != "" || pvc.Labels["etcd.database.dev/retained-from"] != c.Name {
 						t.Errorf("claim %s labels %v: want it released from the cluster, retained-from=%s", pvc.Name, pvc.Labels, c.Name)
 					}
+				}
+			}
+			if tc.auth {
+				events := &corev1.EventList{}
+				if err := k8sClient.List(ctx, events, client.InNamespace(ns)); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool { return e.Reason == "ReadLogs" }) {
+					t.Errorf("no ReadLogs event: the survivors could not answer, so their logs had to be read from their data")
 				}
 			}
 			w.verify(t)

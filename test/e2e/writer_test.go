@@ -30,7 +30,14 @@ type writer struct {
 
 func startWriter(t *testing.T, endpoint, prefix string) *writer {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	return startWriterAs(t, endpoint, prefix, "", "")
+}
+
+// startWriterAs writes as user (with password) to a cluster with authentication on.
+func startWriterAs(t *testing.T, endpoint, prefix, user, password string) *writer {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+		Username: user, Password: password})
 	if err != nil {
 		t.Fatal(err)
 	}
