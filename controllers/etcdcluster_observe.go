@@ -202,6 +202,9 @@ func podProblem(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
 	if pod == nil {
 		return ""
 	}
+	if !nodeLostSince(pod).IsZero() {
+		return "NodeLost: evicted from node " + pod.Spec.NodeName + ", which stopped answering; the pod ends when the node answers again or its Node object is deleted"
+	}
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
 			problem := "Unschedulable: " + cond.Message
@@ -289,6 +292,26 @@ func memberName(c *etcdv1alpha1.EtcdCluster, m etcd.Member) string {
 	return ""
 }
 
+// taintEvictionReason is the reason of the DisruptionTarget condition the taint eviction
+// controller sets on a pod it deletes for its node's NoExecute taint.
+const taintEvictionReason = "DeletionByTaintManager"
+
+// nodeLostSince is when pod, placed on a node, was evicted for that node's NoExecute taint
+// (node.kubernetes.io/unreachable or not-ready: the node stopped answering), if the pod is still
+// there: no kubelet confirms its end while the node is gone. Zero otherwise. A pod evicted from
+// a node that answers ends within its grace period.
+func nodeLostSince(pod *corev1.Pod) time.Time {
+	if pod.DeletionTimestamp.IsZero() || pod.Spec.NodeName == "" {
+		return time.Time{}
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue && cond.Reason == taintEvictionReason {
+			return cond.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
 // decisionInput joins the observation, member by member, into what membership.Next needs.
 func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time) membership.Observed {
 	byName := map[string]*membership.Member{}
@@ -336,6 +359,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		if pod.Spec.NodeName == "" && !m.PodTerminating {
 			m.UnscheduledSince = pod.CreationTimestamp.Time
 		}
+		m.NodeLostSince = nodeLostSince(pod)
 		m.PodVersion = resources.PodEtcdVersion(pod)
 		m.PodProblem = obs.podProblems[name]
 		m.PodOutdated, m.PodSpecUnrecorded = podSpecOutdated(specHash, pod)

@@ -494,3 +494,47 @@ func TestAMemberARecoveryDidWithoutKeepsItsClaim(t *testing.T) {
 		t.Errorf("claim labels %v: want it released from the cluster and labelled retained-from=%s", pvc.Labels, c.Name)
 	}
 }
+
+// A member whose node stopped answering keeps a pod that never ends: the taint eviction
+// controller deleted it (condition DisruptionTarget, reason DeletionByTaintManager), and no
+// kubelet confirms it. Once that has lasted spec.quorumLossRecovery.after its data counts as out
+// of reach, as a member whose pod finds no node: the cluster is recovered from the survivor
+// rather than waiting for that node for ever.
+func TestAMemberWhoseNodeStoppedAnsweringIsOutOfReach(t *testing.T) {
+	a := lostMajority(t, etcdv1alpha1.QuorumLossRecoveryForceNewCluster)
+	survivor, onLostNode := a.members[0], a.members[2]
+	// lostMajority lost members 1 and 2; member 2's pod and claim are back, its pod evicted
+	// from a node that has stopped answering.
+	if err := a.k8s.Create(t.Context(), &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: resources.PVCName(onLostNode),
+		Labels: resources.MemberLabels(a.cluster, onLostNode)}}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: onLostNode, Labels: resources.MemberLabels(a.cluster, onLostNode), Finalizers: []string{"e2e.test/held"}},
+		Spec:       corev1.PodSpec{NodeName: "a-node-that-stopped-answering", Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
+	}
+	if err := a.k8s.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByTaintManager",
+		LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}}
+	if err := a.k8s.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.k8s.Delete(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+
+	c := a.reconcile(t, 1)
+	qr := c.Status.QuorumRecovery
+	if qr == nil || qr.Member != survivor || !slices.Contains(qr.LostMembers, onLostNode) {
+		t.Fatalf("status.quorumRecovery = %+v, want a recovery from %s without %s, whose node is gone", qr, survivor, onLostNode)
+	}
+	if d := conditionMessage(c, etcdv1alpha1.ConditionProgressing) + conditionMessage(c, etcdv1alpha1.ConditionDegraded); !strings.Contains(d, "the nodes of members "+onLostNode+" have not answered") {
+		t.Errorf("conditions say %q: they must say why %s is out of reach", d, onLostNode)
+	}
+	held, _ := a.pod(t, onLostNode)
+	if problem := podProblem(held, nil); !strings.HasPrefix(problem, "NodeLost: evicted from node a-node-that-stopped-answering") {
+		t.Errorf("the pod's problem is %q: status must name the node that stopped answering", problem)
+	}
+}

@@ -11,7 +11,8 @@
 //     no error, the member has applied the log to within MaxLagEntries of the leader, and its
 //     pod is ready (clients reach it);
 //   - quorum lost for good (a majority of the last voters' data is gone, or out of reach: their
-//     pods have found no node for spec.quorumLossRecovery.after) is recovered only by
+//     pods have found no node, or their node has not answered since it was tainted, for
+//     spec.quorumLossRecovery.after) is recovered only by
 //     the policy's leave (and after spec.quorumLossRecovery.after) or the user's, from the
 //     surviving member with the most recent log (as it reports it, or as its WAL records it
 //     when it cannot answer; a log that cannot be read is not guessed at) or the one the user
@@ -62,6 +63,11 @@ type Member struct {
 	// placed, or with no pod. A member whose pod finds no node for long (its volume's node is
 	// gone) has its data out of reach.
 	UnscheduledSince time.Time
+	// NodeLostSince is when the pod's node was found gone: the pod, placed on it, was evicted
+	// for the node's NoExecute taint (the node stopped answering) and is still there, as no
+	// kubelet confirms its end. Zero otherwise. Its data, on that node's volume, is out of reach
+	// as long as the node is.
+	NodeLostSince time.Time
 	// PodProblem says why the pod cannot run (unschedulable, image not pullable, crash-looping),
 	// or is empty.
 	PodProblem string
@@ -439,8 +445,7 @@ func recoverQuorum(o Observed) (Step, bool) {
 		what = append(what, "members "+strings.Join(lost, ", ")+" lost their data")
 	}
 	if len(stranded) > 0 {
-		what = append(what, "the pods of members "+strings.Join(stranded, ", ")+" have found no node for "+o.Recovery.After.String()+
-			" (spec.quorumLossRecovery.after): their volumes' nodes may be gone")
+		what = append(what, strandedWhy(o, stranded))
 	}
 	lostWhat := strings.Join(what, "; ")
 	switch {
@@ -514,13 +519,41 @@ func VotersByFate(o Observed) (survivors, lost, stranded []string) {
 		switch {
 		case !m.PVCExists:
 			lost = append(lost, name)
-		case !m.UnscheduledSince.IsZero() && o.Now.Sub(m.UnscheduledSince) >= o.Recovery.After:
+		case outOfReachFor(m.UnscheduledSince, o) || outOfReachFor(m.NodeLostSince, o):
 			stranded = append(stranded, name)
 		default:
 			survivors = append(survivors, name)
 		}
 	}
 	return survivors, lost, stranded
+}
+
+// outOfReachFor says whether a member out of reach since since has been for Recovery.After.
+func outOfReachFor(since time.Time, o Observed) bool {
+	return !since.IsZero() && o.Now.Sub(since) >= o.Recovery.After
+}
+
+// strandedWhy says why the stranded members' data is out of reach.
+func strandedWhy(o Observed, stranded []string) string {
+	byName := index(o.Members)
+	var noNode, nodeLost []string
+	for _, name := range stranded {
+		if outOfReachFor(byName[name].NodeLostSince, o) {
+			nodeLost = append(nodeLost, name)
+		} else {
+			noNode = append(noNode, name)
+		}
+	}
+	var why []string
+	if len(noNode) > 0 {
+		why = append(why, "the pods of members "+strings.Join(noNode, ", ")+" have found no node for "+o.Recovery.After.String()+
+			" (spec.quorumLossRecovery.after): their volumes' nodes may be gone")
+	}
+	if len(nodeLost) > 0 {
+		why = append(why, "the nodes of members "+strings.Join(nodeLost, ", ")+" have not answered for "+o.Recovery.After.String()+
+			" (spec.quorumLossRecovery.after) since their pods were evicted from them")
+	}
+	return strings.Join(why, "; ")
 }
 
 // recoverFromBackup decides the recovery of a cluster whose every member lost its data: only a
@@ -679,7 +712,9 @@ func startOrReplaceMissingPods(o Observed) (Step, bool) {
 }
 
 func deleteOrphans(o Observed) (Step, bool) {
-	orphans := names(o.Members, func(m Member) bool { return !m.InEtcd() && (m.PodExists || m.PVCExists) })
+	// A pod already terminating needs nothing more; one whose node stopped answering may never
+	// end, and must not hold the cluster's other steps.
+	orphans := names(o.Members, func(m Member) bool { return !m.InEtcd() && ((m.PodExists && !m.PodTerminating) || m.PVCExists) })
 	if len(orphans) == 0 {
 		return Step{}, false
 	}

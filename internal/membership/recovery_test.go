@@ -23,6 +23,13 @@ func unscheduledFor(d time.Duration, m Member) Member {
 	return m
 }
 
+// nodeLostFor: the member's pod was evicted for its node's NoExecute taint d before the
+// observation (lostFor's clock), and is still there.
+func nodeLostFor(d time.Duration, m Member) Member {
+	m.NodeLostSince, m.PodTerminating = time.Unix(10000, 0).Add(-d), true
+	return m
+}
+
 // survivor runs on its claim but, without a quorum, only reports its own raft index.
 func survivor(name string, raftIndex uint64) Member {
 	return Member{Name: name, PodExists: true, PVCExists: true, RaftIndex: raftIndex, PodVersion: "3.6.16"}
@@ -61,6 +68,14 @@ func TestQuorumLostForGood(t *testing.T) {
 		{"not before they have been without a node that long: they may yet start",
 			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(9*time.Minute, survivor("b", 0)), unscheduledFor(10*time.Minute, survivor("c", 0))))),
 			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
+		{"members whose node stopped answering that long ago (their evicted pods never ended): out of reach too",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), nodeLostFor(10*time.Minute, survivor("b", 0)), unscheduledFor(10*time.Minute, survivor("c", 0))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum},
+			"the pods of members c have found no node for 10m0s (spec.quorumLossRecovery.after): their volumes' nodes may be gone; the nodes of members b have not answered for 10m0s"},
+		{"not before: the node may come back", lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), nodeLostFor(9*time.Minute, survivor("b", 0)), nodeLostFor(10*time.Minute, survivor("c", 0))))),
+			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
+		{"a member on a lost node is never the survivor", lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 90), nodeLostFor(10*time.Minute, survivor("b", 120))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
 		{"one lost, one stranded: both named",
 			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(10*time.Minute, survivor("c", 0))))),
 			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "members b lost their data; the pods of members c have found no node"},

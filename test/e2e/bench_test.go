@@ -233,7 +233,7 @@ func BenchmarkQuorumLossRecovery(b *testing.B) {
 		writeQuorumBenchKeys(b, podClientURLs(listPods(b, ns, clusterPods)))
 		writeQuorumBenchKeys(b, podClientURLs(listPods(b, ns, s.Spec.Selector.MatchLabels)))
 
-		lost := loseMembers(b, c, 2, false)
+		lost := loseMembers(b, c, 2, claimsGone)
 		start := time.Now()
 		pollFor(b, "cluster "+c.Name+" recovered at size 3", recoveryTimeout, func(ctx context.Context) (bool, error) {
 			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)

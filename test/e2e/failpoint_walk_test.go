@@ -466,7 +466,7 @@ func (w *failpointWalk) recoverLostQuorum(t *testing.T) {
 	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(w.cluster), w.cluster); err != nil {
 		t.Fatal(err)
 	}
-	lost := loseMembers(t, w.cluster, 2, false)
+	lost := loseMembers(t, w.cluster, 2, claimsGone)
 	w.waitCluster(t, w.cluster, "the lost quorum recovered", func(c *etcdv1alpha1.EtcdCluster) bool {
 		qr := c.Status.QuorumRecovery
 		return qr != nil && qr.CompletionTime != nil && qr.PreservedData != nil && slices.Equal(qr.LostMembers, lost)
@@ -497,7 +497,7 @@ func (w *failpointWalk) restoreLostCluster(t *testing.T) {
 	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(w.cluster), w.cluster); err != nil {
 		t.Fatal(err)
 	}
-	lost := loseMembers(t, w.cluster, 3, false)
+	lost := loseMembers(t, w.cluster, 3, claimsGone)
 	w.waitCluster(t, w.cluster, "the lost cluster restored from its backup", func(c *etcdv1alpha1.EtcdCluster) bool {
 		qr := c.Status.QuorumRecovery
 		return qr != nil && qr.Backup != nil && qr.CompletionTime != nil && slices.Equal(qr.LostMembers, lost)

@@ -45,19 +45,19 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 		lose      int
 		policy    etcdv1alpha1.QuorumLossRecoveryPolicy
 		underLoad bool
-		// nodeGone: the lost members' claims are bound to volumes on a node that does not exist,
-		// rather than deleted.
-		nodeGone bool
+		// loss: how the members are lost.
+		loss memberLoss
 		// auth: authentication on, with a password (no TLS). Without a quorum no one can
 		// authenticate, so no survivor answers the operator: their logs are read from their data.
 		auth bool
 	}{
-		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false, false},
-		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false, false},
-		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual, false, false, false},
-		{"3 members lose 2 under write load", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, true, false, false},
-		{"3 members lose the node of 2 volumes, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, true, false},
-		{"5 members with password authentication lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, false, true},
+		{"3 members lose 2, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, claimsGone, false},
+		{"5 members lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, claimsGone, false},
+		{"3 members lose 2, policy Manual, then the annotation", 3, 2, etcdv1alpha1.QuorumLossRecoveryManual, false, claimsGone, false},
+		{"3 members lose 2 under write load", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, true, claimsGone, false},
+		{"3 members lose the node of 2 volumes, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, volumesNodeGone, false},
+		{"3 members, the node of 2 stops answering, policy ForceNewCluster", 3, 2, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, nodeStopsAnswering, false},
+		{"5 members with password authentication lose 3, policy ForceNewCluster", 5, 3, etcdv1alpha1.QuorumLossRecoveryForceNewCluster, false, claimsGone, true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,6 +75,11 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 						After:  &metav1.Duration{Duration: 10 * time.Second},
 					},
 				},
+			}
+			if tc.loss == nodeStopsAnswering {
+				// Its pods may be placed on the test's node without a kubelet, and are evicted
+				// 10 s after it stops answering rather than the default 5 min.
+				c.Spec.PodTemplate.Tolerations = deadNodeTolerations
 			}
 			user, password := "", ""
 			if tc.auth {
@@ -115,7 +120,7 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 				waitFor(t, "writes under load acknowledged", func(context.Context) (bool, error) { return load.ackedCount() > 20, nil })
 			}
 
-			lost := loseMembers(t, c, tc.lose, tc.nodeGone)
+			lost := loseMembers(t, c, tc.lose, tc.loss)
 			t.Logf("lost members %v", lost)
 			survivors := slices.DeleteFunc(memberNames(c), func(n string) bool { return slices.Contains(lost, n) })
 
@@ -158,7 +163,7 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 					t.Errorf("pod %s still runs with --force-new-cluster", pod.Name)
 				}
 			}
-			if tc.nodeGone {
+			if tc.loss != claimsGone {
 				for _, name := range lost {
 					pvc := &corev1.PersistentVolumeClaim{}
 					if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PVCName(name)}, pvc); err != nil {
@@ -239,7 +244,7 @@ func recoveredFromTheLatestBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	lost := loseMembers(t, c, 3, false)
+	lost := loseMembers(t, c, 3, claimsGone)
 	t.Logf("lost members %v", lost)
 	waitForWithin(t, "the cluster restored from the backup at its spec size", recoveryTimeout, func(ctx context.Context) (bool, error) {
 		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
@@ -282,7 +287,22 @@ func recoveredFromTheLatestBackup(t *testing.T) {
 // their disks lost for good would, and returns their names, sorted. They go while the cluster
 // is paused, all at once as a lost node's do: one at a time, under a running operator, each
 // would be a member whose volume is lost, removed and replaced while a quorum remains.
-func loseMembers(t testing.TB, c *etcdv1alpha1.EtcdCluster, n int, nodeGone bool) []string {
+// memberLoss is how loseMembers loses members.
+type memberLoss int
+
+const (
+	// claimsGone: their pods and claims are deleted.
+	claimsGone memberLoss = iota
+	// volumesNodeGone: their claims are made again, bound to volumes on a node that does not
+	// exist: their pods find no node.
+	volumesNodeGone
+	// nodeStopsAnswering: their claims are made again, bound to volumes on a Node object with
+	// no kubelet behind it: their pods are placed on it, and evicted once it is found not to
+	// answer, but never end.
+	nodeStopsAnswering
+)
+
+func loseMembers(t testing.TB, c *etcdv1alpha1.EtcdCluster, n int, how memberLoss) []string {
 	t.Helper()
 	ctx := context.Background()
 	names := memberNames(c)[:n]
@@ -320,18 +340,62 @@ func loseMembers(t testing.TB, c *etcdv1alpha1.EtcdCluster, n int, nodeGone bool
 		}
 		return true, nil
 	})
-	if nodeGone {
+	node := "a-node-that-is-gone"
+	if how == nodeStopsAnswering {
+		node = nodeThatWillStopAnswering(t, c.Namespace)
+	}
+	if how != claimsGone {
 		for _, name := range names {
-			onGoneNode(t, claims[name])
+			onNode(t, claims[name], node)
 		}
 	}
 	return names
 }
 
-// onGoneNode makes the claim again, as the member had it, bound to a volume on a node that does
-// not exist: what a member whose node was lost with its local volume looks like once its pod is
-// gone. Its pods find no node.
-func onGoneNode(t testing.TB, was *corev1.PersistentVolumeClaim) {
+// deadNodeTaint keeps every pod off the Node objects nodeThatWillStopAnswering makes but those
+// of the test that tolerate it.
+const deadNodeTaint = "e2e.etcd.database.dev/no-kubelet"
+
+var deadNodeTolerations = []corev1.Toleration{
+	{Key: deadNodeTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptrTo(int64(10))},
+	{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptrTo(int64(10))},
+}
+
+// nodeThatWillStopAnswering registers a Node with no kubelet behind it, Ready for now: the
+// scheduler places pods on it, and the node lifecycle controller, hearing nothing from it,
+// finds it not answering within a minute and taints it unreachable. It is deleted when the test
+// ends (and its pods with it).
+func nodeThatWillStopAnswering(t testing.TB, namespace string) string {
+	t.Helper()
+	ctx := context.Background()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-no-kubelet-" + namespace, Labels: map[string]string{"kubernetes.io/hostname": "e2e-no-kubelet-" + namespace}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: deadNodeTaint, Effect: corev1.TaintEffectNoSchedule}}},
+	}
+	if err := k8sClient.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), node) })
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	node.Status = corev1.NodeStatus{
+		Capacity: capacity, Allocatable: capacity,
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}},
+	}
+	if err := k8sClient.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node "+node.Name+" Ready and untainted but for the test's taint", func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(node), node)
+		return err == nil && len(node.Spec.Taints) == 1, err
+	})
+	return node.Name
+}
+
+// onNode makes the claim again, as the member had it, bound to a local volume on node: what a
+// member whose node was lost with its local volume looks like once its pod is gone.
+func onNode(t testing.TB, was *corev1.PersistentVolumeClaim, node string) {
 	t.Helper()
 	ctx := context.Background()
 	size := was.Spec.Resources.Requests[corev1.ResourceStorage]
@@ -344,7 +408,7 @@ func onGoneNode(t testing.TB, was *corev1.PersistentVolumeClaim) {
 			StorageClassName:              "",
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/nonexistent"}},
 			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"a-node-that-is-gone"}}},
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
 			}}}},
 			ClaimRef: &corev1.ObjectReference{Namespace: was.Namespace, Name: was.Name},
 		},
@@ -370,7 +434,7 @@ func onGoneNode(t testing.TB, was *corev1.PersistentVolumeClaim) {
 	if err := k8sClient.Create(ctx, pvc); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "claim "+pvc.Name+" bound to the volume on the gone node", func(ctx context.Context) (bool, error) {
+	waitFor(t, "claim "+pvc.Name+" bound to the volume on node "+node, func(ctx context.Context) (bool, error) {
 		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
 		return err == nil && pvc.Status.Phase == corev1.ClaimBound, err
 	})
