@@ -207,6 +207,11 @@ CHAOS_CI_DURATION ?= 5m
 CHAOS_SEED ?=
 CHAOS_TIMEOUT ?= 2h
 
+.PHONY: test-olm-run-bundle
+test-olm-run-bundle: olm-catalog ## Not in CI: operator-sdk run bundle installs this tree's bundle, upgrades it to the next one and cleans up (~2 min after olm-catalog).
+	E2E_OLM=1 E2E_OLM_RUN_BUNDLE=1 $(MAKE) --no-print-directory test-e2e \
+		CLUSTER_E2E_GO_TEST_FLAGS='-count=1 -v -timeout 20m -run ^TestOperatorSDKRunBundleUpgradeAndCleanup$$$$'
+
 .PHONY: chaos
 chaos: cluster-deploy ## Soak: two clusters under writers, linearizability clients and scheduled backups while members, volumes and the operator are killed and clusters scaled and upgraded, for DURATION (default 30m).
 	$(CLUSTER_E2E_ENV) E2E_CHAOS_DURATION=$(DURATION) E2E_CHAOS_SEED=$(CHAOS_SEED) \
