@@ -712,9 +712,12 @@ func startOrReplaceMissingPods(o Observed) (Step, bool) {
 }
 
 func deleteOrphans(o Observed) (Step, bool) {
-	// A pod already terminating needs nothing more; one whose node stopped answering may never
-	// end, and must not hold the cluster's other steps.
-	orphans := names(o.Members, func(m Member) bool { return !m.InEtcd() && ((m.PodExists && !m.PodTerminating) || m.PVCExists) })
+	// A terminating pod is waited for (the scale-down is not over while it holds its volume),
+	// but not one whose node stopped answering: it may never end, and must not hold the
+	// cluster's other steps.
+	orphans := names(o.Members, func(m Member) bool {
+		return !m.InEtcd() && ((m.PodExists && m.NodeLostSince.IsZero()) || m.PVCExists)
+	})
 	if len(orphans) == 0 {
 		return Step{}, false
 	}

@@ -136,10 +136,12 @@ func TestNext(t *testing.T) {
 		{"removed member's pod and claim are deleted", formed(leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3), Member{Name: "d", PodExists: true, PVCExists: true}),
 			Step{Action: DeleteOrphans, Members: []string{"d"}}},
 		{"a removed member's pod that cannot end (its node stopped answering) does not hold the cluster", func() Observed {
-			o := formed(leader(healthy("a", 1)), Member{Name: "d", PodExists: true, PodTerminating: true})
+			o := formed(leader(healthy("a", 1)), Member{Name: "d", PodExists: true, PodTerminating: true, NodeLostSince: t0})
 			o.DesiredSize = 3
 			return o
 		}(), Step{Action: AddLearner}},
+		{"a removed member's pod that is ending is waited for: the scale-down is not over", formed(leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3),
+			Member{Name: "d", PodExists: true, PodTerminating: true}), Step{Action: DeleteOrphans, Members: []string{"d"}}},
 		{"learner listed but never started gets its pod", formed(leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3),
 			Member{Name: "d", ID: 4, IsLearner: true}), Step{Action: StartMember, Member: "d", MemberID: 4}},
 		{"a crashed member waits; no membership change", func() Observed {
