@@ -1,4 +1,4 @@
-// Package clusterscripts tests the local cluster's shell scripts (hack/cluster) in pieces that
+// Package clusterscripts tests the shell scripts of hack/ (the local cluster's, CI's) in pieces that
 // touch only a temporary directory: never the machine's network, mounts or processes.
 package clusterscripts
 

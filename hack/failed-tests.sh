@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# failed-tests.sh LOG: prints, for every test that `go test -v` reported as failed in LOG, the
+# lines that test wrote. In a long run with parallel tests a failure's messages sit far from its
+# "--- FAIL" line, mixed among other tests' output; CI ends with this so that they are read first.
+# At most the last MAX_LINES (default 80) lines of each failed test.
+set -euo pipefail
+log=${1:?usage: failed-tests.sh LOG}
+max=${MAX_LINES:-80}
+awk -v max="$max" '
+	# The name a "--- FAIL: name (1.23s)" line or a "=== RUN   name" header is about.
+	function name_of(line,    s) { s = line; sub(/^ *(--- FAIL: |=== (RUN|NAME|CONT|PAUSE) +)/, "", s); sub(/ \([0-9.]+s\)$/, "", s); return s }
+	FNR == NR { if ($0 ~ /^ *--- FAIL: /) failed[name_of($0)] = 1; next }
+	/^=== (RUN|NAME|CONT|PAUSE) / { current = name_of($0); next }
+	# Without -v, the lines of a failed test follow its "--- FAIL" line.
+	/^ *--- FAIL: / { current = name_of($0); next }
+	/^ *--- (PASS|SKIP): / || /^(PASS|FAIL|ok  )/ { current = ""; next }
+	current in failed { n[current]++; lines[current, n[current]] = $0 }
+	END {
+		for (t in failed) {
+			if (!(t in n)) continue
+			printf "=== what %s wrote (%d lines, the last %d shown)\n", t, n[t], (n[t] < max ? n[t] : max)
+			for (i = (n[t] > max ? n[t] - max + 1 : 1); i <= n[t]; i++) print lines[t, i]
+		}
+	}
+' "$log" "$log"
