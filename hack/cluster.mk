@@ -208,7 +208,7 @@ CHAOS_SEED ?=
 CHAOS_TIMEOUT ?= 2h
 
 .PHONY: test-olm-run-bundle
-test-olm-run-bundle: olm-catalog ## Not in CI: operator-sdk run bundle installs this tree's bundle, upgrades it to the next one and cleans up (~2 min after olm-catalog).
+test-olm-run-bundle: olm-catalog $(OPERATOR_SDK) ## Not in CI: operator-sdk run bundle installs this tree's bundle, upgrades it to the next one and cleans up (~2 min after olm-catalog).
 	E2E_OLM=1 E2E_OLM_RUN_BUNDLE=1 $(MAKE) --no-print-directory test-e2e \
 		CLUSTER_E2E_GO_TEST_FLAGS='-count=1 -v -timeout 20m -run ^TestOperatorSDKRunBundleUpgradeAndCleanup$$$$'
 
