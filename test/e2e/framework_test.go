@@ -202,7 +202,7 @@ func isAvailable(c *etcdv1alpha1.EtcdCluster, size int) bool {
 		!meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionProgressing)
 }
 
-func memberPods(t *testing.T, c *etcdv1alpha1.EtcdCluster) []corev1.Pod {
+func memberPods(t testing.TB, c *etcdv1alpha1.EtcdCluster) []corev1.Pod {
 	t.Helper()
 	pods := &corev1.PodList{}
 	if err := k8sClient.List(context.Background(), pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {

@@ -327,13 +327,11 @@ func loseMembers(t testing.TB, c *etcdv1alpha1.EtcdCluster, n int, how memberLos
 		}
 		claims[name] = pvc
 	}
-	pods := &corev1.PodList{}
-	if err := k8sClient.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
-		t.Fatal(err)
-	}
-	podIPs := map[string]string{}
-	for _, pod := range pods.Items {
-		podIPs[pod.Name] = pod.Status.PodIP
+	podIPs := map[string]string{} // where each member's etcd listened, to see it stop
+	if how == claimsGoneInARestart {
+		for _, pod := range memberPods(t, c) {
+			podIPs[pod.Name] = pod.Status.PodIP
+		}
 	}
 	for _, name := range names {
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(name)}}
