@@ -65,6 +65,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		// Nothing changes: report records the recovery, which makes the choice of member stick.
 	case membership.PreserveData:
 		err = r.preserveData(ctx, c, obs, step.Member)
+	case membership.FenceMembers:
+		err = r.fenceMembers(ctx, obs, step.Members)
 	case membership.ForceNewCluster:
 		err = r.forceNewCluster(ctx, c, obs, step.Member)
 	case membership.ReadLogs:

@@ -53,6 +53,9 @@ type EtcdClusterReconciler struct {
 	// AgentImage is the operator's own image, which copies a member's data before a quorum
 	// recovery rewrites it.
 	AgentImage string
+	// ProbeAddresses finds whether anything answers at a member's addresses while quorum is
+	// lost (etcd.FirstAnswer when nil; replaced in tests).
+	ProbeAddresses func(ctx context.Context, addrs []string) string
 }
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters,verbs=get;list;watch;create;update;patch
@@ -111,6 +114,9 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		setAccessError(cluster, obs.etcdErr)
 		r.announceDegraded(cluster, before)
 		return ctrl.Result{RequeueAfter: requeueSteady}, nil
+	}
+	if err == nil {
+		err = r.dropStaleLeaves(ctx, cluster, obs)
 	}
 	if err == nil {
 		err = r.recordRootPassword(ctx, cluster, obs)

@@ -203,7 +203,7 @@ func podProblem(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
 		return ""
 	}
 	if !nodeLostSince(pod).IsZero() {
-		return "NodeLost: evicted from node " + pod.Spec.NodeName + ", which stopped answering; the pod ends when the node answers again or its Node object is deleted"
+		return "NodeLost: evicted from node " + pod.Spec.NodeName + ", which stopped answering the API server; its etcd may still run there. The pod ends when the node answers again or its Node object is deleted"
 	}
 	for _, cond := range pod.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
@@ -312,6 +312,17 @@ func nodeLostSince(pod *corev1.Pod) time.Time {
 	return time.Time{}
 }
 
+// initialClusterStale: the pod of a learner that has not started names other members in its
+// initial cluster than a member joining now would (joiningInitialCluster): one was removed, or
+// started, since the pod was made.
+func initialClusterStale(c *etcdv1alpha1.EtcdCluster, obs *observation, name string, pod *corev1.Pod) bool {
+	had := resources.MembersOfInitialCluster(pod.Annotations[resources.AnnotationInitialCluster])
+	want := resources.MembersOfInitialCluster(joiningInitialCluster(c, obs, name))
+	slices.Sort(had)
+	slices.Sort(want)
+	return !slices.Equal(had, want)
+}
+
 // decisionInput joins the observation, member by member, into what membership.Next needs.
 func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time) membership.Observed {
 	byName := map[string]*membership.Member{}
@@ -338,9 +349,19 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 			m.DBSizeBytes, m.DBSizeInUseBytes = st.DBSizeBytes, st.DBSizeInUseBytes
 		}
 		m.IsLeader = em.ID == obs.leaderID
+		if pod, ok := obs.pods[name]; ok && em.IsLearner && !em.Started() {
+			m.InitialClusterStale = initialClusterStale(c, obs, name, pod)
+		}
 	}
 	for name, index := range obs.recovery.raftIndexes {
-		get(name).RaftIndex = index
+		m := get(name)
+		m.RaftIndex, m.Answering = index, true
+	}
+	for name, at := range obs.recovery.answered {
+		get(name).Answered = at
+	}
+	for _, name := range declaredLost(c) {
+		get(name).DeclaredLost = true
 	}
 	for name, read := range obs.recovery.logReads {
 		if m := get(name); read.log != nil {

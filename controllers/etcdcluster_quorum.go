@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,6 +38,9 @@ type quorumRecoveryObservation struct {
 	// raftIndexes by member name, from members asked one by one: without a quorum etcd
 	// answers no member list, but each member still reports its own status.
 	raftIndexes map[string]uint64
+	// answered by member name: where a probe of a last voter that reported no raft index
+	// found something listening (see etcd.FirstAnswer).
+	answered map[string]string
 	// logReads by member name: the read-log Jobs of the last voters that did not report one.
 	logReads map[string]logRead
 	// preserveJob copies the data of the member the recovery builds on, if it exists;
@@ -77,6 +81,9 @@ func (r *EtcdClusterReconciler) observeQuorumRecovery(ctx context.Context, c *et
 	formedAndLost := !obs.reachable && c.Status.ClusterID != ""
 	if formedAndLost && obs.client != nil {
 		obs.recovery.raftIndexes = raftIndexesWithoutQuorum(ctx, c, obs)
+	}
+	if formedAndLost {
+		obs.recovery.answered = r.probeSilentVoters(ctx, c, obs)
 	}
 	if formedAndLost && underwayRecovery(c) == nil {
 		if err := r.observeLogReads(ctx, c, obs); err != nil {
@@ -178,13 +185,54 @@ func (r *EtcdClusterReconciler) observeLogReads(ctx context.Context, c *etcdv1al
 	return nil
 }
 
-// quorumLostSince is when the cluster stopped being available, once status says it has.
+// quorumLostSince is when the operator first found the cluster's quorum lost, once status
+// records it: not when Available last turned false, which it does for other reasons too.
 func quorumLostSince(c *etcdv1alpha1.EtcdCluster) (time.Time, bool) {
-	available := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable)
-	if available == nil || available.Status != metav1.ConditionFalse {
+	if c.Status.QuorumLostTime == nil {
 		return time.Time{}, false
 	}
-	return available.LastTransitionTime.Time, true
+	return c.Status.QuorumLostTime.Time, true
+}
+
+// probeSilentVoters probes, at every address it is known by, each last voter that reported no
+// raft index: a member counted lost must not be running anywhere the operator can reach.
+// Members are probed all at once; each probe is bounded (etcd.FirstAnswer).
+func (r *EtcdClusterReconciler) probeSilentVoters(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) map[string]string {
+	probe := r.ProbeAddresses
+	if probe == nil {
+		probe = etcd.FirstAnswer
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	out := map[string]string{}
+	for _, name := range lastVoters(c) {
+		if _, answered := obs.recovery.raftIndexes[name]; answered {
+			continue
+		}
+		wg.Go(func() {
+			if at := probe(ctx, memberAddresses(c, name, obs.pods[name])); at != "" {
+				mu.Lock()
+				out[name] = at
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// memberAddresses are the host:port addresses a member may serve at: its client and peer
+// ports at its DNS name, and at its pod's IP while the pod exists (a pod on a node that
+// stopped answering keeps its IP, and may keep serving on it).
+func memberAddresses(c *etcdv1alpha1.EtcdCluster, name string, pod *corev1.Pod) []string {
+	var out []string
+	for _, port := range []int{resources.ClientPort, resources.PeerPort} {
+		out = append(out, resources.MemberHostPort(c, name, port))
+		if pod != nil && pod.Status.PodIP != "" {
+			out = append(out, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)))
+		}
+	}
+	return out
 }
 
 // readLogs makes a read-log Job for each of members that has none for this quorum loss: each
@@ -284,7 +332,7 @@ func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, seen *quorumRecoveryObservation
 		FromBackup: spec.Policy == etcdv1alpha1.QuorumLossRecoveryFromLatestBackup,
 		From:       c.Annotations[etcdv1alpha1.AnnotationRecoverFrom],
 		After:      defaultRecoveryAfter,
-		LostSince:  now,
+		LostSince:  now, // not yet recorded: found lost now
 	}
 	if seen.latestBackup != nil {
 		p.LatestBackup = seen.latestBackup.Name
@@ -297,6 +345,7 @@ func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, seen *quorumRecoveryObservation
 	}
 	if qr := underwayRecovery(c); qr != nil {
 		p.Underway = qr.Member
+		p.DoneWithout = qr.LostMembers
 		// From status only: the copy is on record before its member is rewritten (the Job,
 		// deleted then, is not the record).
 		p.Preserved = qr.PreservedData != nil
@@ -480,13 +529,30 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 	return qr
 }
 
-// lostVoters are the last voters whose data the recovery does without: their claims are gone,
-// or their pods found no node (membership.VotersByFate).
+// lostVoters are the last voters the recovery does without: every one that is not a survivor
+// (membership.VotersByFate).
 func lostVoters(c *etcdv1alpha1.EtcdCluster, obs *observation, now time.Time) []string {
-	_, lost, stranded := membership.VotersByFate(obs.decisionInput(c, now))
-	return slices.DeleteFunc(lastVoters(c), func(name string) bool {
-		return !slices.Contains(lost, name) && !slices.Contains(stranded, name)
-	})
+	doneWithout := membership.VotersByFate(obs.decisionInput(c, now)).DoneWithout()
+	return slices.DeleteFunc(lastVoters(c), func(name string) bool { return !slices.Contains(doneWithout, name) })
+}
+
+// fenceMembers deletes the pods of the members a recovery does without, before its survivor is
+// forced: a member of the old membership must not run beside the forced one. A pod on a node
+// that stopped answering stays, being deleted, until the node answers (its kubelet then stops
+// it) or its Node object is deleted; the client Service sends no client to a pod being
+// deleted.
+func (r *EtcdClusterReconciler) fenceMembers(ctx context.Context, obs *observation, names []string) error {
+	var errs []error
+	for _, name := range names {
+		pod, ok := obs.pods[name]
+		if !ok || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
+			errs = append(errs, fmt.Errorf("stop member %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // keptFromRecovery: name is a member a quorum recovery did without. Its claim, if it has one, is

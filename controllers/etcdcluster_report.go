@@ -36,7 +36,11 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 	if obs.reachable {
 		s.ClusterID = etcd.FormatID(obs.clusterID)
 		s.Members = reportedMembers(c, obs)
+		s.QuorumLostTime = nil
 	} else {
+		if s.ClusterID != "" && s.QuorumLostTime == nil {
+			s.QuorumLostTime = ptrTime(now)
+		}
 		for i := range s.Members {
 			s.Members[i].Healthy, s.Members[i].IsLeader = false, false
 		}

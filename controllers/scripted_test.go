@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 
@@ -29,6 +30,10 @@ type scriptedCluster struct {
 	etcd     *etcdfake.Cluster
 	r        *EtcdClusterReconciler
 	recorder *events.FakeRecorder
+	// listening are the addresses at which a probe finds something (host:port); probed, every
+	// address probed so far.
+	listening map[string]bool
+	probed    []string
 }
 
 // newScriptedCluster makes a cluster of size members; mutate adjusts the spec before the
@@ -74,7 +79,20 @@ func newScriptedClusterWithImages(t *testing.T, size int, images resources.EtcdI
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).WithStatusSubresource(cluster).Build()
 	recorder := events.NewFakeRecorder(100)
 	r := &EtcdClusterReconciler{Client: cacheView(k8s), APIReader: k8s, Etcd: etcd.NewCacheWith(fakeEtcd.Dial), Recorder: recorder, DefaultImages: images}
-	return &scriptedCluster{cluster: cluster, members: names, k8s: k8s, etcd: fakeEtcd, r: r, recorder: recorder}
+	a := &scriptedCluster{cluster: cluster, members: names, k8s: k8s, etcd: fakeEtcd, r: r, recorder: recorder, listening: map[string]bool{}}
+	r.ProbeAddresses = a.probe
+	return a
+}
+
+// probe is the reconciler's probe of a member's addresses: the first of addrs in listening.
+func (a *scriptedCluster) probe(_ context.Context, addrs []string) string {
+	a.probed = append(a.probed, addrs...)
+	for _, addr := range addrs {
+		if a.listening[addr] {
+			return addr
+		}
+	}
+	return ""
 }
 
 // reconcile runs n reconciles and returns the cluster as the last one left it.

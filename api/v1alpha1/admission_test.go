@@ -26,6 +26,7 @@ var invalidObjects = []struct {
 	{"cluster repository digest of another algorithm", cluster(`repository: "registry.example/etcd@sha512:` + strings.Repeat("a", 128) + `"`), "spec.repository in body should match"},
 	{"cluster repository digest alone", cluster(`repository: "@sha256:` + strings.Repeat("a", 64) + `"`), "spec.repository in body should match"},
 	{"cluster storage too small", cluster("storage:\n  size: 32Mi"), "storage.size must be at least 64Mi"},
+	{"cluster quorum-loss recovery after below its floor", cluster("quorumLossRecovery:\n  policy: ForceNewCluster\n  after: 90s"), "quorumLossRecovery.after must be at least 2m"},
 	{"cluster storage not a quantity", cluster("storage:\n  size: lots"), "spec.storage.size"},
 	{"cluster ephemeral with storage class", cluster("storage:\n  ephemeral: true\n  storageClassName: fast"), "storage.storageClassName has no meaning with storage.ephemeral: true"},
 	{"cluster retention policy unknown", cluster("storage:\n  retentionPolicy:\n    whenDeleted: Keep"), `spec.storage.retentionPolicy.whenDeleted: Unsupported value: "Keep"`},

@@ -122,3 +122,11 @@ const (
 // keeps a copy of that member's data, restarts it alone with its data, and grows the cluster
 // back; writes that only the lost members had are gone.
 const AnnotationRecoverFrom = "etcd.database.dev/recover-from"
+
+// AnnotationLostMembers, set by a person on an EtcdCluster whose quorum is lost, lists the
+// members (comma-separated names) whose machines they have checked are down. It is the
+// operator's only evidence that a member whose node stopped answering the API server is not
+// still serving: a node that stopped answering is not an etcd that stopped. Like
+// AnnotationRecoverFrom it holds for the loss it was given for: set before the loss was
+// observed, or on a cluster with a quorum, it is removed with an event.
+const AnnotationLostMembers = "etcd.database.dev/lost-members"

@@ -391,10 +391,15 @@ type QuorumLossRecoverySpec struct {
 	// +optional
 	Policy QuorumLossRecoveryPolicy `json:"policy,omitempty"`
 
-	// After is how long quorum must stay lost before policy ForceNewCluster or
-	// FromLatestBackup acts, so that a node reboot or a network blip is not treated as a
-	// disaster. The recover-from annotation, a person's decision, does not wait for it.
+	// After is how long quorum must stay lost, counted from when the operator first found it
+	// lost (status.quorumLostTime), before policy ForceNewCluster or FromLatestBackup acts, so
+	// that a node reboot or a network blip is not treated as a disaster; it is also how long a
+	// member's pod must have found no node before its data counts as out of reach. At least 2
+	// minutes: longer than Kubernetes takes to notice a node that stopped answering and than a
+	// cluster autoscaler takes to bring a node, so that a member slow to come back is never
+	// forced out. The recover-from annotation, a person's decision, does not wait for it.
 	// +kubebuilder:default="10m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('2m')",message="quorumLossRecovery.after must be at least 2m: a member slower than that to come back (a node reboot, an autoscaled node) must not be forced out of the cluster"
 	// +optional
 	After *metav1.Duration `json:"after,omitempty"`
 }
@@ -520,7 +525,9 @@ type QuorumRecoveryStatus struct {
 	// (policy FromLatestBackup).
 	// +optional
 	Backup *RecoveryBackupStatus `json:"backup,omitempty"`
-	// LostMembers are the voting members whose data was gone when the recovery began.
+	// LostMembers are the voting members the recovery does without: their data was gone or
+	// out of reach when it began, or they were declared lost. Their pods are stopped before the
+	// survivor is forced, and their claims, if any, are kept.
 	// +optional
 	LostMembers []string `json:"lostMembers,omitempty"`
 	// Trigger is what allowed the recovery: the policy (ForceNewCluster or FromLatestBackup),
@@ -633,6 +640,13 @@ type EtcdClusterStatus struct {
 	// Certificates in use, with their expiry.
 	// +optional
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
+
+	// QuorumLostTime is when the operator first found this formed cluster's etcd answering no
+	// member list (no quorum serving), since it last did; unset while a quorum serves. The wait
+	// of spec.quorumLossRecovery.after counts from it, and annotations given before it
+	// (recover-from, lost-members) are ignored.
+	// +optional
+	QuorumLostTime *metav1.Time `json:"quorumLostTime,omitempty"`
 
 	// QuorumRecovery is the last recovery from a quorum lost for good: the member it was made
 	// from, where a copy of that member's data was kept before anything was rewritten, and how

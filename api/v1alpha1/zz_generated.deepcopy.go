@@ -413,6 +413,10 @@ func (in *EtcdClusterStatus) DeepCopyInto(out *EtcdClusterStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.QuorumLostTime != nil {
+		in, out := &in.QuorumLostTime, &out.QuorumLostTime
+		*out = (*in).DeepCopy()
+	}
 	if in.QuorumRecovery != nil {
 		in, out := &in.QuorumRecovery, &out.QuorumRecovery
 		*out = new(QuorumRecoveryStatus)

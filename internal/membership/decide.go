@@ -11,9 +11,12 @@
 //     no error, the member has applied the log to within MaxLagEntries of the leader, and its
 //     pod is ready (clients reach it);
 //   - quorum lost for good (a majority of the last voters' data is gone, or out of reach: their
-//     pods have found no node, or their node has not answered since it was tainted, for
-//     spec.quorumLossRecovery.after) is recovered only by
-//     the policy's leave (and after spec.quorumLossRecovery.after) or the user's, from the
+//     pods have found no node for spec.quorumLossRecovery.after, or a person declared them
+//     lost) is recovered only by the policy's leave (and after spec.quorumLossRecovery.after,
+//     never less than MinRecoveryAfter) or the user's; never while members on nodes that
+//     stopped answering, with the survivors that do not answer, could be a quorum (a node that
+//     stopped answering is not an etcd that stopped), nor while a member counted lost answers
+//     a probe; the members done without are fenced before the force; from the
 //     surviving member with the most recent log (as it reports it, or as its WAL records it
 //     when it cannot answer; a log that cannot be read is not guessed at) or the one the user
 //     named; a recovery, once
@@ -30,7 +33,6 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -85,9 +87,24 @@ type Member struct {
 	PVCUnboundOutdated bool
 	// PVCTooSmall: the claim requests less than spec.storage.size.
 	PVCTooSmall bool
+	// InitialClusterStale: a learner that has not started, whose pod was made with an initial
+	// cluster that no longer matches etcd's members (one was removed since): etcd refuses to
+	// start it ("error validating peerURLs"), for ever.
+	InitialClusterStale bool
 	// LogUnreadable says why the member's log could not be read from its data (a read-log Job
 	// failed), or is empty. Only read while quorum is lost for good and etcd does not answer.
 	LogUnreadable string
+
+	// While etcd does not answer a member list (quorum lost):
+	// Answering: the member answered the operator's status call itself.
+	Answering bool
+	// Answered is the address at which a probe of a member that did not answer its status call
+	// found something listening, or "": probed at every address it is known by (its pod's IP,
+	// its DNS name; client and peer ports).
+	Answered string
+	// DeclaredLost: a person declared the member lost (etcdv1alpha1.AnnotationLostMembers),
+	// having checked that its machine is down.
+	DeclaredLost bool
 }
 
 // InEtcd says whether etcd lists the member.
@@ -171,6 +188,10 @@ type RecoveryPolicy struct {
 	// the usual steps add the other members back.
 	UnderwayRestore string
 	RestoreExists   bool
+	// DoneWithout are the last voters the recovery under way does without (recorded when it
+	// began): before each of its steps none may answer, and before the force their pods are
+	// stopped.
+	DoneWithout []string
 }
 
 // DefragPolicy says when a member's database is worth defragmenting.
@@ -237,6 +258,9 @@ const (
 	BeginRecovery Action = "BeginRecovery"
 	// PreserveData: stop Member and keep a copy of its data before a recovery rewrites it.
 	PreserveData Action = "PreserveData"
+	// FenceMembers: delete the pods of Members, the members a recovery does without, before
+	// the survivor is forced: none may serve beside it.
+	FenceMembers Action = "FenceMembers"
 	// ForceNewCluster: restart Member with --force-new-cluster, a cluster of one with its data.
 	ForceNewCluster Action = "ForceNewCluster"
 	// RestoreFromBackup: create the in-place EtcdRestore of the recovery under way, from its
@@ -394,248 +418,6 @@ func restoreInPlace(o Observed) (Step, bool) {
 	return Step{}, false
 }
 
-// nextWithoutQuorum: etcd does not answer. Before the cluster first forms this is bootstrap;
-// after, only restarting members on their own data is safe.
-func nextWithoutQuorum(o Observed) Step {
-	if !o.EverFormed {
-		return nextBootstrapStep(o)
-	}
-	if step, ok := continueRecovery(o); ok {
-		return step
-	}
-	if o.DataSurvivesPod {
-		missing := names(o.Members, func(m Member) bool { return !m.PodExists && m.PVCExists })
-		if len(missing) > 0 {
-			return Step{Action: RestartMembers, Members: missing, Operation: OpRecovering,
-				Reason: "recreating the pods of members whose data is intact"}
-		}
-	}
-	if step, ok := recoverQuorum(o); ok {
-		return step
-	}
-	return Step{Action: Wait, Operation: OpQuorumLost,
-		Reason: "a majority of members is unavailable; no destructive action is taken"}
-}
-
-// recoverQuorum decides the recovery of a quorum lost for good: fewer of the last voters have
-// data left than a quorum, so waiting cannot bring it back. The survivor is the member whose
-// log reaches furthest (the highest committed raft index); a copy of its data is kept, then it
-// restarts alone with --force-new-cluster. Only with the policy's or the user's leave: writes
-// that only the lost members had are gone.
-func recoverQuorum(o Observed) (Step, bool) {
-	if forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists }); len(forced) > 0 {
-		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
-			Reason: "the member restarts as a cluster of its own from its data"}, true
-	}
-	if !o.DataSurvivesPod || len(o.LastVoters) == 0 {
-		return Step{}, false
-	}
-	if o.AwaitingRestore != "" {
-		// The user's in-place restore replaces the data anyway; two rewrites at once would
-		// race for the same members.
-		return Step{Action: Wait, Operation: OpRestoring,
-			Reason: "EtcdRestore " + o.AwaitingRestore + " restores this cluster in place: no quorum recovery while it runs"}, true
-	}
-	survivors, lost, stranded := VotersByFate(o)
-	if len(survivors) >= Quorum(len(o.LastVoters)) {
-		return Step{}, false // a quorum's data is there: its pods come back
-	}
-	var what []string
-	if len(lost) > 0 {
-		what = append(what, "members "+strings.Join(lost, ", ")+" lost their data")
-	}
-	if len(stranded) > 0 {
-		what = append(what, strandedWhy(o, stranded))
-	}
-	lostWhat := strings.Join(what, "; ")
-	switch {
-	case len(survivors) == 0 && len(stranded) == 0:
-		return recoverFromBackup(o)
-	case len(survivors) == 0:
-		// Their data may come back with their nodes: a restore would throw it away.
-		return Step{Action: Wait, Operation: OpQuorumLost, Members: stranded,
-			Reason: "quorum is lost (" + lostWhat + "), and no member's data can be read: bring their nodes back, or " +
-				"delete their claims to restore the cluster from a backup"}, true
-	}
-	best, unread := furthestLog(o.Members, survivors)
-	if o.Recovery.From != "" {
-		// The user's choice needs no raft index: it is how a cluster whose members cannot
-		// be asked (password authentication needs a quorum) is recovered.
-		if !slices.Contains(survivors, o.Recovery.From) {
-			return Step{Action: Wait, Operation: OpQuorumLost,
-				Reason: "recover-from names " + o.Recovery.From + ", which is not a member whose data survives; name one of " + strings.Join(survivors, ", ")}, true
-		}
-		return Step{Action: BeginRecovery, Member: o.Recovery.From, Operation: OpRecoveringQuorum,
-			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + o.Recovery.From + ", as annotated"}, true
-	}
-	if len(unread) > 0 && len(survivors) > 1 {
-		return readLogs(o, unread, lostWhat), true
-	}
-	if !o.Recovery.Automatic {
-		return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
-			Reason: "quorum is lost for good (" + lostWhat + "); member " + best + " has the most recent data. " +
-				"To recover from it, losing the writes only the lost members had, annotate the EtcdCluster with " +
-				etcdv1alpha1.AnnotationRecoverFrom + "=" + best}, true
-	}
-	if wait := o.Recovery.LostSince.Add(o.Recovery.After).Sub(o.Now); wait > 0 {
-		return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
-			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest, once quorum has been lost for " +
-				o.Recovery.After.String() + " (spec.quorumLossRecovery.after)"}, true
-	}
-	return Step{Action: BeginRecovery, Member: best, Operation: OpRecoveringQuorum,
-		Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest"}, true
-}
-
-// readLogs decides what to do about surviving members that report no raft index (a cluster
-// with password authentication cannot authenticate anyone without a quorum; a member may crash
-// as it starts): their logs are read from their data, as a member that answers would report
-// it, so that the recovery builds on the one that reaches furthest, whichever can answer. A log
-// that cannot be read is not guessed at: the user names the member to recover from.
-func readLogs(o Observed, unread []string, lostWhat string) Step {
-	byName := index(o.Members)
-	var failed []string
-	for _, name := range unread {
-		if why := byName[name].LogUnreadable; why != "" {
-			failed = append(failed, "member "+name+": "+why)
-		}
-	}
-	if len(failed) > 0 {
-		return Step{Action: Wait, Operation: OpQuorumLost, Members: unread,
-			Reason: "quorum is lost for good (" + lostWhat + "), and how far the log of a survivor reaches cannot be read from its data (" +
-				strings.Join(failed, "; ") + "): name the member to recover from with the annotation " + etcdv1alpha1.AnnotationRecoverFrom}
-	}
-	return Step{Action: ReadLogs, Operation: OpQuorumLost, Members: unread,
-		Reason: "quorum is lost for good (" + lostWhat + "); members " + strings.Join(unread, ", ") +
-			" do not answer: reading how far their logs reach from their data, to recover from the most recent"}
-}
-
-// VotersByFate sorts the last voters for a lost quorum: survivors, whose data can be read; lost,
-// whose claims are gone; and stranded, whose pods have found no node for Recovery.After, their
-// data on a volume out of reach (kept: it may hold writes the survivors lack).
-func VotersByFate(o Observed) (survivors, lost, stranded []string) {
-	byName := index(o.Members)
-	for _, name := range o.LastVoters {
-		m := byName[name]
-		switch {
-		case !m.PVCExists:
-			lost = append(lost, name)
-		case outOfReachFor(m.UnscheduledSince, o) || outOfReachFor(m.NodeLostSince, o):
-			stranded = append(stranded, name)
-		default:
-			survivors = append(survivors, name)
-		}
-	}
-	return survivors, lost, stranded
-}
-
-// outOfReachFor says whether a member out of reach since since has been for Recovery.After.
-func outOfReachFor(since time.Time, o Observed) bool {
-	return !since.IsZero() && o.Now.Sub(since) >= o.Recovery.After
-}
-
-// strandedWhy says why the stranded members' data is out of reach.
-func strandedWhy(o Observed, stranded []string) string {
-	byName := index(o.Members)
-	var noNode, nodeLost []string
-	for _, name := range stranded {
-		if outOfReachFor(byName[name].NodeLostSince, o) {
-			nodeLost = append(nodeLost, name)
-		} else {
-			noNode = append(noNode, name)
-		}
-	}
-	var why []string
-	if len(noNode) > 0 {
-		why = append(why, "the pods of members "+strings.Join(noNode, ", ")+" have found no node for "+o.Recovery.After.String()+
-			" (spec.quorumLossRecovery.after): their volumes' nodes may be gone")
-	}
-	if len(nodeLost) > 0 {
-		why = append(why, "the nodes of members "+strings.Join(nodeLost, ", ")+" have not answered for "+o.Recovery.After.String()+
-			" (spec.quorumLossRecovery.after) since their pods were evicted from them")
-	}
-	return strings.Join(why, "; ")
-}
-
-// recoverFromBackup decides the recovery of a cluster whose every member lost its data: only a
-// backup holds it. With policy FromLatestBackup the newest completed snapshot of the cluster's
-// EtcdBackups is restored in place; otherwise the user is told how.
-func recoverFromBackup(o Observed) (Step, bool) {
-	const lostAll = "quorum is lost for good: every member lost its data"
-	r := o.Recovery
-	switch {
-	case !r.FromBackup:
-		return Step{Action: Wait, Operation: OpQuorumLost,
-			Reason: lostAll + "; restore the cluster from a backup (an EtcdRestore of mode InPlace), or set spec.quorumLossRecovery.policy FromLatestBackup"}, true
-	case r.LatestBackup == "":
-		return Step{Action: Wait, Operation: OpQuorumLost,
-			Reason: lostAll + ", and no EtcdBackup of this cluster has a completed snapshot to restore; restore one from elsewhere with an EtcdRestore of mode InPlace (spec.source.location)"}, true
-	}
-	if wait := r.LostSince.Add(r.After).Sub(o.Now); wait > 0 {
-		return Step{Action: Wait, Operation: OpQuorumLost, Backup: r.LatestBackup,
-			Reason: lostAll + "; restoring EtcdBackup " + r.LatestBackup + "'s newest snapshot once quorum has been lost for " +
-				r.After.String() + " (spec.quorumLossRecovery.after)"}, true
-	}
-	return Step{Action: BeginRecovery, Backup: r.LatestBackup, Operation: OpRecoveringQuorum,
-		Reason: lostAll + "; restoring the cluster in place from EtcdBackup " + r.LatestBackup + "'s newest snapshot"}, true
-}
-
-// continueRecovery carries a recovery under way through from its member, whatever is observed
-// of the others: a copy of its data first, then its restart alone with --force-new-cluster.
-// Once it has served alone, the recovery's rewriting is over and the usual steps take over.
-// A recovery from a backup is carried through by its EtcdRestore.
-func continueRecovery(o Observed) (Step, bool) {
-	r := o.Recovery
-	if r.Served {
-		return Step{}, false
-	}
-	if r.UnderwayRestore != "" {
-		if !r.RestoreExists {
-			return Step{Action: RestoreFromBackup, Operation: OpRecoveringQuorum,
-				Reason: "restoring the cluster in place from its newest backup (EtcdRestore " + r.UnderwayRestore + ")"}, true
-		}
-		return Step{Action: Wait, Operation: OpRecoveringQuorum,
-			Reason: "EtcdRestore " + r.UnderwayRestore + " restores the cluster from its newest backup; its status says how far it has gone"}, true
-	}
-	if r.Underway == "" {
-		return Step{}, false
-	}
-	m, ok := index(o.Members)[r.Underway]
-	switch {
-	case !ok || !m.PVCExists:
-		return Step{Action: Wait, Operation: OpQuorumLost,
-			Reason: "the claim of member " + r.Underway + ", which the recovery under way builds on, is gone: restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
-	case m.ForcedNewCluster && m.PodExists:
-		return Step{Action: Wait, Member: r.Underway, Operation: OpRecoveringQuorum,
-			Reason: "the member restarts as a cluster of its own from its data"}, true
-	case !r.Preserved:
-		return Step{Action: PreserveData, Member: r.Underway, Operation: OpRecoveringQuorum,
-			Reason: "stopping member " + r.Underway + " and keeping a copy of its data before it is rewritten"}, true
-	}
-	return Step{Action: ForceNewCluster, Member: r.Underway, Operation: OpRecoveringQuorum,
-		Reason: "restarting member " + r.Underway + " alone with its data (--force-new-cluster)"}, true
-}
-
-// furthestLog is the member among names with the highest committed raft index, and those that
-// did not report one (their pod does not run, or etcd does not answer).
-func furthestLog(members []Member, candidates []string) (best string, unread []string) {
-	var bestIndex uint64
-	byName := index(members)
-	for _, name := range candidates {
-		m := byName[name]
-		if m.RaftIndex == 0 {
-			unread = append(unread, name)
-			continue
-		}
-		if best == "" || m.RaftIndex > bestIndex {
-			best, bestIndex = name, m.RaftIndex
-		}
-	}
-	if best == "" {
-		best = candidates[0]
-	}
-	return best, unread
-}
-
 func nextBootstrapStep(o Observed) Step {
 	if step, ok := correctBootstrap(o); ok {
 		return step
@@ -685,22 +467,31 @@ func correctBootstrap(o Observed) (Step, bool) {
 	return Step{}, false
 }
 
-// startOrReplaceMissingPods handles members etcd lists but that have no pod.
+// startOrReplaceMissingPods handles members etcd lists but that have no pod: those that never
+// started are started first, then the others restarted on their data or replaced. A member is
+// never removed while a learner added before has not started: its pod names the members as they
+// were when it was made.
 func startOrReplaceMissingPods(o Observed) (Step, bool) {
+	for _, m := range o.Members {
+		if m.InEtcd() && !m.PodExists && !m.Started {
+			return Step{Action: StartMember, Member: m.Name, MemberID: m.ID, Operation: OpScalingUp,
+				Reason: "starting a member etcd already lists"}, true
+		}
+	}
 	for _, m := range o.Members {
 		if !m.InEtcd() || m.PodExists {
 			continue
 		}
 		switch {
-		case !m.Started:
-			return Step{Action: StartMember, Member: m.Name, MemberID: m.ID, Operation: OpScalingUp,
-				Reason: "starting a member etcd already lists"}, true
 		case o.DataSurvivesPod && m.PVCExists:
 			return Step{Action: RestartMembers, Members: []string{m.Name}, Operation: OpRecovering,
 				Reason: "recreating the pod of a member whose data is intact"}, true
 		default:
 			// Its data is gone: restarting it under the same ID would let it vote without
 			// the log it acknowledged. Remove it; scale-up then adds a fresh member.
+			if learner, ok := unstartedLearner(o); ok {
+				return learnerNotStarted(o, learner)
+			}
 			if step, ok := removeIfSafe(o, m, OpReplacingMember, "member's data is gone; removing it to replace it"); ok {
 				return step, true
 			}
@@ -723,6 +514,15 @@ func deleteOrphans(o Observed) (Step, bool) {
 	}
 	return Step{Action: DeleteOrphans, Members: orphans, Operation: OpScalingDown,
 		Reason: "deleting the pods and claims of members no longer in the cluster"}, true
+}
+
+// unstartedLearner is a learner etcd lists that has not started yet.
+func unstartedLearner(o Observed) (Member, bool) {
+	i := slices.IndexFunc(o.Members, func(m Member) bool { return m.InEtcd() && m.IsLearner && !m.Started })
+	if i < 0 {
+		return Member{}, false
+	}
+	return o.Members[i], true
 }
 
 func promoteLearner(o Observed) (Step, bool) {
@@ -752,6 +552,9 @@ func learnerNotStarted(o Observed, m Member) (Step, bool) {
 	case surplus:
 		return Step{Action: RemoveMember, Member: m.Name, MemberID: m.ID, Operation: OpScalingDown,
 			Reason: "removing a learner that has not started, as the cluster is scaling down" + problem}, true
+	case m.PodExists && !m.PodTerminating && m.InitialClusterStale:
+		return Step{Action: StopMembers, Members: []string{m.Name}, Operation: OpPromoting,
+			Reason: "restarting the learner with the members as they are now: its pod names a member removed since it was made, and etcd refuses to start it"}, true
 	case timedOut:
 		return Step{Action: RemoveMember, Member: m.Name, MemberID: m.ID, Operation: OpPromoting,
 			Reason: "removing a learner whose pod did not start within " + LearnerStartTimeout.String() + problem}, true

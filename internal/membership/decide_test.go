@@ -144,6 +144,17 @@ func TestNext(t *testing.T) {
 			Member{Name: "d", PodExists: true, PodTerminating: true}), Step{Action: DeleteOrphans, Members: []string{"d"}}},
 		{"learner listed but never started gets its pod", formed(leader(healthy("a", 1)), healthy("b", 2), healthy("c", 3),
 			Member{Name: "d", ID: 4, IsLearner: true}), Step{Action: StartMember, Member: "d", MemberID: 4}},
+		{"a learner added before is started before a member whose data is gone is removed", formed(leader(healthy("a", 1)), noData(healthy("b", 2)), healthy("c", 3),
+			Member{Name: "d", ID: 4, IsLearner: true, PVCExists: true}), Step{Action: StartMember, Member: "d", MemberID: 4}},
+		{"no member is removed while a learner added before has not started: its pod names the members as they were",
+			formed(leader(healthy("a", 1)), noData(healthy("b", 2)), healthy("c", 3),
+				Member{Name: "d", ID: 4, IsLearner: true, PodExists: true, PVCExists: true, PodCreated: t0}),
+			Step{Action: Wait, Member: "d"}},
+		{"a learner whose pod names a member removed since is restarted with the members as they are",
+			formed(leader(healthy("a", 1)), healthy("c", 3),
+				Member{Name: "d", ID: 4, IsLearner: true, PodExists: true, PVCExists: true, PodCreated: t0, InitialClusterStale: true,
+					PodProblem: "CrashLoopBackOff: last exit code 1 (Error)"}),
+			Step{Action: StopMembers, Members: []string{"d"}}},
 		{"a crashed member waits; no membership change", func() Observed {
 			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
 			return o

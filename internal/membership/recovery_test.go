@@ -13,7 +13,8 @@ import (
 // etcd last listed.
 func lostQuorum(lastVoters []string, members ...Member) Observed {
 	return Observed{EverFormed: true, Members: members, DesiredSize: len(lastVoters), DesiredVersion: "3.6.16",
-		DataSurvivesPod: true, LastVoters: lastVoters}
+		DataSurvivesPod: true, LastVoters: lastVoters, Now: time.Unix(10000, 0),
+		Recovery: RecoveryPolicy{LostSince: time.Unix(10000, 0).Add(-time.Hour)}}
 }
 
 // unscheduledFor: the member's pod has found no node for d before the observation (lostFor's
@@ -30,9 +31,10 @@ func nodeLostFor(d time.Duration, m Member) Member {
 	return m
 }
 
-// survivor runs on its claim but, without a quorum, only reports its own raft index.
+// survivor runs on its claim but, without a quorum, only reports its own raft index (0: it does
+// not answer).
 func survivor(name string, raftIndex uint64) Member {
-	return Member{Name: name, PodExists: true, PVCExists: true, RaftIndex: raftIndex, PodVersion: "3.6.16"}
+	return Member{Name: name, PodExists: true, PVCExists: true, RaftIndex: raftIndex, Answering: raftIndex > 0, PodVersion: "3.6.16"}
 }
 
 func TestQuorumLostForGood(t *testing.T) {
@@ -52,6 +54,14 @@ func TestQuorumLostForGood(t *testing.T) {
 		return o
 	}
 	userRestore := func(o Observed) Observed { o.AwaitingRestore = "users-restore"; return o }
+	doneWithout := func(names []string, o Observed) Observed { o.Recovery.DoneWithout = names; return o }
+	declaredLost := func(m Member) Member { m.DeclaredLost = true; return m }
+	answering := func(m Member) Member { m.Answering = true; return m }
+	noPVC := func(m Member) Member { m.PVCExists = false; return m }
+	lostForAfter := func(d, after time.Duration, o Observed) Observed {
+		o.Recovery.After, o.Now, o.Recovery.LostSince = after, time.Unix(10000, 0), time.Unix(10000, 0).Add(-d)
+		return o
+	}
 	lostFor := func(d time.Duration, o Observed) Observed {
 		o.Recovery.After, o.Now, o.Recovery.LostSince = 10*time.Minute, time.Unix(10000, 0), time.Unix(10000, 0).Add(-d)
 		return o
@@ -68,14 +78,61 @@ func TestQuorumLostForGood(t *testing.T) {
 		{"not before they have been without a node that long: they may yet start",
 			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(9*time.Minute, survivor("b", 0)), unscheduledFor(10*time.Minute, survivor("c", 0))))),
 			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
-		{"members whose node stopped answering that long ago (their evicted pods never ended): out of reach too",
-			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), nodeLostFor(10*time.Minute, survivor("b", 0)), unscheduledFor(10*time.Minute, survivor("c", 0))))),
-			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum},
-			"the pods of members c have found no node for 10m0s (spec.quorumLossRecovery.after): their volumes' nodes may be gone; the nodes of members b have not answered for 10m0s"},
-		{"not before: the node may come back", lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), nodeLostFor(9*time.Minute, survivor("b", 0)), nodeLostFor(10*time.Minute, survivor("c", 0))))),
-			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
-		{"a member on a lost node is never the survivor", lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 90), nodeLostFor(10*time.Minute, survivor("b", 120))))),
+		{"a majority whose nodes stopped answering is never counted lost, however long: their etcd may still serve",
+			lostFor(10*time.Hour, automatic(lostQuorum(abc, survivor("a", 100), nodeLostFor(10*time.Hour, survivor("b", 0)), nodeLostFor(10*time.Hour, survivor("c", 0))))),
+			Step{Action: Wait, Members: []string{"b", "c"}, Operation: OpQuorumLost},
+			"could split the cluster in two. Once you have checked that those machines are down, declare them lost: annotate the EtcdCluster with " + etcdv1alpha1.AnnotationLostMembers + "=b,c"},
+		{"nor when their claims are gone too: a claim is released only once its pod is confirmed ended",
+			lostFor(10*time.Hour, automatic(lostQuorum(abc, survivor("a", 100), nodeLostFor(10*time.Hour, noPVC(survivor("b", 0))), nodeLostFor(10*time.Hour, noPVC(survivor("c", 0)))))),
+			Step{Action: Wait, Members: []string{"b", "c"}, Operation: OpQuorumLost}, etcdv1alpha1.AnnotationLostMembers + "=b,c"},
+		{"nor on the user's choice of survivor: it says nothing of the others",
+			from("a", lostQuorum(abc, survivor("a", 100), nodeLostFor(10*time.Hour, survivor("b", 0)), nodeLostFor(10*time.Hour, survivor("c", 0)))),
+			Step{Action: Wait, Members: []string{"b", "c"}, Operation: OpQuorumLost}, etcdv1alpha1.AnnotationLostMembers + "=b,c"},
+		{"declared lost by a person: recovered from the survivor",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), declaredLost(nodeLostFor(time.Minute, survivor("b", 0))), declaredLost(nodeLostFor(time.Minute, survivor("c", 0)))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "members b, c were declared lost (" + etcdv1alpha1.AnnotationLostMembers + ")"},
+		{"one member out of sight is no quorum: the other lost its data, the survivor recovers",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), nodeLostFor(10*time.Minute, survivor("b", 0))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "members c lost their data; the nodes of members b stopped answering"},
+		{"out of sight: members on unanswering nodes and survivors that run but do not answer, together a quorum",
+			lostFor(10*time.Minute, automatic(lostQuorum(abcde, answering(survivor("a", 100)), survivor("b", 0), nodeLostFor(time.Hour, survivor("c", 0)), nodeLostFor(time.Hour, survivor("d", 0))))),
+			Step{Action: Wait, Members: []string{"c", "d"}, Operation: OpQuorumLost}, etcdv1alpha1.AnnotationLostMembers + "=c,d"},
+		{"a survivor that answers is in sight: two out of sight of five are no quorum",
+			lostFor(10*time.Minute, automatic(lostQuorum(abcde, answering(survivor("a", 100)), answering(survivor("b", 90)), nodeLostFor(time.Hour, survivor("c", 0)), nodeLostFor(time.Hour, survivor("d", 0))))),
 			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"a member counted lost that answers a probe holds the recovery",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), with(noPVC(survivor("b", 0)), func(m *Member) { m.Answered = "10.0.0.5:2380" })))),
+			Step{Action: Wait, Members: []string{"b"}, Operation: OpQuorumLost}, "member b at 10.0.0.5:2380"},
+		{"so does a stranded one", lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100),
+			with(unscheduledFor(10*time.Minute, survivor("b", 0)), func(m *Member) { m.Answered = "b.q-peer:2379" }), unscheduledFor(10*time.Minute, survivor("c", 0))))),
+			Step{Action: Wait, Members: []string{"b"}, Operation: OpQuorumLost}, "member b at b.q-peer:2379"},
+		{"and the reading of logs", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 0), with(noPVC(survivor("c", 0)), func(m *Member) { m.Answered = "10.0.0.7:2379" }))),
+			Step{Action: Wait, Members: []string{"c"}, Operation: OpQuorumLost}, "no recovery step is taken while they answer"},
+		{"a survivor's answer does not hold it", automatic(lostQuorum(abc, with(survivor("a", 100), func(m *Member) { m.Answered = "10.0.0.5:2379" }))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"begun: a member it does without that answers holds the copy", doneWithout([]string{"b", "c"}, underway("a", automatic(lostQuorum(abc, survivor("a", 100),
+			with(noPVC(survivor("b", 0)), func(m *Member) { m.Answered = "10.0.0.5:2380" }))))),
+			Step{Action: Wait, Members: []string{"b"}, Operation: OpRecoveringQuorum}, "member b at 10.0.0.5:2380"},
+		{"and the force", doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)),
+			with(declaredLost(survivor("c", 0)), func(m *Member) { m.Answered = "10.0.0.6:2379" }))))),
+			Step{Action: Wait, Members: []string{"c"}, Operation: OpRecoveringQuorum}, ""},
+		{"fenced before the force: the pods of the members done without are stopped", doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)),
+			declaredLost(survivor("b", 0)), nodeLostFor(time.Hour, survivor("c", 0)))))),
+			Step{Action: FenceMembers, Members: []string{"b"}, Operation: OpRecoveringQuorum}, "before member a is forced"},
+		{"fenced: then forced", doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)),
+			with(survivor("b", 0), func(m *Member) { m.PodTerminating = true }), nodeLostFor(time.Hour, survivor("c", 0)))))),
+			Step{Action: ForceNewCluster, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"spec.quorumLossRecovery.after has a floor: not before quorum has been lost for it",
+			lostForAfter(time.Minute, 10*time.Second, automatic(lostQuorum(abc, survivor("a", 100)))),
+			Step{Action: Wait, Member: "a", Operation: OpQuorumLost}, "once quorum has been lost for 2m0s"},
+		{"once it has", lostForAfter(MinRecoveryAfter, 10*time.Second, automatic(lostQuorum(abc, survivor("a", 100)))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"nor is a pod that found no node for less than the floor counted lost",
+			lostForAfter(time.Hour, 0, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(time.Minute, survivor("b", 0)), unscheduledFor(time.Minute, survivor("c", 0))))),
+			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
+		{"every member's data out of reach or out of sight: no restore from a backup",
+			lostFor(10*time.Hour, fromBackup("nightly", lostQuorum(abc, nodeLostFor(10*time.Hour, survivor("a", 0))))),
+			Step{Action: Wait, Members: []string{"a"}, Operation: OpQuorumLost}, "no member's data can be read"},
 		{"one lost, one stranded: both named",
 			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(10*time.Minute, survivor("c", 0))))),
 			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "members b lost their data; the pods of members c have found no node"},

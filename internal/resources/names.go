@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -133,6 +134,11 @@ func scheme(c *etcdv1alpha1.EtcdCluster) string {
 // PeerURL is the URL a member advertises to its peers.
 func PeerURL(c *etcdv1alpha1.EtcdCluster, member string) string {
 	return fmt.Sprintf("%s://%s:%d", scheme(c), memberHost(c, member), PeerPort)
+}
+
+// MemberHostPort is the address at which a member serves port, by its DNS name.
+func MemberHostPort(c *etcdv1alpha1.EtcdCluster, member string, port int) string {
+	return net.JoinHostPort(memberHost(c, member), strconv.Itoa(port))
 }
 
 // ClientURL is the URL a member advertises to clients.

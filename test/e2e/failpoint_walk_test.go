@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 	"github.com/etcd-database/etcd-operator/test/failpoints"
 	"github.com/etcd-database/etcd-operator/test/linearizability"
@@ -461,7 +462,7 @@ func (w *failpointWalk) recoverLostQuorum(t *testing.T) {
 	before := w.keyspace(t)
 	patchSpec(t, w.cluster, func(c *etcdv1alpha1.EtcdCluster) {
 		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{
-			Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{}}
+			Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{Duration: membership.MinRecoveryAfter}}
 	})
 	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(w.cluster), w.cluster); err != nil {
 		t.Fatal(err)
@@ -492,7 +493,7 @@ func (w *failpointWalk) restoreLostCluster(t *testing.T) {
 	ctx := context.Background()
 	patchSpec(t, w.cluster, func(c *etcdv1alpha1.EtcdCluster) {
 		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{
-			Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup, After: &metav1.Duration{}}
+			Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup, After: &metav1.Duration{Duration: membership.MinRecoveryAfter}}
 	})
 	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(w.cluster), w.cluster); err != nil {
 		t.Fatal(err)

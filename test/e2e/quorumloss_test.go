@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -75,7 +76,7 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 					Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
 					QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
 						Policy: tc.policy,
-						After:  &metav1.Duration{Duration: 10 * time.Second},
+						After:  &metav1.Duration{Duration: membership.MinRecoveryAfter},
 					},
 				},
 			}
@@ -130,6 +131,10 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 			if tc.policy == etcdv1alpha1.QuorumLossRecoveryManual {
 				survivor := awaitManualRecoveryOffer(t, c, survivors)
 				annotate(t, c, etcdv1alpha1.AnnotationRecoverFrom, survivor)
+			}
+			if tc.loss == nodeStopsAnswering {
+				awaitDeclarationOfLostMembers(t, c, lost)
+				annotate(t, c, etcdv1alpha1.AnnotationLostMembers, strings.Join(lost, ","))
 			}
 
 			waitForWithin(t, "the cluster recovered at its spec size", recoveryTimeout, func(ctx context.Context) (bool, error) {
@@ -212,7 +217,7 @@ func recoveredFromTheLatestBackup(t *testing.T) {
 			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
 			QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
 				Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup,
-				After:  &metav1.Duration{Duration: 10 * time.Second},
+				After:  &metav1.Duration{Duration: membership.MinRecoveryAfter},
 			},
 		},
 	}
@@ -533,7 +538,7 @@ func awaitManualRecoveryOffer(t *testing.T, c *etcdv1alpha1.EtcdCluster, survivo
 	}) {
 		t.Errorf("no Warning event names the annotation that recovers the cluster")
 	}
-	time.Sleep(15 * time.Second) // longer than spec.quorumLossRecovery.after: Manual must not act on it
+	time.Sleep(15 * time.Second) // a few reconciles: Manual must not act on its own
 	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(c), c); err != nil {
 		t.Fatal(err)
 	}
@@ -546,6 +551,34 @@ func awaitManualRecoveryOffer(t *testing.T, c *etcdv1alpha1.EtcdCluster, survivo
 		}
 	}
 	return named
+}
+
+// awaitDeclarationOfLostMembers waits for status to say that the members whose node stopped
+// answering may still serve, and to name the annotation that declares them lost; then checks
+// that, past spec.quorumLossRecovery.after, nothing was forced: a node that stopped answering is
+// not an etcd that stopped.
+func awaitDeclarationOfLostMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, lost []string) {
+	t.Helper()
+	declare := etcdv1alpha1.AnnotationLostMembers + "=" + strings.Join(lost, ",")
+	waitForWithin(t, "Degraded to name "+declare, recoveryTimeout, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return false, err
+		}
+		d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+		return d != nil && strings.Contains(d.Message, "may still be serving a majority") && strings.Contains(d.Message, declare), nil
+	})
+	if c.Status.QuorumLostTime == nil {
+		t.Fatal("status.quorumLostTime is not set while the quorum is lost")
+	}
+	past := time.Until(c.Status.QuorumLostTime.Add(c.Spec.QuorumLossRecovery.After.Duration + 20*time.Second))
+	t.Logf("waiting %s, past spec.quorumLossRecovery.after, for a force that must not come", past.Round(time.Second))
+	time.Sleep(past)
+	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(c), c); err != nil {
+		t.Fatal(err)
+	}
+	if qr := c.Status.QuorumRecovery; qr != nil {
+		t.Fatalf("a recovery began while members %v, whose node stopped answering, were not declared lost: %+v", lost, *qr)
+	}
 }
 
 func annotate(t *testing.T, obj client.Object, key, value string) {

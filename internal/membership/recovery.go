@@ -1,0 +1,355 @@
+package membership
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+)
+
+// Recovery from a quorum lost for good. The one failure it must never cause is a split brain:
+// two clusters taking writes, the old majority on one side of a partition and the forced
+// survivor on the other. So a member counts as lost only on evidence that its etcd cannot be
+// serving — its claim is gone, its pod has found no node for the recovery's wait, or a person
+// declared it lost (AnnotationLostMembers) — never because its node stopped answering the API
+// server: a node that stopped answering is not an etcd that stopped. Members the operator
+// cannot see (their node stopped answering) must be too few to form a quorum of the last voters
+// on their own before anything is forced; a member counted lost that answers a probe, at any
+// address, holds every step; and the lost members' pods are stopped (fenced) before the
+// survivor is forced.
+
+// MinRecoveryAfter is the floor of spec.quorumLossRecovery.after: longer than Kubernetes takes
+// to notice a node that stopped answering (40-50 s) and than a cluster autoscaler takes to bring
+// a node for a pending pod (1-2 min), so that a member merely slow to come back is never counted
+// lost and forced out of the cluster.
+const MinRecoveryAfter = 2 * time.Minute
+
+// after is the wait the policy asks for, never below the floor.
+func (r RecoveryPolicy) after() time.Duration { return max(r.After, MinRecoveryAfter) }
+
+// nextWithoutQuorum: etcd does not answer. Before the cluster first forms this is bootstrap;
+// after, only restarting members on their own data is safe.
+func nextWithoutQuorum(o Observed) Step {
+	if !o.EverFormed {
+		return nextBootstrapStep(o)
+	}
+	if step, ok := continueRecovery(o); ok {
+		return step
+	}
+	if o.DataSurvivesPod {
+		missing := names(o.Members, func(m Member) bool { return !m.PodExists && m.PVCExists })
+		if len(missing) > 0 {
+			return Step{Action: RestartMembers, Members: missing, Operation: OpRecovering,
+				Reason: "recreating the pods of members whose data is intact"}
+		}
+	}
+	if step, ok := recoverQuorum(o); ok {
+		return step
+	}
+	return Step{Action: Wait, Operation: OpQuorumLost,
+		Reason: "a majority of members is unavailable; no destructive action is taken"}
+}
+
+// recoverQuorum decides the recovery of a quorum lost for good: fewer of the last voters have
+// data left than a quorum, so waiting cannot bring it back. The survivor is the member whose
+// log reaches furthest (the highest committed raft index); a copy of its data is kept, then it
+// restarts alone with --force-new-cluster. Only with the policy's or the user's leave: writes
+// that only the lost members had are gone.
+func recoverQuorum(o Observed) (Step, bool) {
+	if forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists }); len(forced) > 0 {
+		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
+			Reason: "the member restarts as a cluster of its own from its data"}, true
+	}
+	if !o.DataSurvivesPod || len(o.LastVoters) == 0 {
+		return Step{}, false
+	}
+	if o.AwaitingRestore != "" {
+		// The user's in-place restore replaces the data anyway; two rewrites at once would
+		// race for the same members.
+		return Step{Action: Wait, Operation: OpRestoring,
+			Reason: "EtcdRestore " + o.AwaitingRestore + " restores this cluster in place: no quorum recovery while it runs"}, true
+	}
+	f := VotersByFate(o)
+	if len(f.Survivors) >= Quorum(len(o.LastVoters)) {
+		return Step{}, false // a quorum's data is there: its pods come back
+	}
+	lostWhat := f.lostWhat(o)
+	if step, ok := mayBeServingElsewhere(o, f, lostWhat); ok {
+		return step, true
+	}
+	switch {
+	case len(f.Survivors) == 0 && len(f.Stranded) == 0 && len(f.Unreachable) == 0:
+		return recoverFromBackup(o)
+	case len(f.Survivors) == 0:
+		// Their data may come back with their nodes: a restore would throw it away.
+		return Step{Action: Wait, Operation: OpQuorumLost, Members: append(f.Stranded, f.Unreachable...),
+			Reason: "quorum is lost (" + lostWhat + "), and no member's data can be read: bring their nodes back, or " +
+				"delete their claims to restore the cluster from a backup"}, true
+	}
+	best, unread := furthestLog(o.Members, f.Survivors)
+	if o.Recovery.From != "" {
+		// The user's choice needs no raft index: it is how a cluster whose members cannot
+		// be asked (password authentication needs a quorum) is recovered.
+		if !slices.Contains(f.Survivors, o.Recovery.From) {
+			return Step{Action: Wait, Operation: OpQuorumLost,
+				Reason: "recover-from names " + o.Recovery.From + ", which is not a member whose data survives; name one of " + strings.Join(f.Survivors, ", ")}, true
+		}
+		return Step{Action: BeginRecovery, Member: o.Recovery.From, Operation: OpRecoveringQuorum,
+			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + o.Recovery.From + ", as annotated"}, true
+	}
+	if len(unread) > 0 && len(f.Survivors) > 1 {
+		return readLogs(o, unread, lostWhat), true
+	}
+	if !o.Recovery.Automatic {
+		return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
+			Reason: "quorum is lost for good (" + lostWhat + "); member " + best + " has the most recent data. " +
+				"To recover from it, losing the writes only the lost members had, annotate the EtcdCluster with " +
+				etcdv1alpha1.AnnotationRecoverFrom + "=" + best}, true
+	}
+	if wait := o.Recovery.LostSince.Add(o.Recovery.after()).Sub(o.Now); wait > 0 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
+			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest, once quorum has been lost for " +
+				o.Recovery.after().String() + " (spec.quorumLossRecovery.after)"}, true
+	}
+	return Step{Action: BeginRecovery, Member: best, Operation: OpRecoveringQuorum,
+		Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest"}, true
+}
+
+// mayBeServingElsewhere holds a recovery while etcd may still be serving where the operator
+// cannot see it: a member counted lost answered a probe, or the members out of sight — on nodes
+// that stopped answering the API server, or survivors that run but do not answer the operator —
+// are enough for a quorum of the last voters. Forcing a survivor then could make a second
+// cluster beside a majority that still acknowledges writes.
+func mayBeServingElsewhere(o Observed, f Fates, lostWhat string) (Step, bool) {
+	if step, ok := lostMemberAnswered(o, f.countedLost()); ok {
+		return step, true
+	}
+	byName := index(o.Members)
+	silent := slices.DeleteFunc(slices.Clone(f.Survivors), func(name string) bool {
+		m := byName[name]
+		return m.Answering || !m.PodExists
+	})
+	if len(f.Unreachable) == 0 || len(f.Unreachable)+len(silent) < Quorum(len(o.LastVoters)) {
+		return Step{}, false
+	}
+	return Step{Action: Wait, Operation: OpQuorumLost, Members: f.Unreachable,
+		Reason: "quorum is lost (" + lostWhat + "), but the nodes of members " + strings.Join(f.Unreachable, ", ") +
+			" stopped answering the API server, and their etcd may still be serving a majority: forcing another member now could split the cluster in two. " +
+			"Once you have checked that those machines are down, declare them lost: annotate the EtcdCluster with " +
+			etcdv1alpha1.AnnotationLostMembers + "=" + strings.Join(f.Unreachable, ",")}, true
+}
+
+// lostMemberAnswered holds the recovery while any of the members it counts lost answers a
+// probe, at any address it is known by: any answer, even an error, says something runs there.
+func lostMemberAnswered(o Observed, lost []string) (Step, bool) {
+	byName := index(o.Members)
+	var answered []string
+	var where []string
+	for _, name := range lost {
+		if at := byName[name].Answered; at != "" {
+			answered = append(answered, name)
+			where = append(where, "member "+name+" at "+at)
+		}
+	}
+	if len(answered) == 0 {
+		return Step{}, false
+	}
+	return Step{Action: Wait, Operation: OpQuorumLost, Members: answered,
+		Reason: "members counted lost answered (" + strings.Join(where, "; ") + "): their etcd may be serving, so no recovery step is taken while they answer"}, true
+}
+
+// readLogs decides what to do about surviving members that report no raft index (a cluster
+// with password authentication cannot authenticate anyone without a quorum; a member may crash
+// as it starts): their logs are read from their data, as a member that answers would report
+// it, so that the recovery builds on the one that reaches furthest, whichever can answer. A log
+// that cannot be read is not guessed at: the user names the member to recover from.
+func readLogs(o Observed, unread []string, lostWhat string) Step {
+	byName := index(o.Members)
+	var failed []string
+	for _, name := range unread {
+		if why := byName[name].LogUnreadable; why != "" {
+			failed = append(failed, "member "+name+": "+why)
+		}
+	}
+	if len(failed) > 0 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Members: unread,
+			Reason: "quorum is lost for good (" + lostWhat + "), and how far the log of a survivor reaches cannot be read from its data (" +
+				strings.Join(failed, "; ") + "): name the member to recover from with the annotation " + etcdv1alpha1.AnnotationRecoverFrom}
+	}
+	return Step{Action: ReadLogs, Operation: OpQuorumLost, Members: unread,
+		Reason: "quorum is lost for good (" + lostWhat + "); members " + strings.Join(unread, ", ") +
+			" do not answer: reading how far their logs reach from their data, to recover from the most recent"}
+}
+
+// Fates sorts the last voters of a lost quorum by what is known of their etcd.
+type Fates struct {
+	// Survivors: their data is here to read, and their pods run or can run.
+	Survivors []string
+	// Lost: their claims are gone, and with them their data.
+	Lost []string
+	// Stranded: their pods have found no node for the recovery's wait (their volumes' node is
+	// gone), or a person declared them lost. Their claims are kept: they may hold writes the
+	// survivors lack.
+	Stranded []string
+	// Unreachable: their pods sit on nodes that stopped answering the API server. That is no
+	// evidence that their etcd stopped, so they are not counted lost.
+	Unreachable []string
+}
+
+// countedLost are the members a recovery does without on evidence: lost and stranded.
+func (f Fates) countedLost() []string { return slices.Concat(f.Lost, f.Stranded) }
+
+// DoneWithout are the members a recovery, if it goes on, does without: every last voter that
+// is not a survivor.
+func (f Fates) DoneWithout() []string { return slices.Concat(f.Lost, f.Stranded, f.Unreachable) }
+
+// VotersByFate sorts the last voters for a lost quorum (Fates). A person's declaration comes
+// first; a node that stopped answering comes before a claim that is gone, as a claim is only
+// released once its pod is confirmed ended, which no kubelet confirms from such a node.
+func VotersByFate(o Observed) Fates {
+	byName := index(o.Members)
+	var f Fates
+	for _, name := range o.LastVoters {
+		m := byName[name]
+		switch {
+		case m.DeclaredLost:
+			f.Stranded = append(f.Stranded, name)
+		case !m.NodeLostSince.IsZero():
+			f.Unreachable = append(f.Unreachable, name)
+		case !m.PVCExists:
+			f.Lost = append(f.Lost, name)
+		case outOfReachFor(m.UnscheduledSince, o):
+			f.Stranded = append(f.Stranded, name)
+		default:
+			f.Survivors = append(f.Survivors, name)
+		}
+	}
+	return f
+}
+
+// outOfReachFor says whether a member out of reach since since has been for the recovery's wait.
+func outOfReachFor(since time.Time, o Observed) bool {
+	return !since.IsZero() && o.Now.Sub(since) >= o.Recovery.after()
+}
+
+// lostWhat says which members the quorum was lost with, and why each counts as lost.
+func (f Fates) lostWhat(o Observed) string {
+	byName := index(o.Members)
+	var declared, noNode []string
+	for _, name := range f.Stranded {
+		if byName[name].DeclaredLost {
+			declared = append(declared, name)
+		} else {
+			noNode = append(noNode, name)
+		}
+	}
+	var why []string
+	if len(f.Lost) > 0 {
+		why = append(why, "members "+strings.Join(f.Lost, ", ")+" lost their data")
+	}
+	if len(noNode) > 0 {
+		why = append(why, "the pods of members "+strings.Join(noNode, ", ")+" have found no node for "+o.Recovery.after().String()+
+			" (spec.quorumLossRecovery.after): their volumes' nodes may be gone")
+	}
+	if len(declared) > 0 {
+		why = append(why, "members "+strings.Join(declared, ", ")+" were declared lost ("+etcdv1alpha1.AnnotationLostMembers+")")
+	}
+	if len(f.Unreachable) > 0 {
+		why = append(why, "the nodes of members "+strings.Join(f.Unreachable, ", ")+" stopped answering")
+	}
+	return strings.Join(why, "; ")
+}
+
+// recoverFromBackup decides the recovery of a cluster whose every member lost its data: only a
+// backup holds it. With policy FromLatestBackup the newest completed snapshot of the cluster's
+// EtcdBackups is restored in place; otherwise the user is told how.
+func recoverFromBackup(o Observed) (Step, bool) {
+	const lostAll = "quorum is lost for good: every member lost its data"
+	r := o.Recovery
+	switch {
+	case !r.FromBackup:
+		return Step{Action: Wait, Operation: OpQuorumLost,
+			Reason: lostAll + "; restore the cluster from a backup (an EtcdRestore of mode InPlace), or set spec.quorumLossRecovery.policy FromLatestBackup"}, true
+	case r.LatestBackup == "":
+		return Step{Action: Wait, Operation: OpQuorumLost,
+			Reason: lostAll + ", and no EtcdBackup of this cluster has a completed snapshot to restore; restore one from elsewhere with an EtcdRestore of mode InPlace (spec.source.location)"}, true
+	}
+	if wait := r.LostSince.Add(r.after()).Sub(o.Now); wait > 0 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Backup: r.LatestBackup,
+			Reason: lostAll + "; restoring EtcdBackup " + r.LatestBackup + "'s newest snapshot once quorum has been lost for " +
+				r.after().String() + " (spec.quorumLossRecovery.after)"}, true
+	}
+	return Step{Action: BeginRecovery, Backup: r.LatestBackup, Operation: OpRecoveringQuorum,
+		Reason: lostAll + "; restoring the cluster in place from EtcdBackup " + r.LatestBackup + "'s newest snapshot"}, true
+}
+
+// continueRecovery carries a recovery under way through from its member, whatever is observed
+// of the others: a copy of its data first, then the members it does without are fenced (their
+// pods stopped), then its restart alone with --force-new-cluster. Every step is held while a
+// member it does without answers a probe. Once it has served alone, the recovery's rewriting is
+// over and the usual steps take over. A recovery from a backup is carried through by its
+// EtcdRestore.
+func continueRecovery(o Observed) (Step, bool) {
+	r := o.Recovery
+	if r.Served {
+		return Step{}, false
+	}
+	if r.UnderwayRestore == "" && r.Underway == "" {
+		return Step{}, false
+	}
+	if step, ok := lostMemberAnswered(o, r.DoneWithout); ok {
+		step.Operation = OpRecoveringQuorum
+		return step, true
+	}
+	if r.UnderwayRestore != "" {
+		if !r.RestoreExists {
+			return Step{Action: RestoreFromBackup, Operation: OpRecoveringQuorum,
+				Reason: "restoring the cluster in place from its newest backup (EtcdRestore " + r.UnderwayRestore + ")"}, true
+		}
+		return Step{Action: Wait, Operation: OpRecoveringQuorum,
+			Reason: "EtcdRestore " + r.UnderwayRestore + " restores the cluster from its newest backup; its status says how far it has gone"}, true
+	}
+	m, ok := index(o.Members)[r.Underway]
+	switch {
+	case !ok || !m.PVCExists:
+		return Step{Action: Wait, Operation: OpQuorumLost,
+			Reason: "the claim of member " + r.Underway + ", which the recovery under way builds on, is gone: restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
+	case m.ForcedNewCluster && m.PodExists:
+		return Step{Action: Wait, Member: r.Underway, Operation: OpRecoveringQuorum,
+			Reason: "the member restarts as a cluster of its own from its data"}, true
+	case !r.Preserved:
+		return Step{Action: PreserveData, Member: r.Underway, Operation: OpRecoveringQuorum,
+			Reason: "stopping member " + r.Underway + " and keeping a copy of its data before it is rewritten"}, true
+	}
+	byName := index(o.Members)
+	if running := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
+		return !byName[name].PodExists || byName[name].PodTerminating
+	}); len(running) > 0 {
+		return Step{Action: FenceMembers, Members: running, Operation: OpRecoveringQuorum,
+			Reason: "stopping the pods of the members the recovery does without before member " + r.Underway + " is forced: none of them may serve beside it"}, true
+	}
+	return Step{Action: ForceNewCluster, Member: r.Underway, Operation: OpRecoveringQuorum,
+		Reason: "restarting member " + r.Underway + " alone with its data (--force-new-cluster)"}, true
+}
+
+// furthestLog is the member among names with the highest committed raft index, and those that
+// did not report one (their pod does not run, or etcd does not answer).
+func furthestLog(members []Member, candidates []string) (best string, unread []string) {
+	var bestIndex uint64
+	byName := index(members)
+	for _, name := range candidates {
+		m := byName[name]
+		if m.RaftIndex == 0 {
+			unread = append(unread, name)
+			continue
+		}
+		if best == "" || m.RaftIndex > bestIndex {
+			best, bestIndex = name, m.RaftIndex
+		}
+	}
+	if best == "" {
+		best = candidates[0]
+	}
+	return best, unread
+}
