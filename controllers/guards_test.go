@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 // Each test here stands in front of one destructive step's guard: delete the guard and the
@@ -59,4 +62,119 @@ func TestScaleDownThatWouldLoseQuorumWaits(t *testing.T) {
 	if !slices.Contains(a.etcd.Calls, "RemoveMember") || len(a.etcd.Members) != 4 {
 		t.Fatalf("etcd calls %v, %d members: with 3 healthy of the 4 left, the member is removed", a.etcd.Calls, len(a.etcd.Members))
 	}
+}
+
+// lagBehind puts the leader's log at a busy cluster's index and has member applied it only to
+// entries behind; every other member is caught up.
+func (a *scriptedCluster) lagBehind(member string, entries uint64) {
+	const leaderIndex = 50_000
+	for url, st := range a.etcd.Statuses {
+		st.RaftIndex, st.RaftAppliedIndex = leaderIndex, leaderIndex
+		if url == resources.ClientURL(a.cluster, member) {
+			st.RaftAppliedIndex = leaderIndex - entries
+		}
+		a.etcd.Statuses[url] = st
+	}
+}
+
+// podVersions are the member pods' resourceVersions by name: a pod deleted, made again or
+// changed shows (the fake client gives pods no UID).
+func (a *scriptedCluster) podVersions(t *testing.T) map[string]string {
+	t.Helper()
+	pods, _ := memberObjects(t, a.k8s)
+	return pods
+}
+
+// A member more than membership.MaxLagEntries behind the leader's log is not healthy: it
+// answers, its pod is Ready, but it is still replaying. Nothing that takes another member
+// down waits less for it than for a member that does not answer: no upgrade step, no restart
+// on a changed spec, and no removal counting it towards the quorum that remains. Within
+// MaxLagEntries it is caught up, and each goes ahead.
+func TestALaggingMemberHoldsEveryStepThatTakesAMemberDown(t *testing.T) {
+	lagging := membership.MaxLagEntries + 1
+	t.Run("upgrade", func(t *testing.T) {
+		a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Version = "3.7.3" }, nil)
+		a.lagBehind(a.members[1], uint64(lagging))
+		before := a.podVersions(t)
+		c := a.reconcile(t, 3)
+		for _, p := range memberPods(t, a) {
+			if v := p.Annotations[resources.AnnotationEtcdVersion]; v != "3.6.16" {
+				t.Fatalf("member %s runs %s: upgraded while member %s is %d entries behind the leader", p.Name, v, a.members[1], lagging)
+			}
+		}
+		if !maps.Equal(before, a.podVersions(t)) {
+			t.Fatalf("member pods changed while a member lags: %v -> %v", before, a.podVersions(t))
+		}
+		assertLagReported(t, c, a.members[1])
+
+		a.lagBehind(a.members[1], membership.MaxLagEntries)
+		a.reconcile(t, 1)
+		upgraded := 0
+		for _, p := range memberPods(t, a) {
+			if p.Annotations[resources.AnnotationEtcdVersion] == "3.7.3" {
+				upgraded++
+			}
+		}
+		if upgraded != 1 {
+			t.Fatalf("%d members upgraded once the member caught up, want 1; events:\n%s", upgraded, a.events())
+		}
+	})
+	t.Run("restart on a changed spec", func(t *testing.T) {
+		a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Tuning.SnapshotCount = 5000 }, nil)
+		// The members were made from the spec before the change.
+		for _, p := range memberPods(t, a) {
+			p.Annotations[resources.AnnotationPodSpecHash] = "earlier-spec"
+			if err := a.k8s.Update(t.Context(), &p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.lagBehind(a.members[1], uint64(lagging))
+		before := a.podVersions(t)
+		c := a.reconcile(t, 3)
+		if after := a.podVersions(t); !maps.Equal(before, after) {
+			t.Fatalf("a member was restarted on the changed spec while member %s lags: pods %v -> %v", a.members[1], before, after)
+		}
+		assertLagReported(t, c, a.members[1])
+
+		a.lagBehind(a.members[1], membership.MaxLagEntries)
+		a.reconcile(t, 1)
+		if after := a.podVersions(t); maps.Equal(before, after) {
+			t.Fatalf("no member was restarted on the changed spec once the member caught up; events:\n%s", a.events())
+		}
+	})
+	t.Run("removal", func(t *testing.T) {
+		// Five voters, two not ready and one lagging, asked to be four: removing the newest
+		// (not ready) leaves two healthy of four. Counted healthy, the lagging member would
+		// make it three, and the removal would go ahead.
+		a := newScriptedCluster(t, 5, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Size = 4 }, nil)
+		for _, name := range a.members[3:] {
+			a.setPodReady(t, name, false)
+		}
+		a.lagBehind(a.members[2], uint64(lagging))
+		c := a.reconcile(t, 3)
+		if slices.Contains(a.etcd.Calls, "RemoveMember") || len(a.etcd.Members) != 5 {
+			t.Fatalf("etcd calls %v, %d members: a member was removed counting lagging member %s towards the quorum left", a.etcd.Calls, len(a.etcd.Members), a.members[2])
+		}
+		assertLagReported(t, c, a.members[2])
+
+		a.lagBehind(a.members[2], membership.MaxLagEntries)
+		a.reconcile(t, 1)
+		if len(a.etcd.Members) != 4 {
+			t.Fatalf("%d members once the member caught up, want one removed; calls %v", len(a.etcd.Members), a.etcd.Calls)
+		}
+	})
+}
+
+// assertLagReported checks that status says why member is not healthy.
+func assertLagReported(t *testing.T, c *etcdv1alpha1.EtcdCluster, member string) {
+	t.Helper()
+	for _, m := range c.Status.Members {
+		if m.Name == member {
+			if m.Healthy || !slices.Contains(m.Errors, "catching up with the leader's log") {
+				t.Fatalf("status.members[%s] = healthy %t, errors %v: want it unhealthy, catching up", member, m.Healthy, m.Errors)
+			}
+			return
+		}
+	}
+	t.Fatalf("member %s is not in status.members", member)
 }
