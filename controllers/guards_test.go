@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/membership"
@@ -177,4 +179,105 @@ func assertLagReported(t *testing.T, c *etcdv1alpha1.EtcdCluster, member string)
 		}
 	}
 	t.Fatalf("member %s is not in status.members", member)
+}
+
+// underwayQuorumRecovery puts on record a recovery from member that has served alone since.
+func (a *scriptedCluster) underwayQuorumRecovery(t *testing.T, member string, lost []string) {
+	t.Helper()
+	c := &etcdv1alpha1.EtcdCluster{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKeyFromObject(a.cluster), c); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	c.Status.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{Member: member, LostMembers: lost,
+		Trigger: "spec.quorumLossRecovery.policy ForceNewCluster", StartTime: now, ForcedTime: &now, ServedTime: &now}
+	if err := a.k8s.Status().Update(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A quorum recovery is complete only once the cluster is back at its size, every voter ready,
+// and the member it forced runs without --force-new-cluster: a recovery completed earlier is
+// no longer under way, and a second loss meanwhile would be met by a new recovery forcing a
+// member again rather than by this one carried through.
+func TestQuorumRecoveryCompletesOnlyAtItsSizeAndUnforced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// size is spec.size; members are made and listed, the last learners of them voters.
+		size, members, learners int
+		prepare                 func(t *testing.T, a *scriptedCluster)
+		// settle makes the cluster whole, after which the recovery completes.
+		settle func(t *testing.T, a *scriptedCluster)
+	}{
+		{
+			name: "the forced member's pod still runs", size: 1, members: 1,
+			// spec.size lowered to 1 while the member served alone: the cluster is at its
+			// size, but the member runs forced until it is restarted without the flag.
+			prepare: func(t *testing.T, a *scriptedCluster) {
+				pod, _ := a.pod(t, a.members[0])
+				pod.Annotations[resources.AnnotationForceNewCluster] = "true"
+				if err := a.k8s.Update(t.Context(), pod); err != nil {
+					t.Fatal(err)
+				}
+			},
+			settle: func(t *testing.T, a *scriptedCluster) {
+				a.reconcile(t, 1) // the pod, rolled, is made again without the flag
+				pod, ok := a.pod(t, a.members[0])
+				if !ok || pod.Annotations[resources.AnnotationForceNewCluster] != "" {
+					t.Fatalf("the forced member was not made again without the flag")
+				}
+				pod.Status = corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning,
+					Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+				if err := a.k8s.Status().Update(t.Context(), pod); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "a member re-added is still a learner", size: 3, members: 3, learners: 1,
+			settle: func(*testing.T, *scriptedCluster) {}, // the next reconcile promotes it
+		},
+		{
+			name: "a voter is not ready", size: 3, members: 3,
+			prepare: func(t *testing.T, a *scriptedCluster) { a.setPodReady(t, a.members[2], false) },
+			settle:  func(t *testing.T, a *scriptedCluster) { a.setPodReady(t, a.members[2], true) },
+		},
+		{
+			name: "a voter more than the spec asks for, not ready", size: 3, members: 4,
+			prepare: func(t *testing.T, a *scriptedCluster) { a.setPodReady(t, a.members[3], false) },
+			settle:  func(*testing.T, *scriptedCluster) {}, // the next reconcile removes it
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newScriptedCluster(t, tc.members, nil, nil)
+			if tc.size != tc.members {
+				c := a.reconcile(t, 0)
+				c.Spec.Size = int32(tc.size)
+				if err := a.k8s.Update(t.Context(), c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := tc.members - tc.learners; i < tc.members; i++ {
+				a.etcd.Members[i].IsLearner = true
+			}
+			a.underwayQuorumRecovery(t, a.members[0], []string{"c-lost1", "c-lost2"})
+			if tc.prepare != nil {
+				tc.prepare(t, a)
+			}
+
+			c := a.reconcile(t, 1)
+			if qr := c.Status.QuorumRecovery; qr == nil || qr.CompletionTime != nil {
+				t.Fatalf("status.quorumRecovery = %+v: completed with %d of %d members ready and listed, before the cluster is whole", qr, c.Status.ReadyMembers, len(c.Status.Members))
+			}
+
+			tc.settle(t, a)
+			for range 3 {
+				if c = a.reconcile(t, 1); c.Status.QuorumRecovery.CompletionTime != nil {
+					return
+				}
+			}
+			t.Fatalf("status.quorumRecovery = %+v, %d of %d members ready: not completed once the cluster is whole; events:\n%s",
+				c.Status.QuorumRecovery, c.Status.ReadyMembers, len(c.Status.Members), a.events())
+		})
+	}
 }
