@@ -281,3 +281,26 @@ func TestQuorumRecoveryCompletesOnlyAtItsSizeAndUnforced(t *testing.T) {
 		})
 	}
 }
+
+// A formed cluster whose status lists no members (status lost, or written by an operator that
+// recorded none) and that has no quorum has its members' data on their claims: with policy
+// FromLatestBackup, no member counts as lost, and nothing is restored over that data.
+func TestNoMembersOnRecordIsNoLossOfEveryMember(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup, After: &metav1.Duration{}}
+	}, func() []client.Object { return []client.Object{completedBackup("hourly", "c", 30, 700)} })
+	a.etcd.NoQuorum = true
+	before := a.podVersions(t)
+
+	c := a.reconcile(t, 4)
+	if len(c.Status.Members) != 0 || c.Status.ClusterID == "" {
+		t.Fatalf("status: clusterID %q, members %+v; the test wants a formed cluster with none on record", c.Status.ClusterID, c.Status.Members)
+	}
+	restores := &etcdv1alpha1.EtcdRestoreList{}
+	if err := a.k8s.List(t.Context(), restores); err != nil || len(restores.Items) != 0 || c.Status.QuorumRecovery != nil {
+		t.Fatalf("%d restores, status.quorumRecovery %+v (%v): a backup was restored over members whose data is on their claims", len(restores.Items), c.Status.QuorumRecovery, err)
+	}
+	if after := a.podVersions(t); !maps.Equal(before, after) {
+		t.Fatalf("member pods changed: %v -> %v", before, after)
+	}
+}
