@@ -1,13 +1,18 @@
 package controllers
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/resources"
@@ -99,5 +104,86 @@ func TestInPlaceRestoreWaitsForARunningBackup(t *testing.T) {
 	got = reconcileRestore(t, r, got)
 	if n := jobs(); got.Status.Phase != etcdv1alpha1.RestoreRestoring || n != 1 || !staged() {
 		t.Fatalf("phase %q, %d restore Jobs, claim staged %t once the backup finished: want Restoring, one Job, the claim staged", got.Status.Phase, n, staged())
+	}
+}
+
+// errStopped is the operator stopping between two writes.
+var errStopped = errors.New("the operator stopped here")
+
+// The cut-over annotates the cluster before it labels the staged claim as the cluster's. An
+// operator that stops between the two leaves either a cluster told to restore from a claim not
+// yet its own (it stops its members and waits for the claim) or, the other way round, a claim
+// labelled as a member's that etcd does not know: the cluster's reconciler, still running the
+// old members, deletes it as an orphan, and the restored data with it.
+func TestInPlaceCutOverStoppedHalfWayKeepsTheRestoredClaim(t *testing.T) {
+	rs := inPlaceRestore("cut")
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
+		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "1"}, RestoredRevision: 42, SnapshotSHA256: "abc"}
+	seed := resources.SeedMemberName("c", string(rs.UID))
+	var staged *corev1.PersistentVolumeClaim
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Annotations = map[string]string{resources.AnnotationRestorePending: rs.Name}
+		// As ensureSeedClaim stages it: the restored member's plan is to form alone.
+		staged = resources.MemberPVC(c, resources.MemberSpec{Name: seed, InitialCluster: resources.InitialCluster(c, []string{seed}), State: "new"})
+		staged.Labels, staged.OwnerReferences = resources.ManagedBy(), nil
+		staged.Labels[resources.LabelRestore] = rs.Name
+	}, func() []client.Object { return []client.Object{rs, staged} })
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", Labels: resources.ManagedBy()},
+		Status:     batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
+	}
+	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	report := `{"restore":{"uri":"pvc://backups/snap.db","sizeBytes":1,"sha256":"abc","revision":42}}`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
+	}
+	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{job, pod} {
+		if err := a.k8s.Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The restore reconciler's second cut-over write is the one the operator never makes.
+	cutOverWrites := 0
+	stopping := interceptor.NewClient(a.k8s.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			_, isCluster := obj.(*etcdv1alpha1.EtcdCluster)
+			if (isCluster && obj.GetAnnotations()[resources.AnnotationRestoreSeed] == seed) ||
+				(obj.GetName() == staged.Name && obj.GetLabels()[resources.LabelCluster] == "c") {
+				if cutOverWrites++; cutOverWrites == 2 {
+					return errStopped
+				}
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	restores := &EtcdRestoreReconciler{Client: cacheView(stopping), APIReader: stopping, AgentImage: "registry.test/agent",
+		DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}
+
+	if _, err := restores.Reconcile(t.Context(), req); !errors.Is(err, errStopped) {
+		t.Fatalf("the cut-over reconcile returned %v, want it stopped at its second write (writes %d)", err, cutOverWrites)
+	}
+	a.reconcile(t, 3)
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKeyFromObject(staged), claim); err != nil || !claim.DeletionTimestamp.IsZero() {
+		t.Fatalf("the restored claim after a cut-over stopped half-way: %v (deleting %v); events:\n%s", err, claim.DeletionTimestamp, a.events())
+	}
+
+	// The restore, looked at again, completes the cut-over; the cluster starts the restored
+	// member on that claim.
+	if _, err := restores.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	a.reconcile(t, 2)
+	if _, ok := a.pod(t, seed); !ok {
+		t.Fatalf("the restored member %s was not started once the cut-over was complete; events:\n%s", seed, a.events())
 	}
 }
