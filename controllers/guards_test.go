@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
@@ -302,5 +303,30 @@ func TestNoMembersOnRecordIsNoLossOfEveryMember(t *testing.T) {
 	}
 	if after := a.podVersions(t); !maps.Equal(before, after) {
 		t.Fatalf("member pods changed: %v -> %v", before, after)
+	}
+}
+
+// With spec.storage.retentionPolicy.whenScaled Retain, the claim of a member removed by a
+// scale-down is kept, released from the cluster: unlabelled as a member (or it would bring the
+// member back) and labelled as retained from it.
+func TestScaleDownUnderWhenScaledRetainKeepsTheClaim(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.Size = 2
+		c.Spec.Storage.RetentionPolicy.WhenScaled = etcdv1alpha1.RetainPVC
+	}, nil)
+	removed := a.members[2] // the newest follower
+	a.reconcile(t, 3)
+	if len(a.etcd.Members) != 2 || slices.ContainsFunc(a.etcd.Members, func(m etcd.Member) bool { return m.Name == removed }) {
+		t.Fatalf("etcd members %+v: want %s removed", a.etcd.Members, removed)
+	}
+	if _, ok := a.pod(t, removed); ok {
+		t.Errorf("the removed member's pod is left")
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PVCName(removed)}, pvc); err != nil {
+		t.Fatalf("the claim of %s was deleted under whenScaled Retain: %v", removed, err)
+	}
+	if _, member := pvc.Labels[resources.LabelCluster]; member || pvc.Labels["etcd.database.dev/retained-from"] != "c" {
+		t.Fatalf("claim labels %v: want it released from the cluster and labelled retained-from=c", pvc.Labels)
 	}
 }
