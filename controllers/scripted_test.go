@@ -76,7 +76,7 @@ func newScriptedClusterWithImages(t *testing.T, size int, images resources.EtcdI
 	if extra != nil {
 		objects = append(objects, extra()...)
 	}
-	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).WithStatusSubresource(cluster).Build()
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).WithStatusSubresource(cluster, &etcdv1alpha1.EtcdRestore{}).Build()
 	recorder := events.NewFakeRecorder(100)
 	r := &EtcdClusterReconciler{Client: cacheView(k8s), APIReader: k8s, Etcd: etcd.NewCacheWith(fakeEtcd.Dial), Recorder: recorder, DefaultImages: images}
 	a := &scriptedCluster{cluster: cluster, members: names, k8s: k8s, etcd: fakeEtcd, r: r, recorder: recorder, listening: map[string]bool{}}

@@ -137,6 +137,13 @@ func evictUntil(t *testing.T, c *etcdv1alpha1.EtcdCluster, duration time.Duratio
 // watchQuorum samples, until ctx ends, etcd's voters (through the client Service) and the
 // member pods, and reports the first sample in which fewer than a quorum of the voters had a
 // running, Ready pod ("" if none).
+//
+// Without a quorum etcd answers no member list: the call times out. A sample whose list fails
+// is therefore kept, not skipped (skipped, the very state the watch is for would never be
+// judged), and judged once a list answers again, against the voters listed both before and
+// after it: a member in only one of the two was removed or added meanwhile, and may not have
+// been a voter when the pods were sampled. Lists that still fail when the watch ends are asked
+// once more; one that never answers again is a quorum that did not come back.
 func watchQuorum(ctx context.Context, t *testing.T, c *etcdv1alpha1.EtcdCluster) <-chan string {
 	t.Helper()
 	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{clientServiceEndpoint(t, c)}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
@@ -149,45 +156,115 @@ func watchQuorum(ctx context.Context, t *testing.T, c *etcdv1alpha1.EtcdCluster)
 		defer cl.Close()
 		violation := ""
 		defer func() { once.Do(func() { out <- violation }) }()
+		var listed []string      // the voters of the last list etcd answered; nil before the first
+		var unlisted []podSample // samples taken since, whose lists failed
+		judgeUnlisted := func(voters []string) string {
+			if listed != nil {
+				voters = slices.DeleteFunc(slices.Clone(voters), func(name string) bool { return !slices.Contains(listed, name) })
+			}
+			if len(voters) == 0 {
+				// No member was a voter on both sides of the gap: nothing to judge against.
+				unlisted = nil
+				return ""
+			}
+			for _, s := range unlisted {
+				if v := s.quorumBroken(voters); v != "" {
+					return v + ", while etcd answered no member list"
+				}
+			}
+			unlisted = nil
+			return ""
+		}
 		for samples := 0; ctx.Err() == nil; samples++ {
 			callCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			list, err := cl.MemberList(callCtx)
+			list, listErr := cl.MemberList(callCtx)
 			cancel()
-			if err != nil {
-				if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-					t.Logf("member list: %v", err)
-				}
-				time.Sleep(200 * time.Millisecond)
-				continue
+			if listErr != nil && ctx.Err() != nil {
+				break // the watch ended during the call: no sample
 			}
-			pods := &corev1.PodList{}
-			if err := k8sClient.List(context.Background(), pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
+			ready, err := readyMemberPods(c)
+			if err != nil {
 				violation = err.Error()
 				return
 			}
-			ready := map[string]bool{}
-			for i := range pods.Items {
-				p := &pods.Items[i]
-				ready[p.Name] = p.DeletionTimestamp.IsZero() && podReady(p)
-			}
-			voters, up := 0, 0
-			for _, m := range list.Members {
-				if m.IsLearner {
-					continue
+			sample := podSample{n: samples, ready: ready}
+			if listErr != nil {
+				if !errors.Is(listErr, context.DeadlineExceeded) {
+					t.Logf("member list: %v", listErr)
 				}
-				voters++
-				if ready[m.Name] {
-					up++
-				}
+				unlisted = append(unlisted, sample)
+				time.Sleep(200 * time.Millisecond)
+				continue
 			}
-			if up < voters/2+1 {
-				violation = fmt.Sprintf("quorum broken: %d of %d voters have a running, Ready pod (sample %d)", up, voters, samples)
+			voters := votersOf(list)
+			if violation = judgeUnlisted(voters); violation != "" {
 				return
 			}
+			if violation = sample.quorumBroken(voters); violation != "" {
+				return
+			}
+			listed = voters
 			time.Sleep(200 * time.Millisecond)
 		}
+		if len(unlisted) == 0 {
+			return
+		}
+		callCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		list, err := cl.MemberList(callCtx)
+		if err != nil {
+			violation = fmt.Sprintf("etcd answered no member list from sample %d to the end of the watch, nor 30s after: %v", unlisted[0].n, err)
+			return
+		}
+		violation = judgeUnlisted(votersOf(list))
 	}()
 	return out
+}
+
+// podSample is which member pods ran and were Ready, by name, at one sample of watchQuorum.
+type podSample struct {
+	n     int
+	ready map[string]bool
+}
+
+// quorumBroken says how the sample broke quorum, if fewer than a quorum of voters had a running,
+// Ready pod; "" otherwise.
+func (s podSample) quorumBroken(voters []string) string {
+	up := 0
+	for _, name := range voters {
+		if s.ready[name] {
+			up++
+		}
+	}
+	if up < len(voters)/2+1 {
+		return fmt.Sprintf("quorum broken: %d of %d voters %v have a running, Ready pod (sample %d)", up, len(voters), voters, s.n)
+	}
+	return ""
+}
+
+// readyMemberPods says, for each pod carrying the cluster's label, whether it runs and is Ready.
+func readyMemberPods(c *etcdv1alpha1.EtcdCluster) (map[string]bool, error) {
+	pods := &corev1.PodList{}
+	if err := k8sClient.List(context.Background(), pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
+		return nil, err
+	}
+	ready := map[string]bool{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		ready[p.Name] = p.DeletionTimestamp.IsZero() && podReady(p)
+	}
+	return ready, nil
+}
+
+// votersOf names the voting members of a member list.
+func votersOf(list *clientv3.MemberListResponse) []string {
+	var voters []string
+	for _, m := range list.Members {
+		if !m.IsLearner {
+			voters = append(voters, m.Name)
+		}
+	}
+	return voters
 }
 
 // startStuckBackup starts a one-shot backup of c to an S3 endpoint that accepts connections and

@@ -1,0 +1,189 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// The claim of an in-place restore's seed member, once given to the cluster, holds the
+// restored member's data: cleaning up after the finished restore, or after it is deleted, takes
+// down its Job and its hold on the cluster, never that claim.
+func TestRestoreCleanUpKeepsTheClaimGivenToTheRestoredMember(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		deleted bool
+	}{
+		{"completed", false},
+		{"completed, then deleted", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := inPlaceRestore("done")
+			rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreCompleted, Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
+			if tc.deleted {
+				rs.DeletionTimestamp = ptrTime(time.Now())
+			}
+			seed := resources.SeedMemberName("c", string(rs.UID))
+			c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name, resources.AnnotationRestoreSeed: seed})
+			given := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+			r, k8s := restoreReconciler(t, rs, c, given)
+
+			for range 2 {
+				reconcileRestore(t, r, rs)
+			}
+			released := &etcdv1alpha1.EtcdCluster{}
+			if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), released); err != nil {
+				t.Fatal(err)
+			}
+			if _, held := released.Annotations[resources.AnnotationRestorePending]; held {
+				t.Fatalf("the cluster is still held: the clean-up did not run, so the test proves nothing")
+			}
+			claim := &corev1.PersistentVolumeClaim{}
+			if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(given), claim); err != nil {
+				t.Fatalf("the restored member's claim: %v; it holds the cluster's data and must never be deleted by the clean-up", err)
+			}
+			if !claim.DeletionTimestamp.IsZero() || claim.Labels[resources.LabelCluster] != "c" {
+				t.Fatalf("the restored member's claim is being deleted (%v) or no longer the cluster's (labels %v)", claim.DeletionTimestamp, claim.Labels)
+			}
+		})
+	}
+}
+
+// An in-place restore does not start while a backup of the cluster runs: the snapshot would
+// be taken from members being stopped, and the restore would stage beside the Job reading
+// them. It says why it waits, and starts once the backup has finished.
+func TestInPlaceRestoreWaitsForARunningBackup(t *testing.T) {
+	rs := inPlaceRestore("after-backup")
+	c := formedCluster(nil)
+	backup := completedBackup("hourly", "c", 30, 700)
+	backup.Status.ActiveJob = "hourly-29000000"
+	r, k8s := restoreReconciler(t, rs, c, backup)
+	jobs := func() int {
+		t.Helper()
+		list := &batchv1.JobList{}
+		if err := k8s.List(t.Context(), list, client.InNamespace("ns")); err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	staged := func() bool {
+		t.Helper()
+		err := k8s.Get(t.Context(), client.ObjectKeyFromObject(stagedClaim(c, resources.SeedMemberName("c", string(rs.UID)))), &corev1.PersistentVolumeClaim{})
+		if client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	got := reconcileRestore(t, r, rs)
+	got = reconcileRestore(t, r, got)
+	cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+	if got.Status.Phase != etcdv1alpha1.RestorePending || cond == nil || cond.Reason != etcdv1alpha1.ReasonBackupRunning {
+		t.Fatalf("phase %q, condition %+v: want Pending, waiting with reason BackupRunning", got.Status.Phase, cond)
+	}
+	if n := jobs(); n != 0 || staged() {
+		t.Fatalf("%d restore Jobs, claim staged %t, while EtcdBackup hourly runs: want none", n, staged())
+	}
+
+	backup.Status.ActiveJob = ""
+	if err := k8s.Update(t.Context(), backup); err != nil {
+		t.Fatal(err)
+	}
+	got = reconcileRestore(t, r, got)
+	if n := jobs(); got.Status.Phase != etcdv1alpha1.RestoreRestoring || n != 1 || !staged() {
+		t.Fatalf("phase %q, %d restore Jobs, claim staged %t once the backup finished: want Restoring, one Job, the claim staged", got.Status.Phase, n, staged())
+	}
+}
+
+// errStopped is the operator stopping between two writes.
+var errStopped = errors.New("the operator stopped here")
+
+// The cut-over annotates the cluster before it labels the staged claim as the cluster's. An
+// operator that stops between the two leaves either a cluster told to restore from a claim not
+// yet its own (it stops its members and waits for the claim) or, the other way round, a claim
+// labelled as a member's that etcd does not know: the cluster's reconciler, still running the
+// old members, deletes it as an orphan, and the restored data with it.
+func TestInPlaceCutOverStoppedHalfWayKeepsTheRestoredClaim(t *testing.T) {
+	rs := inPlaceRestore("cut")
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
+		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "1"}, RestoredRevision: 42, SnapshotSHA256: "abc"}
+	seed := resources.SeedMemberName("c", string(rs.UID))
+	var staged *corev1.PersistentVolumeClaim
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Annotations = map[string]string{resources.AnnotationRestorePending: rs.Name}
+		// As ensureSeedClaim stages it: the restored member's plan is to form alone.
+		staged = resources.MemberPVC(c, resources.MemberSpec{Name: seed, InitialCluster: resources.InitialCluster(c, []string{seed}), State: "new"})
+		staged.Labels, staged.OwnerReferences = resources.ManagedBy(), nil
+		staged.Labels[resources.LabelRestore] = rs.Name
+	}, func() []client.Object { return []client.Object{rs, staged} })
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", Labels: resources.ManagedBy()},
+		Status:     batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
+	}
+	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	report := `{"restore":{"uri":"pvc://backups/snap.db","sizeBytes":1,"sha256":"abc","revision":42}}`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
+	}
+	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{job, pod} {
+		if err := a.k8s.Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The restore reconciler's second cut-over write is the one the operator never makes.
+	cutOverWrites := 0
+	stopping := interceptor.NewClient(a.k8s.(client.WithWatch), interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			_, isCluster := obj.(*etcdv1alpha1.EtcdCluster)
+			if (isCluster && obj.GetAnnotations()[resources.AnnotationRestoreSeed] == seed) ||
+				(obj.GetName() == staged.Name && obj.GetLabels()[resources.LabelCluster] == "c") {
+				if cutOverWrites++; cutOverWrites == 2 {
+					return errStopped
+				}
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	restores := &EtcdRestoreReconciler{Client: cacheView(stopping), APIReader: stopping, AgentImage: "registry.test/agent",
+		DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}
+
+	if _, err := restores.Reconcile(t.Context(), req); !errors.Is(err, errStopped) {
+		t.Fatalf("the cut-over reconcile returned %v, want it stopped at its second write (writes %d)", err, cutOverWrites)
+	}
+	a.reconcile(t, 3)
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKeyFromObject(staged), claim); err != nil || !claim.DeletionTimestamp.IsZero() {
+		t.Fatalf("the restored claim after a cut-over stopped half-way: %v (deleting %v); events:\n%s", err, claim.DeletionTimestamp, a.events())
+	}
+
+	// The restore, looked at again, completes the cut-over; the cluster starts the restored
+	// member on that claim.
+	if _, err := restores.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	a.reconcile(t, 2)
+	if _, ok := a.pod(t, seed); !ok {
+		t.Fatalf("the restored member %s was not started once the cut-over was complete; events:\n%s", seed, a.events())
+	}
+}
