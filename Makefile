@@ -211,3 +211,4 @@ envtest-min-assets: $(K8S_MIN_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)
 -include hack/olm.mk
 -include hack/olm-runtime.mk
 -include hack/failpoints.mk
+-include hack/mutation.mk
