@@ -4,6 +4,7 @@
 //
 // The invariants it keeps:
 //   - at most one membership change (add, promote, remove) per step;
+//   - a learner is promoted only when, voting, the healthy voters are still a quorum;
 //   - never a step that leaves fewer healthy voters than a quorum of the voters that remain;
 //   - a member whose data is gone is removed and replaced, never restarted under its old ID;
 //   - a cluster that once formed is never bootstrapped again;
@@ -531,11 +532,27 @@ func promoteLearner(o Observed) (Step, bool) {
 			if !m.Started || !m.PodExists {
 				return learnerNotStarted(o, m)
 			}
+			if !promotionKeepsQuorum(o, m) {
+				return Step{Action: Wait, Member: m.Name, Operation: OpPromoting,
+					Reason: "waiting for members to be healthy before promoting the learner: promoted now, the healthy voters would not be a quorum"}, true
+			}
 			return Step{Action: PromoteLearner, Member: m.Name, MemberID: m.ID, Operation: OpPromoting,
 				Reason: "promoting the learner to a voting member"}, true
 		}
 	}
 	return Step{}, false
+}
+
+// promotionKeepsQuorum: once learner votes, the healthy voters are still a quorum of the voters.
+// A promoted learner that is not healthy (its pod not ready, behind the leader) is one voter more
+// that cannot vote.
+func promotionKeepsQuorum(o Observed, learner Member) bool {
+	voters := count(o.Members, func(x Member) bool { return x.InEtcd() && !x.IsLearner }) + 1
+	healthy := count(o.Members, func(x Member) bool { return x.InEtcd() && !x.IsLearner && x.Healthy })
+	if learner.Healthy {
+		healthy++
+	}
+	return healthy >= Quorum(voters)
 }
 
 // learnerNotStarted waits for a learner's pod, for LearnerStartTimeout at most; then, or at

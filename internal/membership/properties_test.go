@@ -66,6 +66,12 @@ func drawMember(t *rapid.T, name string, id uint64, notInEtcdOneIn int) Member {
 	if oneIn(t, 5, label("logUnreadable")) {
 		m.LogUnreadable = "no WAL file"
 	}
+	m.Answering = rapid.Bool().Draw(t, label("answering"))
+	if oneIn(t, 6, label("answered")) {
+		m.Answered = "10.0.0.9:2380"
+	}
+	m.DeclaredLost = oneIn(t, 8, label("declaredLost"))
+	m.InitialClusterStale = oneIn(t, 8, label("initialClusterStale"))
 	return m
 }
 
@@ -135,6 +141,11 @@ func drawObserved(t *rapid.T, reachable *bool) Observed {
 	r.Underway = seldomName("underway")
 	r.Preserved = r.Underway != "" && rapid.Bool().Draw(t, "preserved")
 	r.Served = oneIn(t, 6, "served")
+	for _, name := range o.LastVoters {
+		if r.Underway != name && rapid.Bool().Draw(t, "doneWithout."+name) {
+			r.DoneWithout = append(r.DoneWithout, name)
+		}
+	}
 	if oneIn(t, 8, "underwayRestore") {
 		r.UnderwayRestore = "recovery-restore"
 		r.RestoreExists = rapid.Bool().Draw(t, "restoreExists")
@@ -227,6 +238,10 @@ func TestPropertyLearnerPromotedOnlyOnceStarted(t *testing.T) {
 		if !m.IsLearner || !m.Started || !m.PodExists {
 			t.Fatalf("promoted %+v: not a learner that started with its pod", m)
 		}
+		voters := filter(o.Members, func(x Member) bool { return x.InEtcd() && (!x.IsLearner || x.Name == m.Name) })
+		if healthy := count(voters, func(x Member) bool { return x.Healthy }); healthy < Quorum(len(voters)) {
+			t.Fatalf("promoted %s: %d healthy of %d voters then, fewer than a quorum", m.Name, healthy, len(voters))
+		}
 	})
 }
 
@@ -273,62 +288,138 @@ func TestPropertyNoForcedRecoveryWhileReachable(t *testing.T) {
 	check(t, func(t *rapid.T) {
 		reachable := rapid.IntRange(0, 4).Draw(t, "reachableSometimes") == 0
 		o := drawObserved(t, &reachable)
-		step := Next(o)
-		switch step.Action {
-		case BeginRecovery, ForceNewCluster, PreserveData:
-		default:
-			return
-		}
-		if o.Reachable {
-			t.Fatalf("%s while etcd answers", step.Action)
-		}
-		if step.Action == ForceNewCluster {
-			r := o.Recovery
-			if step.Member != r.Underway || !r.Preserved {
-				t.Fatalf("forced %s, not the recovery's member %q with its data kept (preserved %v)", step.Member, r.Underway, r.Preserved)
-			}
-			// Only the recovery's own member is checked: another member running forced while
-			// a recovery is under way is not ruled out by Next (docs/reliability.md).
-			if m := index(o.Members)[step.Member]; m.ForcedNewCluster && m.PodExists {
-				t.Fatalf("forced %s again while it runs forced", step.Member)
-			}
-		}
-		if step.Action != BeginRecovery {
-			return
-		}
-		if o.AwaitingRestore != "" {
-			t.Fatalf("a recovery begins while EtcdRestore %s restores in place", o.AwaitingRestore)
-		}
-		// Members whose data is surely in reach: a claim, and a pod neither waiting for a node
-		// nor on a node that stopped answering. Fewer than a quorum, or waiting would do.
-		byName := index(o.Members)
-		var readable []Member
-		for _, name := range o.LastVoters {
-			if m := byName[name]; m.PVCExists && m.UnscheduledSince.IsZero() && m.NodeLostSince.IsZero() {
-				readable = append(readable, m)
+		checkRecoveryStep(t, o, Next(o))
+	})
+}
+
+// checkRecoveryStep fails unless a recovery step keeps the recovery's guards.
+func checkRecoveryStep(t *rapid.T, o Observed, step Step) {
+	switch step.Action {
+	case BeginRecovery, ForceNewCluster, PreserveData, FenceMembers, RestoreFromBackup, ReadLogs:
+	default:
+		return
+	}
+	if o.Reachable {
+		t.Fatalf("%s while etcd answers", step.Action)
+	}
+	byName := index(o.Members)
+	switch step.Action {
+	case PreserveData, FenceMembers, ForceNewCluster, RestoreFromBackup:
+		for _, name := range o.Recovery.DoneWithout {
+			if at := byName[name].Answered; at != "" {
+				t.Fatalf("%s while %s, which the recovery does without, answers at %s", step.Action, name, at)
 			}
 		}
-		if len(readable) >= Quorum(len(o.LastVoters)) {
-			t.Fatalf("a recovery begins while %d of %d last voters have their data in reach", len(readable), len(o.LastVoters))
+	}
+	if step.Action == ForceNewCluster {
+		r := o.Recovery
+		if step.Member != r.Underway || !r.Preserved {
+			t.Fatalf("forced %s, not the recovery's member %q with its data kept (preserved %v)", step.Member, r.Underway, r.Preserved)
 		}
-		if step.Backup != "" {
-			return
-		}
-		if o.Recovery.From != "" {
-			if step.Member != o.Recovery.From {
-				t.Fatalf("recovering from %s, not %s as the user named", step.Member, o.Recovery.From)
-			}
-			return
-		}
-		if !o.Recovery.Automatic || o.Now.Before(o.Recovery.LostSince.Add(o.Recovery.After)) {
-			t.Fatalf("an automatic recovery without the policy's leave (automatic %v, lost since %v, after %v, now %v)",
-				o.Recovery.Automatic, o.Recovery.LostSince, o.Recovery.After, o.Now)
-		}
-		chosen := byName[step.Member]
-		for _, m := range readable {
-			if m.RaftIndex > chosen.RaftIndex {
-				t.Fatalf("recovering from %s (raft index %d), while %s's log reaches %d", chosen.Name, chosen.RaftIndex, m.Name, m.RaftIndex)
+		for _, m := range o.Members {
+			if m.ForcedNewCluster && m.PodExists {
+				t.Fatalf("forced %s while %s runs forced", step.Member, m.Name)
 			}
 		}
+		for _, name := range r.DoneWithout {
+			if m := byName[name]; m.PodExists && !m.PodTerminating {
+				t.Fatalf("forced %s while the pod of %s, which the recovery does without, is not stopped", step.Member, name)
+			}
+		}
+	}
+	if step.Action != BeginRecovery && step.Action != ReadLogs {
+		return
+	}
+	// Counted lost only on evidence: a claim gone, a pod without a node for the wait, or a
+	// person's declaration; a node that stopped answering is none. None of those answers, and
+	// the members out of sight (nodes that stopped answering, survivors that run silent) are
+	// too few for a quorum.
+	after := max(o.Recovery.After, MinRecoveryAfter)
+	var outOfSight []string
+	for _, name := range o.LastVoters {
+		m := byName[name]
+		nodeLost := !m.NodeLostSince.IsZero() && !m.DeclaredLost
+		evidence := m.DeclaredLost || (!nodeLost && (!m.PVCExists || (!m.UnscheduledSince.IsZero() && o.Now.Sub(m.UnscheduledSince) >= after)))
+		if evidence && m.Answered != "" {
+			t.Fatalf("%s while %s, counted lost, answers at %s", step.Action, name, m.Answered)
+		}
+		if nodeLost || (!evidence && m.PodExists && !m.Answering) {
+			outOfSight = append(outOfSight, name)
+		}
+	}
+	if slices.ContainsFunc(outOfSight, func(name string) bool { return !byName[name].NodeLostSince.IsZero() }) && len(outOfSight) >= Quorum(len(o.LastVoters)) {
+		t.Fatalf("%s while %v, out of sight, could be a quorum of %v", step.Action, outOfSight, o.LastVoters)
+	}
+	if step.Action != BeginRecovery {
+		return
+	}
+	if o.AwaitingRestore != "" {
+		t.Fatalf("a recovery begins while EtcdRestore %s restores in place", o.AwaitingRestore)
+	}
+	// Members whose data is surely in reach: a claim, and a pod neither waiting for a node
+	// nor on a node that stopped answering. Fewer than a quorum, or waiting would do.
+	var readable []Member
+	for _, name := range o.LastVoters {
+		if m := byName[name]; m.PVCExists && m.UnscheduledSince.IsZero() && m.NodeLostSince.IsZero() && !m.DeclaredLost {
+			readable = append(readable, m)
+		}
+	}
+	if len(readable) >= Quorum(len(o.LastVoters)) {
+		t.Fatalf("a recovery begins while %d of %d last voters have their data in reach", len(readable), len(o.LastVoters))
+	}
+	if step.Backup != "" {
+		return
+	}
+	if o.Recovery.From != "" {
+		if step.Member != o.Recovery.From {
+			t.Fatalf("recovering from %s, not %s as the user named", step.Member, o.Recovery.From)
+		}
+		return
+	}
+	if !o.Recovery.Automatic || o.Now.Before(o.Recovery.LostSince.Add(after)) {
+		t.Fatalf("an automatic recovery without the policy's leave (automatic %v, lost since %v, after %v, now %v)",
+			o.Recovery.Automatic, o.Recovery.LostSince, o.Recovery.After, o.Now)
+	}
+	chosen := byName[step.Member]
+	for _, m := range readable {
+		if m.RaftIndex > chosen.RaftIndex {
+			t.Fatalf("recovering from %s (raft index %d), while %s's log reaches %d", chosen.Name, chosen.RaftIndex, m.Name, m.RaftIndex)
+		}
+	}
+}
+
+// drawLostQuorum draws a formed cluster whose etcd does not answer, with persistent storage and
+// nothing else under way: the states a quorum-loss recovery decides on, which drawObserved
+// reaches only seldom. Every member is a last voter, each with its own fate.
+func drawLostQuorum(t *rapid.T) Observed {
+	o := drawObserved(t, &notAnswering)
+	o.EverFormed, o.DataSurvivesPod, o.Paused = true, true, false
+	o.RestoreSeed, o.AwaitingRestore, o.BootstrapPlan = "", "", nil
+	o.LastVoters = nil
+	for i := range o.Members {
+		m := &o.Members[i]
+		o.LastVoters = append(o.LastVoters, m.Name)
+		m.ForcedNewCluster = oneIn(t, 6, m.Name+".forcedOften")
+	}
+	o.Recovery.DoneWithout = nil
+	for _, name := range o.LastVoters {
+		if name != o.Recovery.Underway && rapid.Bool().Draw(t, "doneWithoutOften."+name) {
+			o.Recovery.DoneWithout = append(o.Recovery.DoneWithout, name)
+		}
+	}
+	if o.Recovery.Underway == "" && len(o.Members) > 0 && rapid.Bool().Draw(t, "underwayOften") {
+		o.Recovery.Underway = rapid.SampledFrom(o.LastVoters).Draw(t, "underwayOftenName")
+		o.Recovery.Preserved = rapid.Bool().Draw(t, "preservedOften")
+		o.Recovery.DoneWithout = slices.DeleteFunc(o.Recovery.DoneWithout, func(n string) bool { return n == o.Recovery.Underway })
+	}
+	return o
+}
+
+// The recovery's guards over the states it decides on: the same checks as
+// TestPropertyNoForcedRecoveryWhileReachable, where they are reached often.
+func TestPropertyRecoveryGuardsWhereQuorumIsLost(t *testing.T) {
+	check(t, func(t *rapid.T) {
+		o := drawLostQuorum(t)
+		checkRecoveryStep(t, o, Next(o))
 	})
 }

@@ -322,6 +322,10 @@ func continueRecovery(o Observed) (Step, bool) {
 		return Step{Action: PreserveData, Member: r.Underway, Operation: OpRecoveringQuorum,
 			Reason: "stopping member " + r.Underway + " and keeping a copy of its data before it is rewritten"}, true
 	}
+	if forced := names(o.Members, func(x Member) bool { return x.ForcedNewCluster && x.PodExists && x.Name != r.Underway }); len(forced) > 0 {
+		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
+			Reason: "another member runs forced as a cluster of its own: member " + r.Underway + " is not forced beside it"}, true
+	}
 	byName := index(o.Members)
 	if running := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
 		return !byName[name].PodExists || byName[name].PodTerminating
