@@ -202,3 +202,130 @@ func TestBackupFailuresLeaveNoObject(t *testing.T) {
 		t.Fatalf("a failed backup left %+v", objects)
 	}
 }
+
+// olderSnapshots writes three snapshots of the series an hour apart before t0, as earlier runs
+// would have, and returns their URIs, oldest first.
+func olderSnapshots(t *testing.T, dest *storage.Destination, series backupplan.Series) []string {
+	t.Helper()
+	var uris []string
+	for h := 3; h > 0; h-- {
+		key := backupplan.ObjectName(dest.Prefix(), series, t0.Add(-time.Duration(h)*time.Hour), int64(10-h))
+		if err := dest.Upload(t.Context(), key, strings.NewReader("an earlier snapshot")); err != nil {
+			t.Fatal(err)
+		}
+		uris = append(uris, dest.URI(key))
+	}
+	return uris
+}
+
+// snapshotURIs are the URIs of the series' objects in the destination.
+func snapshotURIs(t *testing.T, dest *storage.Destination, series backupplan.Series) []string {
+	t.Helper()
+	objects, err := dest.List(t.Context(), series.Dir(dest.Prefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uris []string
+	for _, o := range objects {
+		uris = append(uris, dest.URI(o.Key))
+	}
+	return uris
+}
+
+// Retention deletes only what the EtcdBackup's status no longer names: the status of a run is
+// written after its Job ends, so a snapshot this run finds surplus may still be
+// status.lastBackup or in status.history. Before, a run with maxCount 1 deleted the snapshot
+// status.lastBackup named, and a restore from it found nothing until the run was recorded, or
+// for good if its report was lost.
+func TestRetentionKeepsTheSnapshotsStatusNames(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	for name, dest := range bothDestinations(t) {
+		t.Run(name, func(t *testing.T) {
+			older := olderSnapshots(t, dest, nightly)
+			named := older[1:] // status.history and status.lastBackup; the oldest fell out of the history
+			res, err := agent.Backup(t.Context(), agent.BackupConfig{
+				Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
+				MaxCount: 1, MaxAge: time.Minute, Keep: named, Now: func() time.Time { return t0 },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.PruneError != "" || !slices.Equal(res.Pruned, older[:1]) {
+				t.Fatalf("pruned %v (error %q), want only %s, which status no longer names", res.Pruned, res.PruneError, older[0])
+			}
+			want := append(slices.Clone(named), res.URI)
+			got := snapshotURIs(t, dest, nightly)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("destination holds\n  %s\nwant what status names and the new snapshot:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+			}
+		})
+	}
+}
+
+// A run never deletes the snapshot it wrote, even where an earlier run's name sorts after it
+// (its clock was ahead): status is about to name it.
+func TestRetentionKeepsTheRunsOwnSnapshot(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	dest, err := storage.OpenDir(t.TempDir(), "pvc://backups/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	ahead := backupplan.ObjectName(dest.Prefix(), nightly, t0.Add(time.Hour), 1)
+	if err := dest.Upload(t.Context(), ahead, strings.NewReader("a snapshot from a clock an hour ahead")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := agent.Backup(t.Context(), agent.BackupConfig{
+		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
+		MaxCount: 1, Keep: []string{dest.URI(ahead)}, Now: func() time.Time { return t0 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snapshotURIs(t, dest, nightly); !slices.Contains(got, res.URI) {
+		t.Fatalf("the run deleted its own snapshot %s (pruned %v); the destination holds %v", res.URI, res.Pruned, got)
+	}
+}
+
+// A run that fails — its snapshot not taken, or not stored — deletes nothing, however
+// much retention (maxCount 1, maxAge 1ns) would: the older snapshots are all there is.
+func TestFailedRunPrunesNothing(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	if _, err := servers[0].Client(t).Put(t.Context(), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	dest, err := storage.OpenDir(dir, "pvc://backups/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	older := olderSnapshots(t, dest, nightly)
+	cfg := agent.BackupConfig{
+		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
+		MaxCount: 1, MaxAge: time.Nanosecond, Now: func() time.Time { return t0 },
+	}
+
+	// The upload fails: a directory stands where the snapshot (revision 2) would be stored.
+	blocked := backupplan.ObjectName(dest.Prefix(), nightly, t0, 2)
+	if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(blocked), "blocker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := agent.Backup(t.Context(), cfg); err == nil {
+		t.Fatalf("a backup whose upload could not complete succeeded: %+v", res)
+	}
+	if got := snapshotURIs(t, dest, nightly); !slices.Equal(got, older) {
+		t.Fatalf("after a failed upload the destination holds %v, want the older snapshots untouched: %v", got, older)
+	}
+
+	// No snapshot is taken: the cluster is down.
+	servers[0].Stop()
+	if _, err := agent.Backup(t.Context(), cfg); err == nil {
+		t.Fatal("a backup of a stopped cluster succeeded")
+	}
+	if got := snapshotURIs(t, dest, nightly); !slices.Equal(got, older) {
+		t.Fatalf("after a failed snapshot the destination holds %v, want the older snapshots untouched: %v", got, older)
+	}
+}
