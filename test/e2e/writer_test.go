@@ -92,6 +92,22 @@ func (w *writer) failedCount() int {
 // is present with its value.
 func (w *writer) verify(t *testing.T) {
 	t.Helper()
+	w.verifyWith(t, w.client)
+}
+
+// verifyAt is verify, reading through endpoint: the writer's own may be gone (a pod IP).
+func (w *writer) verifyAt(t *testing.T, endpoint string) {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w.verifyWith(t, c)
+}
+
+func (w *writer) verifyWith(t *testing.T, c *clientv3.Client) {
+	t.Helper()
 	w.stop()
 	w.mu.Lock()
 	acked, failures := w.acked, w.failures
@@ -104,7 +120,7 @@ func (w *writer) verify(t *testing.T) {
 	var resp *clientv3.GetResponse
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
-		if resp, err = w.client.Get(ctx, w.prefix+"/", clientv3.WithPrefix()); err == nil {
+		if resp, err = c.Get(ctx, w.prefix+"/", clientv3.WithPrefix()); err == nil {
 			break
 		}
 		time.Sleep(time.Second)
