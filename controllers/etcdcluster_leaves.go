@@ -66,7 +66,7 @@ func annotationSetAt(c *etcdv1alpha1.EtcdCluster, key string) (time.Time, bool) 
 				Annotations map[string]json.RawMessage `json:"f:annotations"`
 			} `json:"f:metadata"`
 		}
-		if json.Unmarshal(entry.FieldsV1.Raw, &fields) != nil {
+		if json.Unmarshal(entry.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
 		if _, owns := fields.Metadata.Annotations["f:"+key]; owns && entry.Time.After(latest) {

@@ -245,5 +245,5 @@ func setAt(t *testing.T, c *etcdv1alpha1.EtcdCluster, manager, key string, when 
 		t.Fatal(err)
 	}
 	c.ManagedFields = append(c.ManagedFields, metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate,
-		APIVersion: etcdv1alpha1.GroupVersion.String(), Time: &metav1.Time{Time: when}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: fields}})
+		APIVersion: etcdv1alpha1.GroupVersion.String(), Time: &metav1.Time{Time: when}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(fields))})
 }
