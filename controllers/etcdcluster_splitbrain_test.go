@@ -247,3 +247,24 @@ func setAt(t *testing.T, c *etcdv1alpha1.EtcdCluster, manager, key string, when 
 	c.ManagedFields = append(c.ManagedFields, metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate,
 		APIVersion: etcdv1alpha1.GroupVersion.String(), Time: &metav1.Time{Time: when}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(fields))})
 }
+
+// While a quorum serves, a member whose node stopped answering for spec.quorumLossRecovery.after
+// is removed from etcd (safe with a quorum: a removed member cannot rejoin) and replaced, rather
+// than waited for as long as its node is gone; its pod, which never ends, holds nothing.
+func TestAMemberOnALostNodeIsReplacedWhileAQuorumServes(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{After: &metav1.Duration{Duration: 10 * time.Minute}}
+	}, nil)
+	a.reconcile(t, 1)
+	lost := a.members[2]
+	a.onLostNode(t, lost) // evicted an hour ago
+
+	a.reconcile(t, 1)
+	if !slices.Contains(a.etcd.Calls, "RemoveMember") {
+		t.Fatalf("etcd calls %v: member %s, whose node has not answered for an hour, is not removed", a.etcd.Calls, lost)
+	}
+	c := a.reconcile(t, 2)
+	if !slices.Contains(a.etcd.Calls, "AddLearner") {
+		t.Errorf("etcd calls %v: no member added in its place (status %+v)", a.etcd.Calls, c.Status.Members)
+	}
+}

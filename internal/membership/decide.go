@@ -361,6 +361,7 @@ func Next(o Observed) Step {
 	}
 	for _, decide := range []func(Observed) (Step, bool){
 		startOrReplaceMissingPods,
+		replaceMembersOnLostNodes,
 		deleteOrphans,
 		promoteLearner,
 		scaleUp,
@@ -499,6 +500,26 @@ func startOrReplaceMissingPods(o Observed) (Step, bool) {
 			return Step{Action: Wait, Member: m.Name, Operation: OpReplacingMember,
 				Reason: "member's data is gone, but removing it now would lose quorum"}, true
 		}
+	}
+	return Step{}, false
+}
+
+// replaceMembersOnLostNodes removes, while a quorum serves, a member whose node has not answered
+// the API server for the recovery's wait (its pod evicted, never ending): it would otherwise be
+// waited for as long as the node is gone. With a quorum serving here, the member cannot be part of
+// another; removed, etcd refuses it should it come back, and scale-up adds a fresh member in its
+// place. Only when the healthy voters left are a quorum (removeIfSafe).
+func replaceMembersOnLostNodes(o Observed) (Step, bool) {
+	for _, m := range o.Members {
+		if !m.InEtcd() || !outOfReachFor(m.NodeLostSince, o) {
+			continue
+		}
+		reason := "the member's node has not answered for " + o.Recovery.after().String() + " (spec.quorumLossRecovery.after); removing it to replace it"
+		if step, ok := removeIfSafe(o, m, OpReplacingMember, reason); ok {
+			return step, true
+		}
+		return Step{Action: Wait, Member: m.Name, Operation: OpReplacingMember,
+			Reason: "the member's node stopped answering, but removing it now would lose quorum"}, true
 	}
 	return Step{}, false
 }

@@ -155,6 +155,21 @@ func TestNext(t *testing.T) {
 				Member{Name: "d", ID: 4, IsLearner: true, PodExists: true, PVCExists: true, PodCreated: t0, InitialClusterStale: true,
 					PodProblem: "CrashLoopBackOff: last exit code 1 (Error)"}),
 			Step{Action: StopMembers, Members: []string{"d"}}},
+		{"a member whose node stopped answering for the recovery's wait is replaced while a quorum serves", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), with(down(healthy("c", 3)), func(m *Member) { m.NodeLostSince, m.PodTerminating = t0, true }))
+			o.Now = t0.Add(MinRecoveryAfter)
+			return o
+		}(), Step{Action: RemoveMember, Member: "c", MemberID: 3}},
+		{"not before: its node may answer again", func() Observed {
+			o := formed(leader(healthy("a", 1)), healthy("b", 2), with(down(healthy("c", 3)), func(m *Member) { m.NodeLostSince, m.PodTerminating = t0, true }))
+			o.Now = t0.Add(MinRecoveryAfter - time.Second)
+			return o
+		}(), Step{Action: Wait, Members: []string{"c"}}},
+		{"nor when removing it would lose quorum", func() Observed {
+			o := formed(leader(healthy("a", 1)), down(healthy("b", 2)), with(down(healthy("c", 3)), func(m *Member) { m.NodeLostSince, m.PodTerminating = t0, true }))
+			o.Now = t0.Add(time.Hour)
+			return o
+		}(), Step{Action: Wait, Member: "c"}},
 		{"a crashed member waits; no membership change", func() Observed {
 			o := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
 			return o
