@@ -142,6 +142,7 @@ func TestQuorumLossBehindAPartition(t *testing.T) {
 	if qr := c.Status.QuorumRecovery; qr != nil {
 		t.Errorf("a recovery is on record: %+v", *qr)
 	}
+	workload.SetEndpoints(clientServiceEndpoint(t, c)) // b's pod, made again, has another IP
 	majority.verifyAt(t, clientServiceEndpoint(t, c))
 	minority.verifyAt(t, clientServiceEndpoint(t, c))
 	counts := checkLinearizable(t, workload)

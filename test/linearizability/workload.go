@@ -95,6 +95,14 @@ func Start(ctx context.Context, cfg Config) (*Workload, error) {
 // Completed is how many operations have completed so far.
 func (w *Workload) Completed() int { return int(w.completed.Load()) }
 
+// SetEndpoints points every client at endpoints from now on: a member the workload dialled by
+// its pod's IP may come back at another.
+func (w *Workload) SetEndpoints(endpoints ...string) {
+	for _, c := range w.clients {
+		c.SetEndpoints(endpoints...)
+	}
+}
+
 // Stop lets every client finish the operation it is in, then reads every key once more, so
 // that each key's last write must be what is finally there (a lost last write is then a
 // non-linearizable history, not an unseen one). ctx bounds those reads, retried until they
