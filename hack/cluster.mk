@@ -201,7 +201,7 @@ test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator 
 	$(CLUSTER_E2E_ENV) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
 
 .PHONY: test-partition
-test-partition: cluster-deploy ## Not in CI: the split-brain test, members cut off by iptables while the kubelet is stopped (SIGSTOP); it stops the only kubelet, so it runs alone (~6 min).
+test-partition: cluster-deploy ## Not in CI: the split-brain test, members cut off by iptables while the kubelet is stopped (SIGSTOP); it stops the only kubelet, so it runs alone (3.5 min with the cluster up).
 	$(CLUSTER_E2E_ENV) E2E_PARTITION=1 go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestQuorumLossBehindAPartition$$' ./test/e2e/
 
 # The soak. DURATION of fault injection (a Go duration), then the checks; CHAOS_SEED replays a
