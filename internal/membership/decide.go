@@ -405,8 +405,11 @@ func restoreInPlace(o Observed) (Step, bool) {
 		return Step{Action: StopMembers, Members: running, Operation: OpRestoring,
 			Reason: "stopping the cluster to replace its data with the restored snapshot"}, true
 	}
-	if len(old) > 0 {
-		return Step{Action: Wait, Operation: OpRestoring, Reason: "waiting for the old members to stop"}, true
+	// A pod on a node that stopped answering never ends while the node is gone; the restored seed
+	// forms a cluster of its own (a new cluster ID), which an old member, should it still run
+	// there, cannot join. It is not waited for.
+	if ending := names(old, func(m Member) bool { return m.NodeLostSince.IsZero() }); len(ending) > 0 {
+		return Step{Action: Wait, Operation: OpRestoring, Members: ending, Reason: "waiting for the old members to stop"}, true
 	}
 	switch {
 	case !ok || !seed.PVCExists:
