@@ -738,8 +738,17 @@ func rollOutdated(o Observed) (Step, bool) {
 	if len(outdated) == 0 {
 		return Step{}, false
 	}
-	if unhealthy := names(inEtcd, func(m Member) bool { return !m.Healthy }); len(unhealthy) > 0 {
-		return Step{Action: Wait, Members: unhealthy, Operation: OpRollingOut,
+	unhealthy := filter(inEtcd, func(m Member) bool { return !m.Healthy })
+	if len(unhealthy) == 1 && unhealthy[0].PodOutdated && unhealthy[0].PodExists && unhealthy[0].PodProblem != "" {
+		// The one member down cannot run on the spec it was made from (a nodeSelector no node
+		// has, a limit it cannot start with) and the spec has changed since, typically reverted:
+		// restarting it costs no availability.
+		m := unhealthy[0]
+		return Step{Action: RollMember, Member: m.Name, MemberID: m.ID, Operation: OpRollingOut,
+			Reason: "restarting the unavailable member on the current spec: it cannot run on the one it was made from (" + m.PodProblem + ")"}, true
+	}
+	if len(unhealthy) > 0 {
+		return Step{Action: Wait, Members: names(unhealthy, func(Member) bool { return true }), Operation: OpRollingOut,
 			Reason: "waiting for every member to be healthy before restarting the next on the changed spec"}, true
 	}
 	next := slices.MinFunc(outdated, func(a, b Member) int {
