@@ -244,44 +244,6 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 		postEvent(r.Recorder, b, corev1.EventTypeWarning, "PruneFailed", "Prune", "retention could not delete every older snapshot: %s", res.PruneError)
 	}
 	appendRun(b, run)
-	releaseToRetention(b, r.Now())
-}
-
-// releaseToRetention stops status naming the snapshots the retention no longer keeps, counted
-// among those status names: their runs stay in the history without their artifact. Backup
-// Jobs delete only snapshots status does not name (agent.prune), so the next run, made after
-// this status is written, deletes them; until then the destination holds them too. The newest,
-// status.lastBackup, is always kept.
-func releaseToRetention(b *etcdv1alpha1.EtcdBackup, now time.Time) {
-	retention := b.Spec.Retention
-	if retention == nil {
-		return
-	}
-	var maxCount int
-	var maxAge time.Duration
-	if retention.MaxCount != nil {
-		maxCount = int(*retention.MaxCount)
-	}
-	if retention.MaxAge != nil {
-		maxAge = retention.MaxAge.Duration
-	}
-	var named []backupplan.Snapshot
-	if last := b.Status.LastBackup; last != nil {
-		named = append(named, backupplan.Snapshot{Key: last.URI, Time: last.StartTime.Time})
-	}
-	for _, run := range b.Status.History {
-		if a := run.Artifact; a != nil && !slices.ContainsFunc(named, func(s backupplan.Snapshot) bool { return s.Key == a.URI }) {
-			named = append(named, backupplan.Snapshot{Key: a.URI, Time: a.StartTime.Time})
-		}
-	}
-	for _, uri := range backupplan.ToPrune(named, maxCount, maxAge, now) {
-		for i := range b.Status.History {
-			if run := &b.Status.History[i]; run.Artifact != nil && run.Artifact.URI == uri {
-				run.Artifact = nil
-				run.Message = fmt.Sprintf("retention released %s: the next run deletes it", uri)
-			}
-		}
-	}
 }
 
 // recordFailure adds a failed run to the history and reports it.
@@ -477,9 +439,7 @@ func (r *EtcdBackupReconciler) startRun(ctx context.Context, b *etcdv1alpha1.Etc
 	if current.ResourceVersion != b.ResourceVersion {
 		return nil // the newer version's watch event reconciles again
 	}
-	// current, not b: the Job keeps the snapshots status names as written, and b's status may
-	// differ in memory.
-	job, err := resources.BackupJob(current, c, r.AgentImage, scheduledFor, r.PodEnv)
+	job, err := resources.BackupJob(b, c, r.AgentImage, scheduledFor, r.PodEnv)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
@@ -24,10 +23,7 @@ type BackupConfig struct {
 	// MaxCount and MaxAge are the retention (0: no limit); applied after a verified upload.
 	MaxCount int
 	MaxAge   time.Duration
-	// Keep are the URIs of the snapshots the EtcdBackup's status named when this run's Job
-	// was made: retention never deletes them.
-	Keep []string
-	Now  func() time.Time
+	Now      func() time.Time
 }
 
 // BackupResult is what a run reports back to the reconciler.
@@ -49,8 +45,7 @@ type BackupResult struct {
 }
 
 // Backup streams a snapshot of the most up-to-date voting member into the destination,
-// verifies what the destination holds against what was streamed, then applies retention to
-// the snapshots status no longer names. A
+// verifies what the destination holds against what was streamed, then applies retention. A
 // snapshot that failed or does not verify leaves no object behind.
 func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 	if err := cfg.Series.Validate(); err != nil {
@@ -98,7 +93,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		Member: etcd.FormatID(info.MemberID), ClusterID: etcd.FormatID(info.ClusterID),
 		StartTime: start, CompletionTime: cfg.Now(),
 	}
-	result.Pruned, err = prune(ctx, cfg, key)
+	result.Pruned, err = prune(ctx, cfg)
 	if err != nil {
 		result.PruneError = err.Error()
 	}
@@ -135,17 +130,7 @@ func pickSource(ctx context.Context, cl etcd.Client) (string, etcd.MemberStatus,
 // prune deletes this EtcdBackup's snapshots that the retention no longer keeps. It lists only
 // the series' own directory and deletes only what ObjectName would have named in it: other
 // EtcdBackups' snapshots and those of the earlier key format are never touched.
-//
-// Status is the record users and restores go by, and this run's own result reaches it only
-// after the Job ends. So a snapshot is deleted only once status no longer names it: never one
-// of cfg.Keep (what status named when the Job was made; the operator releases a snapshot from
-// status, and so from the next Job's Keep, when recording the run that made it surplus), nor
-// this run's own, which status is about to name. Pruning would be unsafe if Keep were taken
-// from anything but the status as written (an unwritten change could be lost after the
-// delete), if a run pruned before its snapshot was verified (a failed run would leave fewer
-// snapshots than retention promises), or if two runs of one EtcdBackup overlapped (each keeps
-// only what status named when its Job was made; the operator runs one at a time).
-func prune(ctx context.Context, cfg BackupConfig, own string) ([]string, error) {
+func prune(ctx context.Context, cfg BackupConfig) ([]string, error) {
 	if cfg.MaxCount == 0 && cfg.MaxAge == 0 {
 		return nil, nil
 	}
@@ -162,9 +147,6 @@ func prune(ctx context.Context, cfg BackupConfig, own string) ([]string, error) 
 	}
 	var pruned []string
 	for _, key := range backupplan.ToPrune(snapshots, cfg.MaxCount, cfg.MaxAge, cfg.Now()) {
-		if key == own || slices.Contains(cfg.Keep, cfg.Destination.URI(key)) {
-			continue
-		}
 		if err := cfg.Destination.Delete(ctx, key); err != nil {
 			return pruned, err
 		}

@@ -162,7 +162,7 @@ func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer source.Close()
-	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Fallbacks: cfg.Fallbacks, Dir: jobspec.RestoreStagingDir})
+	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: jobspec.RestoreStagingDir})
 }
 
 func finish(report Report) int {
@@ -199,7 +199,7 @@ func backupFromEnvironment(ctx context.Context) (BackupResult, error) {
 		Etcd:        etcdCfg,
 		Series:      backupplan.Series{Namespace: cfg.Namespace, Cluster: cfg.Cluster, Backup: cfg.Backup, UID: cfg.BackupUID},
 		Destination: dest,
-		MaxCount:    cfg.MaxCount, MaxAge: cfg.MaxAge, Keep: cfg.Keep, Now: time.Now,
+		MaxCount:    cfg.MaxCount, MaxAge: cfg.MaxAge, Now: time.Now,
 	})
 }
 

@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -45,10 +44,6 @@ type FetchConfig struct {
 	SHA256 string
 	// Dir is the staging directory, emptied first.
 	Dir string
-	// Fallbacks are the snapshots to restore instead, newest first, should Key no longer
-	// exist (retention or a bucket's lifecycle deleted it): the newest that does is fetched,
-	// and the result's URI says which.
-	Fallbacks []jobspec.Snapshot
 }
 
 // Fetch downloads the snapshot into cfg.Dir/snapshot.db, checking its sha256 on the way, and
@@ -61,12 +56,13 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return RestoreResult{}, fmt.Errorf("make the staging directory: %w", err)
 	}
-	r, key, want, err := openNewestThatExists(ctx, cfg)
+	key := cfg.Source.Prefix() + cfg.Key
+	uri := cfg.Source.URI(key)
+	r, err := cfg.Source.Open(ctx, key)
 	if err != nil {
 		return RestoreResult{}, err
 	}
 	defer r.Close()
-	uri := cfg.Source.URI(key)
 	file := filepath.Join(cfg.Dir, filepath.Base(jobspec.StagedSnapshot))
 	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -85,9 +81,9 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 		return RestoreResult{}, fmt.Errorf("download %s after %d bytes: %w", uri, n, err)
 	}
 	sum := hex.EncodeToString(hash.Sum(nil))
-	if want != "" && sum != want {
+	if cfg.SHA256 != "" && sum != cfg.SHA256 {
 		_ = os.Remove(file)
-		return RestoreResult{}, permanentError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, want)}
+		return RestoreResult{}, permanentError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, cfg.SHA256)}
 	}
 	rev, err := SnapshotRevision(file)
 	if err != nil {
@@ -95,26 +91,6 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 		return RestoreResult{}, permanentError{fmt.Errorf("%s is not a readable etcd snapshot: %w", uri, err)}
 	}
 	return RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}, nil
-}
-
-// openNewestThatExists opens cfg.Key or, if it no longer exists, the first of cfg.Fallbacks that
-// does, and returns its key (with the source's prefix) and the sha256 it must have.
-func openNewestThatExists(ctx context.Context, cfg FetchConfig) (io.ReadCloser, string, string, error) {
-	candidates := append([]jobspec.Snapshot{{Key: cfg.Key, SHA256: cfg.SHA256}}, cfg.Fallbacks...)
-	var missing []string
-	for _, c := range candidates {
-		key := cfg.Source.Prefix() + c.Key
-		r, err := cfg.Source.Open(ctx, key)
-		if storage.IsNotFound(err) {
-			missing = append(missing, cfg.Source.URI(key))
-			continue
-		}
-		if err != nil {
-			return nil, "", "", err
-		}
-		return r, key, c.SHA256, nil
-	}
-	return nil, "", "", permanentError{fmt.Errorf("no snapshot to restore exists any more: %s", strings.Join(missing, ", "))}
 }
 
 // SnapshotRevision is the newest revision in an etcd snapshot file.

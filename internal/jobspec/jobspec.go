@@ -62,25 +62,13 @@ type JobConfig struct {
 
 	Storage etcdv1alpha1.StorageLocation `json:"storage"`
 
-	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have; and
-	// the snapshots to restore instead, newest first, should it no longer exist.
-	Key       string     `json:"key,omitempty"`
-	SHA256    string     `json:"sha256,omitempty"`
-	Fallbacks []Snapshot `json:"fallbacks,omitempty"`
+	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have.
+	Key    string `json:"key,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
 
 	// Retention, applied after a verified upload.
 	MaxCount int           `json:"maxCount,omitempty"`
 	MaxAge   time.Duration `json:"maxAge,omitempty"`
-	// Keep are the URIs of the snapshots the EtcdBackup's status names: retention never
-	// deletes them.
-	Keep []string `json:"keep,omitempty"`
-}
-
-// Snapshot is a snapshot to restore: its key after the storage prefix, and the sha256 it
-// must have.
-type Snapshot struct {
-	Key    string `json:"key"`
-	SHA256 string `json:"sha256,omitempty"`
 }
 
 // A restore Job prepares one member's data on its claim, mounted where the member pod mounts it:

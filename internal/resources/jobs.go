@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -64,24 +63,7 @@ func jobName(base, suffix string) string {
 	return base[:63-len(suffix)-9] + "-" + hex.EncodeToString(h[:])[:8] + suffix
 }
 
-// NamedSnapshots are the URIs of the snapshots b's status names, newest first: those its
-// backup Jobs never delete.
-func NamedSnapshots(b *etcdv1alpha1.EtcdBackup) []string {
-	var uris []string
-	if b.Status.LastBackup != nil {
-		uris = append(uris, b.Status.LastBackup.URI)
-	}
-	for _, run := range b.Status.History {
-		if run.Artifact != nil && !slices.Contains(uris, run.Artifact.URI) {
-			uris = append(uris, run.Artifact.URI)
-		}
-	}
-	return uris
-}
-
-// BackupJob is the Job that runs one backup of cluster with the operator's agent image. Its
-// agent never deletes a snapshot b's status names: b must be as last written, not as changed
-// in memory since.
+// BackupJob is the Job that runs one backup of cluster with the operator's agent image.
 func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
 	cfg := jobspec.JobConfig{
 		Cluster:   c.Name,
@@ -92,7 +74,6 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		TLS:       c.Spec.TLS != nil,
 		Auth:      c.Spec.Auth != nil,
 		Storage:   b.Spec.Destination,
-		Keep:      NamedSnapshots(b),
 	}
 	if r := b.Spec.Retention; r != nil {
 		if r.MaxCount != nil {
@@ -145,8 +126,6 @@ type RestoreSource struct {
 	// Key after the storage's prefix.
 	Key    string
 	SHA256 string
-	// Fallbacks are restored instead, the newest that exists, should Key no longer exist.
-	Fallbacks []jobspec.Snapshot
 }
 
 // Containers of a restore Job, in order.
@@ -164,7 +143,7 @@ func RestoreJobName(restore string) string { return jobName(restore, "-restore")
 // it as a one-member cluster, and the agent moves the result into the data directory. The
 // other members join the usual way, as learners.
 func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member string, src RestoreSource, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
-	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
+	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256})
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}
