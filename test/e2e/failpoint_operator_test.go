@@ -480,8 +480,17 @@ func (o *failpointOperator) armPod(ctx context.Context) error {
 		return nil
 	}
 	sort.Strings(terms)
-	if err := o.request(ctx, pod, http.MethodPut, "failpoints", strings.Join(terms, ";")); err != nil {
-		return fmt.Errorf("arm %v: %w", terms, err)
+	// A restarted manager's gofail endpoint answers as soon as gofail's own package is
+	// initialised, before the packages that declare failpoints have registered theirs: "does not
+	// exist" for a moment (seen here: a walk armed learnerPromoted 4.5 s after a crash, and was
+	// refused). A failpoint missing from the build is still refused after the wait.
+	var armErr error
+	_ = pollUntil(ctx, 10*time.Second, func(ctx context.Context) (bool, error) {
+		armErr = o.request(ctx, pod, http.MethodPut, "failpoints", strings.Join(terms, ";"))
+		return armErr == nil || !strings.Contains(armErr.Error(), "failpoint does not exist"), nil
+	})
+	if armErr != nil {
+		return fmt.Errorf("arm %v: %w", terms, armErr)
 	}
 	armed, err := o.list(ctx, pod)
 	if err != nil {
