@@ -313,7 +313,7 @@ func (o *failpointOperator) problem(format string, args ...any) {
 
 // restart holds the Lease, records what the crash was, deletes the crashed pod, arms the one
 // that replaces it, then lets it lead.
-func (o *failpointOperator) restart(ctx context.Context, old, crashedPod *corev1.Pod) error {
+func (o *failpointOperator) restart(ctx context.Context, old, crashedPod *corev1.Pod) (retErr error) {
 	seen := time.Now()
 	o.mu.Lock()
 	o.pod = nil
@@ -321,6 +321,13 @@ func (o *failpointOperator) restart(ctx context.Context, old, crashedPod *corev1
 	if err := o.holdLease(ctx); err != nil {
 		return err
 	}
+	defer func() {
+		// A walk that fails here must not leave the operator without a leader for the Lease's
+		// hour: the next run on this cluster waited on it (seen here after a failed arm).
+		if retErr != nil {
+			retErr = errors.Join(retErr, o.releaseLease(context.Background()))
+		}
+	}()
 	if crashedPod != nil {
 		o.recordCrash(ctx, crashedPod)
 		if err := k8sClient.Delete(ctx, crashedPod, client.GracePeriodSeconds(1)); client.IgnoreNotFound(err) != nil {
