@@ -37,11 +37,11 @@ func declaredLost(c *etcdv1alpha1.EtcdCluster) []string {
 // operator first found this quorum lost.
 func staleLeaves(c *etcdv1alpha1.EtcdCluster, reachable bool) map[string]string {
 	out := map[string]string{}
+	lostAt, lost := quorumLostSince(c)
 	for _, key := range leaveAnnotations {
 		if _, ok := c.Annotations[key]; !ok {
 			continue
 		}
-		lostAt, lost := quorumLostSince(c)
 		switch setAt, known := annotationSetAt(c, key); {
 		case reachable && underwayRecovery(c) == nil:
 			out[key] = "the cluster has a quorum: " + key + " is a leave for recovering a lost one, and a later loss must not be recovered on it"

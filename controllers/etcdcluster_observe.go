@@ -360,8 +360,11 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 	for name, at := range obs.recovery.answered {
 		get(name).Answered = at
 	}
+	voters := lastVoters(c)
 	for _, name := range declaredLost(c) {
-		get(name).DeclaredLost = true
+		if slices.Contains(voters, name) { // a name of no last voter declares nothing
+			get(name).DeclaredLost = true
+		}
 	}
 	for name, read := range obs.recovery.logReads {
 		if m := get(name); read.log != nil {

@@ -313,24 +313,7 @@ func TestInPlaceRestoreRecordsTheRestoredRevisionBeforeTheCutOver(t *testing.T) 
 	seed := resources.SeedMemberName(c.Name, string(rs.UID))
 	staged := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
 	staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: rs.Name}, nil
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid",
-			Labels: map[string]string{resources.LabelManagedBy: "etcd-operator"}},
-		Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
-	}
-	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
-		t.Fatal(err)
-	}
-	report := `{"restore":{"uri":"pvc://backups/snap.db","sizeBytes":1,"sha256":"abc","revision":42}}`
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
-			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
-		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
-	}
-	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
-		t.Fatal(err)
-	}
+	job, pod := finishedRestoreJob(t, rs, map[string]string{resources.LabelManagedBy: "etcd-operator"})
 	r, k8s := restoreReconciler(t, rs, c, staged, job, pod)
 	cutOver := func() bool {
 		live := &etcdv1alpha1.EtcdCluster{}
@@ -408,4 +391,28 @@ func TestRestoreOutcomeLostToAConflictIsRecordedBeforeItsCleanUp(t *testing.T) {
 	if err := k8s.List(t.Context(), jobs, client.InNamespace("ns")); err != nil || len(jobs.Items) != 0 {
 		t.Fatalf("restore Jobs %v (%v): none may start again", jobs.Items, err)
 	}
+}
+
+// finishedRestoreJob is rs's restore Job, completed, and its pod, whose fetch container reported
+// a restore at revision 42: what the restore reconciler reads before it cuts over.
+func finishedRestoreJob(t *testing.T, rs *etcdv1alpha1.EtcdRestore, labels map[string]string) (*batchv1.Job, *corev1.Pod) {
+	t.Helper()
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", Labels: labels},
+		Status:     batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
+	}
+	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	report := `{"restore":{"uri":"pvc://backups/snap.db","sizeBytes":1,"sha256":"abc","revision":42}}`
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
+		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
+	}
+	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	return job, pod
 }

@@ -9,7 +9,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -128,23 +127,7 @@ func TestInPlaceCutOverStoppedHalfWayKeepsTheRestoredClaim(t *testing.T) {
 		staged.Labels, staged.OwnerReferences = resources.ManagedBy(), nil
 		staged.Labels[resources.LabelRestore] = rs.Name
 	}, func() []client.Object { return []client.Object{rs, staged} })
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", Labels: resources.ManagedBy()},
-		Status:     batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
-	}
-	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
-		t.Fatal(err)
-	}
-	report := `{"restore":{"uri":"pvc://backups/snap.db","sizeBytes":1,"sha256":"abc","revision":42}}`
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
-			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
-		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: report}}}}},
-	}
-	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
-		t.Fatal(err)
-	}
+	job, pod := finishedRestoreJob(t, rs, resources.ManagedBy())
 	for _, obj := range []client.Object{job, pod} {
 		if err := a.k8s.Create(t.Context(), obj); err != nil {
 			t.Fatal(err)

@@ -375,7 +375,9 @@ func TestNext(t *testing.T) {
 		{"the leader is restarted on the changed spec last, after leadership moves", formed(leader(with(healthy("a", 1), outdated)), healthy("b", 2), healthy("c", 3)),
 			Step{Action: MoveLeader, Member: "a", MemberID: 1, Target: 2}},
 		{"a rolled member that cannot run is restarted on the spec reverted since", formed(leader(healthy("a", 1)), healthy("b", 2),
-			with(down(healthy("c", 3)), func(m *Member) { m.PodOutdated, m.PodProblem = true, "Unschedulable: 0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector" })),
+			with(down(healthy("c", 3)), func(m *Member) {
+				m.PodOutdated, m.PodProblem = true, "Unschedulable: 0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector"
+			})),
 			Step{Action: RollMember, Member: "c", MemberID: 3}},
 		{"no restart on a changed spec while a member is unhealthy", formed(leader(healthy("a", 1)), with(healthy("b", 2), outdated), down(healthy("c", 3))),
 			Step{Action: Wait, Members: []string{"c"}}},

@@ -225,8 +225,8 @@ func TestPropertyOneMembershipChangeAtATime(t *testing.T) {
 }
 
 // A learner is promoted only once it has started and its pod exists (before, it is waited
-// for, or removed); how far its log is behind is etcd's to refuse, as the decision does not
-// see it for learners.
+// for, or removed), and only when, voting, the healthy voters are still a quorum; how far its
+// log is behind is etcd's to refuse, as the decision does not see it for learners.
 func TestPropertyLearnerPromotedOnlyOnceStarted(t *testing.T) {
 	check(t, func(t *rapid.T) {
 		o := drawObserved(t, &answering)
