@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -122,6 +125,9 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		err = r.recordRootPassword(ctx, cluster, obs)
 	}
 	if err == nil {
+		err = r.ensureClientEndpointLabels(ctx, obs)
+	}
+	if err == nil {
 		err = r.ensureServices(ctx, cluster)
 	}
 	if err == nil {
@@ -181,11 +187,49 @@ func unsupportedFeature(c *etcdv1alpha1.EtcdCluster) (string, bool) {
 	return "", false
 }
 
-// ensureServices creates the peer and client Services.
+// ensureServices creates the peer and client Services, and brings a client Service made by an
+// older operator, which selected every pod of the cluster, to ClientEndpointSelector. It runs
+// after ensureClientEndpointLabels: with a pod not yet labelled, the new selector would drop a
+// serving member from the Service.
 func (r *EtcdClusterReconciler) ensureServices(ctx context.Context, c *etcdv1alpha1.EtcdCluster) error {
-	for _, desired := range []client.Object{resources.PeerService(c), resources.ClientService(c)} {
-		if err := r.createIfMissing(ctx, c, desired); err != nil {
-			return err
+	if err := r.createIfMissing(ctx, c, resources.PeerService(c)); err != nil {
+		return err
+	}
+	desired := resources.ClientService(c)
+	current := &corev1.Service{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(desired), current)
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.createOwned(ctx, c, desired)
+	case err != nil:
+		return fmt.Errorf("get Service %s: %w", desired.Name, err)
+	case maps.Equal(current.Spec.Selector, desired.Spec.Selector):
+		return nil
+	}
+	current.Spec.Selector = desired.Spec.Selector
+	if err := r.Update(ctx, current); err != nil {
+		return fmt.Errorf("update the selector of Service %s: %w", desired.Name, err)
+	}
+	return nil
+}
+
+// ensureClientEndpointLabels puts LabelServesClients on member pods made before it existed, so
+// that they stay in the client Service's selection. A fenced pod never gets it back, nor does a
+// pod being deleted: a member stopped on purpose has nothing to serve.
+func (r *EtcdClusterReconciler) ensureClientEndpointLabels(ctx context.Context, obs *observation) error {
+	for _, name := range slices.Sorted(maps.Keys(obs.pods)) {
+		pod := obs.pods[name]
+		if pod.Labels[resources.LabelServesClients] == "true" || resources.Fenced(pod) || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		labelled := pod.DeepCopy()
+		if labelled.Labels == nil {
+			labelled.Labels = map[string]string{}
+		}
+		labelled.Labels[resources.LabelServesClients] = "true"
+		if err := r.Patch(ctx, labelled, patch); err != nil {
+			return fmt.Errorf("label pod %s as a client endpoint: %w", name, err)
 		}
 	}
 	return nil

@@ -378,6 +378,10 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m := get(name)
 		m.PodExists = true
 		m.PodTerminating = !pod.DeletionTimestamp.IsZero()
+		m.PodFenced = resources.Fenced(pod) && pod.Labels[resources.LabelServesClients] == ""
+		if pod.DeletionTimestamp != nil {
+			m.PodStopDue = pod.DeletionTimestamp.Time
+		}
 		m.ForcedNewCluster = pod.Annotations[resources.AnnotationForceNewCluster] != ""
 		m.PodCreated = pod.CreationTimestamp.Time
 		if pod.Spec.NodeName == "" && !m.PodTerminating {

@@ -545,7 +545,14 @@ func (r *EtcdClusterReconciler) fenceMembers(ctx context.Context, obs *observati
 	var errs []error
 	for _, name := range names {
 		pod, ok := obs.pods[name]
-		if !ok || !pod.DeletionTimestamp.IsZero() {
+		if !ok {
+			continue
+		}
+		if err := r.fenceFromClients(ctx, pod); err != nil {
+			errs = append(errs, fmt.Errorf("take member %s out of the client Service: %w", name, err))
+			continue
+		}
+		if !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
@@ -553,6 +560,24 @@ func (r *EtcdClusterReconciler) fenceMembers(ctx context.Context, obs *observati
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// fenceFromClients takes a pod out of the client Service's selection for good. It is done to
+// pods being deleted too: a pod on a node that stopped answering stays Terminating until the
+// node answers, and its etcd, if it still runs there, must never be a client endpoint of the
+// forced cluster.
+func (r *EtcdClusterReconciler) fenceFromClients(ctx context.Context, pod *corev1.Pod) error {
+	if resources.Fenced(pod) && pod.Labels[resources.LabelServesClients] == "" {
+		return nil
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	fenced := pod.DeepCopy()
+	delete(fenced.Labels, resources.LabelServesClients)
+	if fenced.Annotations == nil {
+		fenced.Annotations = map[string]string{}
+	}
+	fenced.Annotations[resources.AnnotationFenced] = r.now().UTC().Format(time.RFC3339)
+	return ignoreGone(r.Patch(ctx, fenced, patch))
 }
 
 // keptFromRecovery: name is a member a quorum recovery did without. Its claim, if it has one, is

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -123,9 +124,28 @@ func TestMembersWhoseNodesStoppedAnsweringAreNeverForcedOut(t *testing.T) {
 	if forced, ok := a.pod(t, survivor); ok && slices.Contains(forced.Spec.Containers[0].Args, "--force-new-cluster") {
 		t.Fatalf("the survivor was forced in the reconcile that fenced %s: the fence comes first", c)
 	}
+	// b's pod stays Terminating on the node that stopped answering, its etcd perhaps running
+	// there: it is out of the client Service's selection before the survivor is forced.
+	clientService := &corev1.Service{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.ClientServiceName(a.cluster.Name)}, clientService); err != nil {
+		t.Fatal(err)
+	}
+	selects := func(pod *corev1.Pod) bool {
+		return labels.SelectorFromSet(clientService.Spec.Selector).Matches(labels.Set(pod.Labels))
+	}
+	if held, ok := a.pod(t, b); !ok || held.DeletionTimestamp.IsZero() {
+		t.Fatalf("member %s's pod on the lost node should still be Terminating", b)
+	} else if selects(held) {
+		t.Fatalf("member %s's pod, on a node that stopped answering, is still selected by the client Service (labels %v, selector %v) as the survivor is about to be forced",
+			b, held.Labels, clientService.Spec.Selector)
+	}
 	a.reconcile(t, 1)
-	if forced, ok := a.pod(t, survivor); !ok || !slices.Contains(forced.Spec.Containers[0].Args, "--force-new-cluster") {
+	forced, ok := a.pod(t, survivor)
+	if !ok || !slices.Contains(forced.Spec.Containers[0].Args, "--force-new-cluster") {
 		t.Fatalf("the survivor is not forced once the members done without are fenced")
+	}
+	if !selects(forced) {
+		t.Errorf("the forced survivor is not selected by the client Service (labels %v, selector %v)", forced.Labels, clientService.Spec.Selector)
 	}
 	if events := a.events(); !strings.Contains(events, "FenceMembers") {
 		t.Errorf("no FenceMembers event:\n%s", events)

@@ -60,8 +60,14 @@ type Member struct {
 	// From Kubernetes.
 	PodExists      bool
 	PodTerminating bool
-	PodCreated     time.Time
-	PodVersion     string // the etcd version of the pod's image
+	// PodFenced: the pod is out of the client Service's selection, taken out by a quorum
+	// recovery (FenceMembers). A pod that is not may still receive clients.
+	PodFenced bool
+	// PodStopDue is the pod's deletion timestamp: by then, its grace period over, a kubelet
+	// that answers has stopped its containers and the pod is gone. Zero while not deleted.
+	PodStopDue time.Time
+	PodCreated time.Time
+	PodVersion string // the etcd version of the pod's image
 	// UnscheduledSince is when the pod, not yet placed on a node, was made; zero once it is
 	// placed, or with no pod. A member whose pod finds no node for long (its volume's node is
 	// gone) has its data out of reach.

@@ -327,11 +327,17 @@ func continueRecovery(o Observed) (Step, bool) {
 			Reason: "another member runs forced as a cluster of its own: member " + r.Underway + " is not forced beside it"}, true
 	}
 	byName := index(o.Members)
-	if running := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
-		return !byName[name].PodExists || byName[name].PodTerminating
-	}); len(running) > 0 {
-		return Step{Action: FenceMembers, Members: running, Operation: OpRecoveringQuorum,
-			Reason: "stopping the pods of the members the recovery does without before member " + r.Underway + " is forced: none of them may serve beside it"}, true
+	if unfenced := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
+		return fenced(byName[name])
+	}); len(unfenced) > 0 {
+		return Step{Action: FenceMembers, Members: unfenced, Operation: OpRecoveringQuorum,
+			Reason: "stopping the pods of the members the recovery does without, and taking them out of the client Service, before member " + r.Underway + " is forced: none of them may serve beside it"}, true
+	}
+	if stopping := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
+		return !byName[name].PodExists || kubeletSilent(byName[name], o.Now)
+	}); len(stopping) > 0 {
+		return Step{Action: Wait, Members: stopping, Operation: OpRecoveringQuorum,
+			Reason: "waiting for the pods of members " + strings.Join(stopping, ", ") + " to stop before member " + r.Underway + " is forced: their kubelets answer, so their etcd is seen stopped first"}, true
 	}
 	return Step{Action: ForceNewCluster, Member: r.Underway, Operation: OpRecoveringQuorum,
 		Reason: "restarting member " + r.Underway + " alone with its data (--force-new-cluster)"}, true
@@ -356,4 +362,24 @@ func furthestLog(members []Member, candidates []string) (best string, unread []s
 		best = candidates[0]
 	}
 	return best, unread
+}
+
+// fenced: a member the recovery does without can serve no client of the forced cluster. Its
+// pod is gone, or is being deleted and out of the client Service's selection.
+func fenced(m Member) bool {
+	return !m.PodExists || (m.PodTerminating && m.PodFenced)
+}
+
+// stopOverdue is how long past its deletion timestamp a pod must still be there for its
+// kubelet to count as not answering: a kubelet that answers ends a pod within its grace period,
+// and reports it within seconds more.
+const stopOverdue = 30 * time.Second
+
+// kubeletSilent: nothing will confirm that the pod of m, being deleted, has stopped: its node
+// stopped answering (the pod was evicted for it), or the pod is overdue. Its etcd may run on
+// there; the fence keeps it from the clients of the forced cluster, and the person or the
+// evidence that counted it lost says it is down. Where the kubelet answers, the force waits
+// for the pod to be gone: its etcd is then seen stopped, not assumed so.
+func kubeletSilent(m Member, now time.Time) bool {
+	return !m.NodeLostSince.IsZero() || (!m.PodStopDue.IsZero() && now.After(m.PodStopDue.Add(stopOverdue)))
 }

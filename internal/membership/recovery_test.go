@@ -118,9 +118,25 @@ func TestQuorumLostForGood(t *testing.T) {
 			Step{Action: Wait, Members: []string{"c"}, Operation: OpRecoveringQuorum}, ""},
 		{"fenced before the force: the pods of the members done without are stopped", doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)),
 			declaredLost(survivor("b", 0)), nodeLostFor(time.Hour, survivor("c", 0)))))),
-			Step{Action: FenceMembers, Members: []string{"b"}, Operation: OpRecoveringQuorum}, "before member a is forced"},
+			Step{Action: FenceMembers, Members: []string{"b", "c"}, Operation: OpRecoveringQuorum}, "before member a is forced"},
+		{"a pod being deleted still receives clients until it is out of the client Service: fenced too", doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)),
+			with(survivor("b", 0), func(m *Member) { m.PodTerminating, m.PodFenced = true, true }), nodeLostFor(time.Hour, survivor("c", 0)))))),
+			Step{Action: FenceMembers, Members: []string{"c"}, Operation: OpRecoveringQuorum}, "out of the client Service"},
+		{"fenced, on a node that answers: the force waits for the pod to be gone", doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)),
+			with(survivor("b", 0), func(m *Member) {
+				m.PodTerminating, m.PodFenced, m.PodStopDue = true, true, time.Unix(10000, 0).Add(20*time.Second)
+			}),
+			with(nodeLostFor(time.Hour, survivor("c", 0)), func(m *Member) { m.PodFenced = true }))))),
+			Step{Action: Wait, Members: []string{"b"}, Operation: OpRecoveringQuorum}, "waiting for the pods of members b to stop"},
 		{"fenced: then forced", doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)),
-			with(survivor("b", 0), func(m *Member) { m.PodTerminating = true }), nodeLostFor(time.Hour, survivor("c", 0)))))),
+			noPod(survivor("b", 0)),
+			with(nodeLostFor(time.Hour, survivor("c", 0)), func(m *Member) { m.PodFenced = true }))))),
+			Step{Action: ForceNewCluster, Member: "a", Operation: OpRecoveringQuorum}, ""},
+		{"a fenced pod long past its grace period: its kubelet does not answer either, forced", doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)),
+			with(survivor("b", 0), func(m *Member) {
+				m.PodTerminating, m.PodFenced, m.PodStopDue = true, true, time.Unix(10000, 0).Add(-time.Minute)
+			}),
+			with(nodeLostFor(time.Hour, survivor("c", 0)), func(m *Member) { m.PodFenced = true }))))),
 			Step{Action: ForceNewCluster, Member: "a", Operation: OpRecoveringQuorum}, ""},
 		{"spec.quorumLossRecovery.after has a floor: not before quorum has been lost for it",
 			lostForAfter(time.Minute, 10*time.Second, automatic(lostQuorum(abc, survivor("a", 100)))),

@@ -24,6 +24,13 @@ const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	LabelName      = "app.kubernetes.io/name"
 	LabelInstance  = "app.kubernetes.io/instance"
+	// LabelServesClients on a member pod puts it in the client Service's selection. A quorum
+	// recovery takes it off the pods of the members it does without (FenceMembers) before it
+	// forces the survivor, so that an old member that comes back, or a pod whose node stopped
+	// answering and that can never be confirmed gone, is never a client endpoint of the forced
+	// cluster; the pod's own deletion may wait for ever on a node that does not answer, a
+	// label change does not.
+	LabelServesClients = "etcd.database.dev/serves-clients"
 
 	// AnnotationInitialCluster records, on bootstrap members' pods and claims, the
 	// --initial-cluster they were created with: the bootstrap plan survives an operator
@@ -48,6 +55,9 @@ const (
 	// AnnotationEtcdVersion on a member pod is the etcd version its image runs, which an image
 	// pinned by digest does not say.
 	AnnotationEtcdVersion = "etcd.database.dev/etcd-version"
+	// AnnotationFenced on a member pod records when a quorum recovery took it out of the
+	// client Service's selection: it is never put back (the pod is being deleted).
+	AnnotationFenced = "etcd.database.dev/fenced"
 
 	managerName = "etcd-operator"
 )
@@ -202,6 +212,15 @@ func MemberLabels(c *etcdv1alpha1.EtcdCluster, member string) map[string]string 
 	l := ClusterLabels(c)
 	l[LabelMember] = member
 	return l
+}
+
+// ClientEndpointSelector selects the pods the client Service may send clients to: the
+// cluster's member pods that no quorum recovery fenced. Readiness narrows it further to
+// members that serve.
+func ClientEndpointSelector(c *etcdv1alpha1.EtcdCluster) map[string]string {
+	s := Selector(c)
+	s[LabelServesClients] = "true"
+	return s
 }
 
 // ManagedBy is the label on every object the operator makes, and what the manager caches of

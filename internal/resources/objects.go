@@ -104,6 +104,7 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, ext
 		labels = map[string]string{}
 	}
 	maps.Copy(labels, MemberLabels(c, m.Name))
+	labels[LabelServesClients] = "true"
 
 	annotations := maps.Clone(tmpl.Metadata.Annotations)
 	if annotations == nil {
@@ -412,13 +413,20 @@ func PeerService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
 	}
 }
 
-// ClientService is what clients connect to: ready voting members only.
+// Fenced: the pod was taken out of the client Service's selection by a quorum recovery.
+func Fenced(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[AnnotationFenced]
+	return ok
+}
+
+// ClientService is what clients connect to: ready voting members whose pods no quorum recovery
+// fenced (ClientEndpointSelector).
 func ClientService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: ClientServiceName(c.Name), Namespace: c.Namespace, Labels: ClusterLabels(c)},
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
-			Selector: Selector(c),
+			Selector: ClientEndpointSelector(c),
 			Ports: []corev1.ServicePort{
 				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
 			},

@@ -16,9 +16,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -283,4 +285,105 @@ func releasePod(t *testing.T, pod corev1.Pod) {
 	if err := k8sClient.Patch(ctx, current, patch); ignoreNotFound(err) != nil {
 		t.Errorf("release pod %s: %v", pod.Name, err)
 	}
+}
+
+// Members a person declares lost may still run: the declaration is theirs, the fence is the
+// operator's. Members b and c are cut off from member a and from the operator (iptables) while
+// their kubelet answers, so they keep a quorum of their own; the operator holds the recovery
+// while they may be serving. Once they are declared lost and a named to recover from, the
+// recovery takes b's and c's pods out of the client Service and stops them, and forces a only
+// once they are gone: from the force on, the client Service never lists an old member's pod,
+// and the cluster serves at size 3 with every key a had.
+func TestDeclaredLostMembersAreFencedFromClients(t *testing.T) {
+	if os.Getenv("E2E_PARTITION") == "" {
+		t.Skip("changes the node's iptables rules: run with make test-partition")
+	}
+	ctx := context.Background()
+	ns := testNamespace(t, "e2e-fence-")
+	c := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "fence", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size:               3,
+			Version:            etcdVersion,
+			Storage:            etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+			QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryManual},
+		},
+	}
+	if err := k8sClient.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, c, 3)
+	pods := memberPods(t, c)
+	if len(pods) != 3 {
+		t.Fatalf("%d member pods, want 3", len(pods))
+	}
+	a, b, cc := pods[0], pods[1], pods[2]
+	old := map[types.UID]string{b.UID: b.Name, cc.UID: cc.Name}
+	before := startWriter(t, a.Status.PodIP+":"+strconv.Itoa(resources.ClientPort), "/e2e/fence/before")
+	waitFor(t, "writes acknowledged before the partition", func(context.Context) (bool, error) { return before.ackedCount() > 20, nil })
+	before.stop()
+	time.Sleep(2 * time.Second) // every acknowledged write reaches a, which forwarded it
+
+	cut := newPartition(t)
+	for _, side := range []string{b.Status.PodIP, cc.Status.PodIP} {
+		cut.drop(t, a.Status.PodIP, side)
+		cut.drop(t, operatorPodIP(t), side)
+	}
+	waitForWithin(t, "Degraded to name the members that may still serve, and the annotation", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return false, err
+		}
+		d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+		return d != nil && strings.Contains(d.Message, "may still be serving a majority") && strings.Contains(d.Message, etcdv1alpha1.AnnotationLostMembers+"="), nil
+	})
+
+	// From here, every look at the client Service's endpoints is kept, with whether the
+	// survivor had been forced by then.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var oldAfterForce []string
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		forced := false
+		for watchCtx.Err() == nil {
+			cur := &etcdv1alpha1.EtcdCluster{}
+			if err := k8sClient.Get(watchCtx, client.ObjectKeyFromObject(c), cur); err == nil && cur.Status.QuorumRecovery != nil && cur.Status.QuorumRecovery.ForcedTime != nil {
+				forced = true
+			}
+			eps := &discoveryv1.EndpointSliceList{}
+			if err := k8sClient.List(watchCtx, eps, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ClientServiceName(c.Name)}); err == nil && forced {
+				for _, s := range eps.Items {
+					for _, e := range s.Endpoints {
+						if e.TargetRef != nil && old[e.TargetRef.UID] != "" {
+							oldAfterForce = append(oldAfterForce, old[e.TargetRef.UID]+" at "+time.Now().Format(time.RFC3339Nano))
+						}
+					}
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+
+	annotate(t, c, etcdv1alpha1.AnnotationLostMembers, b.Name+","+cc.Name)
+	survivor := awaitManualRecoveryOffer(t, c, []string{a.Name})
+	annotate(t, c, etcdv1alpha1.AnnotationRecoverFrom, survivor)
+	waitForWithin(t, "the cluster recovered at size 3", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
+		return err == nil && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.CompletionTime != nil && isAvailable(c, 3), err
+	})
+	stopWatch()
+	<-watched
+	if len(oldAfterForce) > 0 {
+		t.Errorf("the client Service listed pods of the old membership after the survivor was forced: %v", oldAfterForce)
+	}
+	if qr := c.Status.QuorumRecovery; qr.Member != a.Name || !slices.Equal(qr.LostMembers, []string{b.Name, cc.Name}) {
+		t.Errorf("status.quorumRecovery %+v: want a recovery from %s without %s and %s", *qr, a.Name, b.Name, cc.Name)
+	}
+	for uid, name := range old {
+		pod := &corev1.Pod{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err == nil && pod.UID == uid {
+			t.Errorf("the pod of %s, done without, is still there", name)
+		}
+	}
+	before.verifyAt(t, clientServiceEndpoint(t, c))
 }

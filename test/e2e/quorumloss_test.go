@@ -40,8 +40,10 @@ const recoveryTimeout = 6 * time.Minute
 // volumes' node is gone (their pods find no node) count as lost once that has lasted
 // quorumLossRecovery.after, and their claims are kept. With password authentication, survivors
 // that restarted cannot answer without a quorum: their logs are read from their data instead.
-// The cases run two at a time, each on its own cluster.
+// The cases run beside each other and the other parallel tests, each on its own cluster: most of
+// their time is the wait of quorumLossRecovery.after (2 minutes at least), which takes no CPU.
 func TestQuorumLostForGoodIsRecovered(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name      string
 		size      int32
