@@ -49,6 +49,8 @@ type EtcdClusterReconciler struct {
 	Etcd  *etcd.Cache
 	// defrags are the defragmentations running in the background.
 	defrags defragmentations
+	// stuckCauses are the causes last read from the events of member pods that do not start.
+	stuckCauses stuckCauses
 	// DefaultImages are the etcd images of clusters whose spec.repository is empty.
 	DefaultImages resources.EtcdImages
 	// PodEnv is added to every etcd container (OLM's proxy settings).
@@ -73,6 +75,7 @@ type EtcdClusterReconciler struct {
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
 
 // Reconcile observes one EtcdCluster, takes the one next safe step, and reports what it saw.
 // Status is written once, in the deferred patch, on every path: a reconcile that fails half-way

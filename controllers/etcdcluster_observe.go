@@ -37,6 +37,10 @@ type observation struct {
 	unhealthy map[uint64]string
 	// podProblems says, by member name, why a member's pod cannot run; see podProblem.
 	podProblems map[string]string
+	// stuckPods says, by member name, why a member's pod placed on a node has not started
+	// there for long, from the events about it; see diagnoseStuckPods. For status only: the
+	// decision does not read it.
+	stuckPods map[string]string
 
 	access *access
 	// defragmenting is the member being defragmented in the background, or "".
@@ -80,6 +84,7 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.Etc
 		}
 	}
 	obs.diagnosePods()
+	r.diagnoseStuckPods(ctx, obs)
 	obs.defragmenting = r.defrags.member(client.ObjectKeyFromObject(c).String())
 	r.observeEtcd(ctx, c, obs)
 	if err := r.observeQuorumRecovery(ctx, c, obs); err != nil {
@@ -137,12 +142,9 @@ func memberHealth(c *etcdv1alpha1.EtcdCluster, obs *observation) map[uint64]stri
 			// Busy by the operator's doing: it answers nothing, and its readiness may lapse,
 			// until the rewrite ends; the decision waits for it meanwhile.
 		case !answered && !m.Started():
-			out[m.ID] = "not started yet"
+			out[m.ID] = "not started yet" + obs.podTrouble(name)
 		case !answered:
-			out[m.ID] = "did not answer its status request"
-			if problem := obs.podProblems[name]; problem != "" {
-				out[m.ID] += ": " + problem
-			}
+			out[m.ID] = "did not answer its status request" + obs.podTrouble(name)
 		case len(st.Errors) > 0:
 			out[m.ID] = strings.Join(st.Errors, ", ")
 		case leaderIndex > st.RaftAppliedIndex+membership.MaxLagEntries:
@@ -186,6 +188,14 @@ func (obs *observation) diagnosePods() {
 			obs.podProblems[name] = problem
 		}
 	}
+}
+
+// podTrouble is ": " and why the member's pod does not run (podProblems, stuckPods), or "".
+func (obs *observation) podTrouble(name string) string {
+	if trouble := cmp.Or(obs.podProblems[name], obs.stuckPods[name]); trouble != "" {
+		return ": " + trouble
+	}
+	return ""
 }
 
 // waitingReasonsThatStick are container waiting reasons that do not resolve by themselves:

@@ -221,11 +221,14 @@ func setDegraded(c *etcdv1alpha1.EtcdCluster, quorate bool, notRunning []string,
 	}
 }
 
-// membersNotRunning names every member pod that cannot run, and why, sorted by member name.
+// membersNotRunning names every member pod that cannot run or has not started for long, and
+// why, sorted by member name.
 func membersNotRunning(obs *observation) []string {
 	var out []string
-	for name, problem := range obs.podProblems {
-		out = append(out, name+": "+problem)
+	for _, troubles := range []map[string]string{obs.podProblems, obs.stuckPods} {
+		for name, trouble := range troubles {
+			out = append(out, name+": "+trouble)
+		}
 	}
 	slices.Sort(out)
 	return out

@@ -76,7 +76,8 @@ func newScriptedClusterWithImages(t *testing.T, size int, images resources.EtcdI
 	if extra != nil {
 		objects = append(objects, extra()...)
 	}
-	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).WithStatusSubresource(cluster, &etcdv1alpha1.EtcdRestore{}).Build()
+	k8s := withEventFieldIndexes(fake.NewClientBuilder()).WithScheme(testScheme(t)).WithObjects(objects...).
+		WithStatusSubresource(cluster, &etcdv1alpha1.EtcdRestore{}).Build()
 	recorder := events.NewFakeRecorder(100)
 	r := &EtcdClusterReconciler{Client: cacheView(k8s), APIReader: k8s, Etcd: etcd.NewCacheWith(fakeEtcd.Dial), Recorder: recorder, DefaultImages: images}
 	a := &scriptedCluster{cluster: cluster, members: names, k8s: k8s, etcd: fakeEtcd, r: r, recorder: recorder, listening: map[string]bool{}}
@@ -128,4 +129,19 @@ func degradedReason(c *etcdv1alpha1.EtcdCluster) string {
 		return cond.Reason
 	}
 	return ""
+}
+
+// withEventFieldIndexes lets the fake client select core Events by the fields the API server
+// selects them by, as the reconciler reads the events of a pod.
+func withEventFieldIndexes(b *fake.ClientBuilder) *fake.ClientBuilder {
+	fields := map[string]func(*corev1.Event) string{
+		"involvedObject.kind": func(e *corev1.Event) string { return e.InvolvedObject.Kind },
+		"involvedObject.name": func(e *corev1.Event) string { return e.InvolvedObject.Name },
+		"involvedObject.uid":  func(e *corev1.Event) string { return string(e.InvolvedObject.UID) },
+		"type":                func(e *corev1.Event) string { return e.Type },
+	}
+	for field, value := range fields {
+		b = b.WithIndex(&corev1.Event{}, field, func(o client.Object) []string { return []string{value(o.(*corev1.Event))} })
+	}
+	return b
 }

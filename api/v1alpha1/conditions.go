@@ -33,7 +33,8 @@ const (
 	// claims expanded.
 	ReasonRollingOut = "RollingOut"
 	// ReasonMembersNotRunning: a member's pod cannot run (unschedulable, image not pullable,
-	// crash-looping); the message names the member and the cause.
+	// crash-looping), or has not started on its node for long (a volume that cannot be attached
+	// or mounted, a sandbox that cannot be made); the message names the member and the cause.
 	ReasonMembersNotRunning = "MembersNotRunning"
 	// ReasonMembersNotReady: etcd serves, but fewer than a quorum of member pods are Ready, so
 	// the client Service cannot send clients to a quorum.

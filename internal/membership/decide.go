@@ -78,7 +78,9 @@ type Member struct {
 	// as long as the node is.
 	NodeLostSince time.Time
 	// PodProblem says why the pod cannot run (unschedulable, image not pullable, crash-looping),
-	// or is empty.
+	// or is empty. A pod placed on a node that has not started there (its volume cannot be
+	// attached, its sandbox made) has none: only events say so, and they are reported, not
+	// decided on.
 	PodProblem string
 	// PodOutdated: the pod was made from an earlier spec (pod template, tuning, repository)
 	// than the current one; the version is compared on its own (PodVersion).

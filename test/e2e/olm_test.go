@@ -222,6 +222,7 @@ var namespacedRights = []authorizationv1.ResourceAttributes{
 	{Verb: "list", Resource: "secrets"},
 	{Verb: "create", Resource: "pods"},
 	{Verb: "list", Resource: "pods"},
+	{Verb: "list", Resource: "events"},
 	{Verb: "delete", Resource: "persistentvolumeclaims"},
 	{Verb: "create", Resource: "services"},
 	{Verb: "create", Group: "batch", Resource: "jobs"},
