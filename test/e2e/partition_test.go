@@ -289,8 +289,8 @@ func releasePod(t *testing.T, pod corev1.Pod) {
 
 // Members a person declares lost may still run: the declaration is theirs, the fence is the
 // operator's. Members b and c are cut off from member a and from the operator (iptables) while
-// their kubelet answers, so they keep a quorum of their own; the operator holds the recovery
-// while they may be serving. Once they are declared lost and a named to recover from, the
+// their kubelet answers, so they keep a quorum of their own; the operator takes no step while
+// nothing says they are lost. Once they are declared lost and a named to recover from, the
 // recovery takes b's and c's pods out of the client Service and stops them, and forces a only
 // once they are gone: from the force on, the client Service never lists an old member's pod,
 // and the cluster serves at size 3 with every key a had.
@@ -329,12 +329,13 @@ func TestDeclaredLostMembersAreFencedFromClients(t *testing.T) {
 		cut.drop(t, a.Status.PodIP, side)
 		cut.drop(t, operatorPodIP(t), side)
 	}
-	waitForWithin(t, "Degraded to name the members that may still serve, and the annotation", recoveryTimeout, func(ctx context.Context) (bool, error) {
+	// b and c run on their claims: nothing says they are lost, and the operator waits for them.
+	waitForWithin(t, "quorum lost, nothing done", recoveryTimeout, func(ctx context.Context) (bool, error) {
 		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
 			return false, err
 		}
 		d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
-		return d != nil && strings.Contains(d.Message, "may still be serving a majority") && strings.Contains(d.Message, etcdv1alpha1.AnnotationLostMembers+"="), nil
+		return d != nil && d.Reason == etcdv1alpha1.ReasonQuorumLost && c.Status.QuorumLostTime != nil, nil
 	})
 
 	// From here, every look at the client Service's endpoints is kept, with whether the
