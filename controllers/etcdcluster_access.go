@@ -30,29 +30,49 @@ type access struct {
 // The user's Secret says what the password should be; etcd keeps the one it was last given
 // until the operator changes it. The operator therefore records, in a Secret of its own, the
 // password etcd has, and, while changing it, the one being set: it is never locked out by a
-// rotation, even one interrupted half-way.
+// rotation, even one interrupted half-way. It also keeps there the passwords it has set before:
+// a cluster restored from a snapshot has the password in force when the snapshot was taken.
 type rootCredentials struct {
 	// desired is the password in the user's Secret.
 	desired string
-	// record is the operator's record (resources.RootCredentials); nil until first written.
+	// record is the operator's record (resources.RootCredentials) as read or last written; nil
+	// until first written. known is what it holds.
 	record *corev1.Secret
+	known  resources.RootRecord
 }
 
-// candidates are the passwords to authenticate with, the likeliest first: the one etcd was
-// last given, the one being set when a change was interrupted, then the user's.
-func (rc *rootCredentials) candidates() []string {
+// loginPasswords are the passwords to log in to etcd as root with, the likeliest first: the one
+// etcd was last given, the one being set when a change was interrupted, the user's, then those
+// the operator set before, newest first. etcd has one of the last only once its data was
+// restored from a snapshot taken before a rotation, and the newer the snapshot, the likelier
+// it is to be a recent one. This is the one place that decides which passwords are tried.
+func loginPasswords(known resources.RootRecord, desired string) []string {
 	var out []string
-	if rc.record != nil {
-		for _, key := range []string{resources.RootPasswordKey, resources.RootPendingPasswordKey} {
-			if pw := string(rc.record.Data[key]); pw != "" && !slices.Contains(out, pw) {
-				out = append(out, pw)
-			}
+	add := func(password string) {
+		if password != "" && !slices.Contains(out, password) {
+			out = append(out, password)
 		}
 	}
-	if !slices.Contains(out, rc.desired) {
-		out = append(out, rc.desired)
+	add(known.Password)
+	add(known.Pending)
+	add(desired)
+	for _, set := range known.History {
+		add(set.Password)
 	}
 	return out
+}
+
+// setBefore is the entry of the history for password, when password is one the operator set
+// before the one it last set: etcd's data was restored from a snapshot taken before a rotation.
+func (rc *rootCredentials) setBefore(password string) (resources.RootPasswordSet, bool) {
+	if password == rc.known.Password || password == rc.known.Pending || password == rc.desired {
+		return resources.RootPasswordSet{}, false
+	}
+	i := slices.IndexFunc(rc.known.History, func(s resources.RootPasswordSet) bool { return s.Password == password })
+	if i < 0 {
+		return resources.RootPasswordSet{}, false
+	}
+	return rc.known.History[i], true
 }
 
 // accessError is a problem with certificates or credentials, reported with its own reason.
@@ -95,7 +115,11 @@ func (r *EtcdClusterReconciler) etcdAccess(ctx context.Context, c *etcdv1alpha1.
 	if err != nil {
 		return nil, err
 	}
-	a.root = &rootCredentials{desired: string(secret.Data[rootPasswordKey]), record: record}
+	known, err := resources.ReadRootCredentials(record)
+	if err != nil {
+		return nil, fmt.Errorf("the operator's record of the root password is unreadable: %w; only the operator writes it: remove that key to start its history afresh", err)
+	}
+	a.root = &rootCredentials{desired: string(secret.Data[rootPasswordKey]), record: record, known: known}
 	return a, nil
 }
 
@@ -114,56 +138,65 @@ func (a *access) config(endpoints []string, password string) etcd.Config {
 }
 
 // connect returns a client of the cluster's etcd and the root password etcd accepted. More
-// than one password is tried only while a change of it is under way or was interrupted.
+// than one password is tried only while a change of it is under way or was interrupted, or
+// once the cluster's data was restored from a snapshot taken before a rotation.
 func (r *EtcdClusterReconciler) connect(c *etcdv1alpha1.EtcdCluster, a *access, endpoints []string) (etcd.Client, string, error) {
 	key := client.ObjectKeyFromObject(c).String()
 	if a.root == nil {
 		cl, err := r.Etcd.Get(key, a.config(endpoints, ""))
 		return cl, "", err
 	}
-	for _, password := range a.root.candidates() {
+	passwords := loginPasswords(a.root.known, a.root.desired)
+	for _, password := range passwords {
 		cl, err := r.Etcd.Get(key, a.config(endpoints, password))
 		if !errors.Is(err, etcd.ErrAuthFailed) {
 			return cl, password, err
 		}
 	}
+	tried := "and the operator has recorded no other password for this cluster"
+	if others := len(passwords) - 1; others > 0 {
+		tried = fmt.Sprintf("and each of the %d others the operator has set on this cluster and recorded", others)
+	}
 	return nil, "", &accessError{reason: etcdv1alpha1.ReasonCredentialsRejected, err: fmt.Errorf(
-		"etcd refuses the root password of Secret %s and the one the operator last set (Secret %s): "+
-			"if it was changed outside the operator, put the password etcd has in Secret %s",
-		c.Spec.Auth.RootSecretName, resources.RootCredentialsSecretName(c.Name), c.Spec.Auth.RootSecretName)}
+		"etcd refuses the root password of Secret %s %s (Secret %s): the cluster's data comes from a snapshot older than "+
+			"every password recorded, or the password was changed outside the operator. Put the password etcd has in Secret %s",
+		c.Spec.Auth.RootSecretName, tried, resources.RootCredentialsSecretName(c.Name), c.Spec.Auth.RootSecretName)}
 }
 
 // recordRootPassword keeps the operator's record of the root password true: once etcd has
 // answered whether authentication is on, it is the password etcd accepted, or, before
 // authentication is on (any password is accepted then), the user's. The agent Jobs read it.
+// A password etcd accepts that the history lacks joins it: a change completed by etcd but not
+// yet recorded, or one etcd had before the operator kept a history.
 func (r *EtcdClusterReconciler) recordRootPassword(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
 	if !obs.authAnswered() {
 		return nil
 	}
 	root := obs.access.root
-	password := root.desired
+	rec := root.known
+	rec.Password, rec.Pending = root.desired, ""
 	if obs.authEnabled {
-		password = obs.rootPassword
+		rec.Password = obs.rootPassword
+		if !rec.HasSet(obs.rootPassword) {
+			rec = rec.WithPasswordSet(obs.rootPassword, r.now())
+		}
 	}
-	record, err := r.writeRootCredentials(ctx, c, root.record, password, "")
-	if err != nil {
-		return err
-	}
-	root.record = record // a step of this reconcile writes it again
-	return nil
+	return r.writeRootCredentials(ctx, c, root, rec)
 }
 
 // setRootPassword gives etcd's root user the user's password and, with enable, turns
 // authentication on. The password being set is recorded first, so that the operator can
-// authenticate with whichever of the two etcd has if it stops half-way.
+// authenticate with whichever of the two etcd has if it stops half-way; once set, it joins the
+// history.
 func (r *EtcdClusterReconciler) setRootPassword(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, enable bool) error {
 	root := obs.access.root
 	if c.Spec.TLS == nil {
 		postEvent(r.Recorder, c, corev1.EventTypeWarning, etcdv1alpha1.ReasonAuthWithoutTLS, "Configure",
 			"spec.auth without spec.tls: the root password crosses the network in clear text whenever a client authenticates; set spec.tls")
 	}
-	record, err := r.writeRootCredentials(ctx, c, root.record, obs.rootPassword, root.desired)
-	if err != nil {
+	rec := root.known
+	rec.Password, rec.Pending = obs.rootPassword, root.desired
+	if err := r.writeRootCredentials(ctx, c, root, rec); err != nil {
 		return err
 	}
 	// gofail: var rootPasswordPendingRecorded struct{}
@@ -177,22 +210,36 @@ func (r *EtcdClusterReconciler) setRootPassword(ctx context.Context, c *etcdv1al
 	}
 	// The client's token is void once the password has changed: connect afresh next time.
 	r.Etcd.Forget(client.ObjectKeyFromObject(c).String())
-	_, err = r.writeRootCredentials(ctx, c, record, root.desired, "")
-	return err
+	rec.Password, rec.Pending = root.desired, ""
+	return r.writeRootCredentials(ctx, c, root, rec.WithPasswordSet(root.desired, r.now()))
 }
 
-// writeRootCredentials writes the operator's record of the root password when it differs from
-// current, under current's resourceVersion: a record read from a stale cache is not written
-// over a newer one. It returns the record as written.
-func (r *EtcdClusterReconciler) writeRootCredentials(ctx context.Context, c *etcdv1alpha1.EtcdCluster, current *corev1.Secret, password, pending string) (*corev1.Secret, error) {
-	desired := resources.RootCredentials(c, password, pending)
+// writeRootCredentials writes rec as the operator's record of the root password when it differs
+// from the record root holds, and keeps root up to date for the steps that follow.
+func (r *EtcdClusterReconciler) writeRootCredentials(ctx context.Context, c *etcdv1alpha1.EtcdCluster, root *rootCredentials, rec resources.RootRecord) error {
+	written, err := writeRootRecord(ctx, r.Client, c, root.record, rec)
+	if err != nil {
+		return err
+	}
+	root.record, root.known = written, rec
+	return nil
+}
+
+// writeRootRecord writes rec as the cluster's record of the root password when it differs from
+// current, under current's resourceVersion: a record read from a stale cache is not written over
+// a newer one. It returns the record as written.
+func writeRootRecord(ctx context.Context, cl client.Client, c *etcdv1alpha1.EtcdCluster, current *corev1.Secret, rec resources.RootRecord) (*corev1.Secret, error) {
+	desired, err := resources.RootCredentials(c, rec)
+	if err != nil {
+		return nil, err
+	}
 	if current == nil {
 		// Not createOwned: a record the cache does not show yet must fail the create, not be
 		// taken for written.
-		if err := ctrl.SetControllerReference(c, desired, r.Scheme()); err != nil {
+		if err := ctrl.SetControllerReference(c, desired, cl.Scheme()); err != nil {
 			return nil, err
 		}
-		if err := r.Create(ctx, desired); err != nil {
+		if err := cl.Create(ctx, desired); err != nil {
 			return nil, fmt.Errorf("record the root password in Secret %s: %w", desired.Name, err)
 		}
 		return desired, nil
@@ -202,7 +249,7 @@ func (r *EtcdClusterReconciler) writeRootCredentials(ctx context.Context, c *etc
 	}
 	updated := current.DeepCopy()
 	updated.Data = desired.Data
-	if err := r.Update(ctx, updated); err != nil {
+	if err := cl.Update(ctx, updated); err != nil {
 		return nil, fmt.Errorf("record the root password in Secret %s: %w", updated.Name, err)
 	}
 	return updated, nil

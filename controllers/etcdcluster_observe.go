@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -106,6 +107,12 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 		return
 	}
 	obs.client, obs.rootPassword = cl, password
+	if root := obs.access.root; root != nil {
+		if set, ok := root.setBefore(password); ok {
+			ctrl.LoggerFrom(ctx).Info("etcd has a root password the operator set before the last one: its data comes from a snapshot taken before a rotation; the Secret's is set next",
+				"secret", c.Spec.Auth.RootSecretName, "setAt", set.At)
+		}
+	}
 	obs.clusterID, obs.members, err = cl.Members(ctx)
 	if err != nil {
 		obs.etcdErr = err

@@ -49,6 +49,7 @@ type EtcdRestoreReconciler struct {
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 
 // Reconcile carries an EtcdRestore one step further; a finished one is a record.
 func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -150,6 +151,9 @@ type snapshotSource struct {
 	uri string
 	// etcdVersion the snapshot was taken with, when a backup recorded it.
 	etcdVersion string
+	// cluster the snapshot was taken of, when a backup says: the EtcdCluster of the same
+	// namespace its spec.clusterName names.
+	cluster string
 }
 
 func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (snapshotSource, error) {
@@ -178,7 +182,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 			return src, failed(etcdv1alpha1.ReasonSourceNotFound, "snapshot %s is not under EtcdBackup %s's destination %s", artifact.URI, ref.Name, base)
 		}
 		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
-		src.uri, src.etcdVersion = artifact.URI, artifact.EtcdVersion
+		src.uri, src.etcdVersion, src.cluster = artifact.URI, artifact.EtcdVersion, backup.Spec.ClusterName
 	}
 	if s3 := src.Storage.S3; s3 != nil {
 		for _, name := range []string{s3.CredentialsSecretName, s3.CASecretName} {
@@ -271,6 +275,9 @@ func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha
 	}
 	if !done {
 		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	if err := r.carryRootPasswords(ctx, c, src); err != nil {
+		return ctrl.Result{}, err
 	}
 	patch := client.MergeFrom(c.DeepCopy())
 	delete(c.Annotations, resources.AnnotationRestorePending)

@@ -79,6 +79,9 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 	if !done {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
+	if err := r.carryRootPasswords(ctx, c, src); err != nil {
+		return ctrl.Result{}, err
+	}
 	return ctrl.Result{}, r.cutOver(ctx, rs, c, seed)
 }
 

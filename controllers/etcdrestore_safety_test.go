@@ -416,3 +416,52 @@ func finishedRestoreJob(t *testing.T, rs *etcdv1alpha1.EtcdRestore, labels map[s
 	}
 	return job, pod
 }
+
+// A restore into a new cluster of a snapshot of another cluster gives the new cluster's record
+// the passwords the operator set on the other one, before the new cluster forms: the snapshot
+// holds the one in force when it was taken, which the Secret the new cluster names may no
+// longer have. The new cluster's reconciler then logs in with it
+// (TestRestoredDataIsLoggedIntoWithAPasswordFromTheHistory).
+func TestRestoreIntoANewClusterCarriesTheSourcesRootPasswords(t *testing.T) {
+	rs := inPlaceRestore("copy")
+	rs.Spec.Source = etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: "hourly"}}
+	rs.Spec.Target = etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: "copy"}
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()), RestoredRevision: 42}
+	source := formedCluster(nil)
+	source.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: "root"}
+	sourceRecord, err := resources.RootCredentials(source, resources.RootRecord{Password: "now"}.
+		WithPasswordSet("at-backup", time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)).WithPasswordSet("now", time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: "ns", UID: "copy-uid",
+			Annotations: map[string]string{resources.AnnotationRestoredBy: rs.Name, resources.AnnotationRestorePending: rs.Name}},
+		Spec: etcdv1alpha1.EtcdClusterSpec{Size: 1, Version: "3.6.16", Auth: &etcdv1alpha1.AuthSpec{RootSecretName: "root"}},
+	}
+	job, pod := finishedRestoreJob(t, rs, resources.ManagedBy())
+	r, k8s := restoreReconciler(t, rs, source, sourceRecord, target, completedBackup("hourly", "c", 30, 700), job, pod)
+
+	reconcileRestore(t, r, rs)
+	record := &corev1.Secret{}
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.RootCredentialsSecretName("copy")}, record); err != nil {
+		t.Fatalf("the new cluster's record: %v", err)
+	}
+	rec, err := resources.ReadRootCredentials(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.History) != 2 || rec.History[0].Password != "now" || rec.History[1].Password != "at-backup" || rec.Password != "" {
+		t.Fatalf("the new cluster's record %+v, want the source's history and no password etcd is known to have yet", rec)
+	}
+	if !metav1.IsControlledBy(record, target) {
+		t.Fatalf("the new cluster's record is owned by %v, want EtcdCluster copy", record.OwnerReferences)
+	}
+	released := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(target), released); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := released.Annotations[resources.AnnotationRestorePending]; held {
+		t.Fatal("the new cluster was not let form once its passwords were carried")
+	}
+}

@@ -307,7 +307,9 @@ type AuthSpec struct {
 	// root user's password. The operator creates the root user and enables auth once the
 	// cluster has bootstrapped. Changing the password in the Secret (or naming another Secret)
 	// changes it in etcd within about 30 s; the operator keeps the password etcd has in a
-	// Secret of its own, <cluster>-root-credentials, which backup Jobs also read.
+	// Secret of its own, <cluster>-root-credentials, which backup Jobs also read, with the last
+	// 10 it has set: a restore of a backup taken before a rotation logs in with the password of
+	// the backup's time and sets this Secret's, with nothing for you to do.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	RootSecretName string `json:"rootSecretName"`

@@ -333,6 +333,10 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	record, err := RootCredentials(c, RootRecord{Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	member := MemberSpec{Name: "prod-abcde", Version: "3.6.16"}
 	made := map[string]map[string]string{
 		"member pod":          MemberPod(c, member, EtcdImages{Repository: "etcd"}, nil).Labels,
@@ -340,7 +344,7 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 		"peer Service":        PeerService(c).Labels,
 		"client Service":      ClientService(c).Labels,
 		"disruption budget":   PodDisruptionBudget(c, 3).Labels,
-		"root credentials":    RootCredentials(c, "pw", "").Labels,
+		"root credentials":    record.Labels,
 		"backup Job":          backup.Labels,
 		"backup Job's pods":   backup.Spec.Template.Labels,
 		"restore Job":         restore.Labels,
