@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,8 +143,15 @@ func TestReportFitsATerminationMessage(t *testing.T) {
 		t.Fatalf("report of %d bytes", len(msg))
 	}
 	back, err := agent.DecodeReport(string(msg))
-	if err != nil || back.Backup.URI != "s3://b/k" || back.Backup.PrunedCount != 200 {
-		t.Errorf("decoded %+v, %v", back.Backup, err)
+	if err != nil || back.Backup.URI != "s3://b/k" {
+		t.Fatalf("decoded %+v, %v", back.Backup, err)
+	}
+	// The newest pruned are listed, as many as fit: those the EtcdBackup's status may name.
+	if listed := back.Backup.Pruned; len(listed) == 0 || !slices.Equal(listed, pruned[:len(listed)]) || len(listed)+back.Backup.PrunedCount != 200 {
+		t.Errorf("the report lists %d pruned snapshots and counts %d more, want the newest that fit and the rest counted, 200 in all", len(listed), back.Backup.PrunedCount)
+	}
+	if len(msg) < 4096-200 {
+		t.Errorf("a report of %d bytes lists fewer pruned snapshots than fit", len(msg))
 	}
 	long := agent.Report{Error: strings.Repeat("x", 10000)}
 	if len(long.Encode()) > 4096 {

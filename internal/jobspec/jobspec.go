@@ -69,6 +69,9 @@ type JobConfig struct {
 	// Retention, applied after a verified upload.
 	MaxCount int           `json:"maxCount,omitempty"`
 	MaxAge   time.Duration `json:"maxAge,omitempty"`
+	// LastBackup is the URI of the snapshot the EtcdBackup's status.lastBackup named when the
+	// Job was made: retention never deletes it (agent.prune says why).
+	LastBackup string `json:"lastBackup,omitempty"`
 }
 
 // A restore Job prepares one member's data on its claim, mounted where the member pod mounts it:

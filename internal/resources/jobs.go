@@ -63,7 +63,9 @@ func jobName(base, suffix string) string {
 	return base[:63-len(suffix)-9] + "-" + hex.EncodeToString(h[:])[:8] + suffix
 }
 
-// BackupJob is the Job that runs one backup of cluster with the operator's agent image.
+// BackupJob is the Job that runs one backup of cluster with the operator's agent image. Its
+// retention never deletes the snapshot b's status.lastBackup names: b must be as last written,
+// not as changed in memory since.
 func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
 	cfg := jobspec.JobConfig{
 		Cluster:   c.Name,
@@ -74,6 +76,9 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		TLS:       c.Spec.TLS != nil,
 		Auth:      c.Spec.Auth != nil,
 		Storage:   b.Spec.Destination,
+	}
+	if last := b.Status.LastBackup; last != nil {
+		cfg.LastBackup = last.URI
 	}
 	if r := b.Spec.Retention; r != nil {
 		if r.MaxCount != nil {
