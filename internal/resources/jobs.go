@@ -131,6 +131,8 @@ type RestoreSource struct {
 	// Key after the storage's prefix.
 	Key    string
 	SHA256 string
+	// Fallbacks are restored instead, the first that exists, should Key no longer exist.
+	Fallbacks []jobspec.Snapshot
 }
 
 // Containers of a restore Job, in order.
@@ -148,7 +150,7 @@ func RestoreJobName(restore string) string { return jobName(restore, "-restore")
 // it as a one-member cluster, and the agent moves the result into the data directory. The
 // other members join the usual way, as learners.
 func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member string, src RestoreSource, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
-	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256})
+	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}
