@@ -233,6 +233,12 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 		EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID,
 		StartTime: metav1.NewTime(res.StartTime), CompletionTime: metav1.NewTime(res.CompletionTime),
 	}
+	// What the run's Job was told to keep: runs of one EtcdBackup never overlap, so status
+	// has named no other snapshot since it was made.
+	kept := ""
+	if b.Status.LastBackup != nil {
+		kept = b.Status.LastBackup.URI
+	}
 	b.Status.LastBackup = run.Artifact
 	setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
 		"%s: %d bytes at revision %d, sha256 verified in the destination", res.URI, res.SizeBytes, res.Revision)
@@ -244,6 +250,41 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 		postEvent(r.Recorder, b, corev1.EventTypeWarning, "PruneFailed", "Prune", "retention could not delete every older snapshot: %s", res.PruneError)
 	}
 	appendRun(b, run)
+	forgetDeletedSnapshots(b, kept, job.Name, res)
+}
+
+// forgetDeletedSnapshots takes out of the history the snapshots the run's retention deleted,
+// so that status names none that no longer exists: each such run keeps its record, and its
+// message says where its snapshot went. They are those the run reports, and those retention
+// picks among the snapshots status names: the destination holds these and perhaps more, so
+// retention deleted at least those (and the report may list only the newest it deleted, for
+// room). The next run's record catches up on any a lost report did not name. kept is the
+// snapshot the run's Job (job) was told never to delete.
+func forgetDeletedSnapshots(b *etcdv1alpha1.EtcdBackup, kept, job string, res *agent.BackupResult) {
+	deleted := slices.Clone(res.Pruned)
+	if retention := b.Spec.Retention; retention != nil && res.PruneError == "" {
+		var maxCount int
+		var maxAge time.Duration
+		if retention.MaxCount != nil {
+			maxCount = int(*retention.MaxCount)
+		}
+		if retention.MaxAge != nil {
+			maxAge = retention.MaxAge.Duration
+		}
+		var named []backupplan.Snapshot
+		for _, run := range b.Status.History {
+			if a := run.Artifact; a != nil {
+				named = append(named, backupplan.Snapshot{Key: a.URI, Time: a.StartTime.Time})
+			}
+		}
+		deleted = append(deleted, backupplan.ToPrune(named, maxCount, maxAge, res.CompletionTime, []string{kept, res.URI})...)
+	}
+	for i := range b.Status.History {
+		if run := &b.Status.History[i]; run.Artifact != nil && slices.Contains(deleted, run.Artifact.URI) {
+			run.Message = fmt.Sprintf("retention deleted its snapshot %s after run %s", run.Artifact.URI, job)
+			run.Artifact = nil
+		}
+	}
 }
 
 // recordFailure adds a failed run to the history and reports it.
@@ -439,7 +480,9 @@ func (r *EtcdBackupReconciler) startRun(ctx context.Context, b *etcdv1alpha1.Etc
 	if current.ResourceVersion != b.ResourceVersion {
 		return nil // the newer version's watch event reconciles again
 	}
-	job, err := resources.BackupJob(b, c, r.AgentImage, scheduledFor, r.PodEnv)
+	// current, not b: the Job's retention keeps the snapshot status.lastBackup names as
+	// written, which is what a restore finds until this run is recorded.
+	job, err := resources.BackupJob(current, c, r.AgentImage, scheduledFor, r.PodEnv)
 	if err != nil {
 		return err
 	}

@@ -497,6 +497,10 @@ func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step me
 			DBSHA256: p.DBSHA256, RaftIndex: int64(p.RaftIndex), Revision: p.Revision, Time: metav1.NewTime(p.CompletionTime),
 		}
 	}
+	if rs := obs.recovery.restore; qr.Backup != nil && rs != nil && rs.Status.MissingSnapshotURI == qr.Backup.SnapshotURI && rs.Status.SnapshotURI != "" {
+		// The newest snapshot no longer existed: the record names the one restored instead.
+		qr.Backup.SnapshotURI, qr.Backup.Revision = rs.Status.SnapshotURI, rs.Status.RestoredRevision
+	}
 	pod, forced := obs.pods[qr.Member]
 	forced = forced && pod.Annotations[resources.AnnotationForceNewCluster] != ""
 	if forced && qr.ForcedTime == nil {
@@ -588,12 +592,25 @@ func keptFromRecovery(c *etcdv1alpha1.EtcdCluster, name string) bool {
 	return qr != nil && slices.Contains(qr.LostMembers, name)
 }
 
-// announceQuorumRecovered posts the event that ends a recovery.
+// announceQuorumRecovered posts the events of a recovery's progress the record shows: a
+// restore that fell back to an older snapshot, and the end.
 func (r *EtcdClusterReconciler) announceQuorumRecovered(c, before *etcdv1alpha1.EtcdCluster) {
 	qr, was := c.Status.QuorumRecovery, before.Status.QuorumRecovery
-	if qr == nil || qr.CompletionTime == nil || (was != nil && was.CompletionTime != nil) {
+	if qr == nil {
 		return
 	}
+	if b := qr.Backup; b != nil && was != nil && was.Backup != nil && was.Backup.SnapshotURI != b.SnapshotURI {
+		postEvent(r.Recorder, c, corev1.EventTypeWarning, "SnapshotFallback", "Recover",
+			"the newest snapshot, %s, no longer exists: EtcdRestore %s restored %s (revision %d), the newest older snapshot of EtcdBackup %s that does",
+			was.Backup.SnapshotURI, b.EtcdRestore, b.SnapshotURI, b.Revision, b.EtcdBackup)
+	}
+	if qr.CompletionTime == nil || (was != nil && was.CompletionTime != nil) {
+		return
+	}
+	from := "member " + qr.Member
+	if b := qr.Backup; b != nil {
+		from = fmt.Sprintf("EtcdBackup %s's snapshot %s (revision %d)", b.EtcdBackup, b.SnapshotURI, b.Revision)
+	}
 	postEvent(r.Recorder, c, corev1.EventTypeNormal, "QuorumRecovered", "Recover",
-		"the cluster is available at its spec size again, recovered from member %s (started %s)", qr.Member, qr.StartTime.UTC().Format(time.RFC3339))
+		"the cluster is available at its spec size again, recovered from %s (started %s)", from, qr.StartTime.UTC().Format(time.RFC3339))
 }

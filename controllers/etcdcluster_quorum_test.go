@@ -461,6 +461,48 @@ func TestQuorumLostWithEveryMemberIsRestoredFromTheLatestBackup(t *testing.T) {
 	}
 }
 
+// A recovery from the newest backup whose snapshot no longer exists restores the newest older
+// snapshot of that EtcdBackup that does (the restore falls back): the cluster's record then
+// names the snapshot restored and its revision, and a Warning event on the cluster says it
+// fell back, once; the recovery's last event names the snapshot it recovered from. Before, the
+// record named a snapshot that did not exist, and the cluster said nothing of the fallback.
+func TestRecoveryFromABackupSaysWhenItsRestoreFellBack(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup, After: &metav1.Duration{}}
+	}, func() []client.Object { return []client.Object{completedBackup("hourly", "c", 30, 700)} })
+	a.reconcile(t, 1)
+	a.loseForGood(t, a.members)
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+	a.reconcile(t, 3)
+	restores := &etcdv1alpha1.EtcdRestoreList{}
+	if err := a.k8s.List(t.Context(), restores); err != nil || len(restores.Items) != 1 {
+		t.Fatalf("restores %v (%v): want exactly one", restores.Items, err)
+	}
+	a.events()
+
+	// The restore Job found hourly's newest snapshot gone and restored the one before it.
+	rs := &restores.Items[0]
+	rs.Status.SnapshotURI, rs.Status.MissingSnapshotURI, rs.Status.RestoredRevision = "pvc://backups/hourly-older.db", "pvc://backups/hourly.db", 650
+	if err := a.k8s.Status().Update(t.Context(), rs); err != nil {
+		t.Fatal(err)
+	}
+	c := a.reconcile(t, 2)
+	if b := c.Status.QuorumRecovery.Backup; b.SnapshotURI != "pvc://backups/hourly-older.db" || b.Revision != 650 || b.EtcdBackup != "hourly" {
+		t.Fatalf("status.quorumRecovery.backup = %+v, want the snapshot restored, hourly-older.db at revision 650", *b)
+	}
+	if said := a.events(); strings.Count(said, "Warning SnapshotFallback") != 1 || !strings.Contains(said, "pvc://backups/hourly.db") || !strings.Contains(said, "pvc://backups/hourly-older.db") {
+		t.Fatalf("events %q: want one Warning SnapshotFallback naming the missing snapshot and the one restored", said)
+	}
+
+	// Once the cluster serves at its size, the recovery's end names the snapshot it came from.
+	before := c.DeepCopy()
+	c.Status.QuorumRecovery.CompletionTime = &metav1.Time{Time: time.Now()}
+	a.r.announceQuorumRecovered(c, before)
+	if said := a.events(); !strings.Contains(said, "Normal QuorumRecovered") || !strings.Contains(said, "EtcdBackup hourly's snapshot pvc://backups/hourly-older.db (revision 650)") {
+		t.Fatalf("events %q: want QuorumRecovered naming the snapshot restored", said)
+	}
+}
+
 // Under the other policies nothing is restored by itself: status says how.
 func TestQuorumLostWithEveryMemberWaitsForTheUserUnderForceNewCluster(t *testing.T) {
 	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {

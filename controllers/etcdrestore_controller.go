@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -123,7 +125,10 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	rs.Status.SnapshotURI, rs.Status.SnapshotSHA256 = src.uri, src.SHA256
+	if rs.Status.RestoredRevision == 0 {
+		// Until the restore Job reports the snapshot it fetched, which may be a fallback.
+		rs.Status.SnapshotURI, rs.Status.SnapshotSHA256 = src.uri, src.SHA256
+	}
 	if rs.Spec.Target.Mode == etcdv1alpha1.RestoreInPlace {
 		return r.restoreInPlace(ctx, rs, src)
 	}
@@ -146,9 +151,16 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 }
 
 // snapshotSource is the snapshot to restore, resolved from an EtcdBackup or given directly.
+// One from an EtcdBackup falls back, should it no longer exist, to the newest older snapshot
+// the EtcdBackup's status names that does. Retention never deletes status.lastBackup, and a
+// run's record takes out of the history the snapshots retention deleted, but a person or a
+// bucket's lifecycle rule may delete any. The restore Job, which alone can read the
+// destination, tries them in turn (Fallbacks), and its report says which it restored.
 type snapshotSource struct {
 	resources.RestoreSource
 	uri string
+	// backup is the EtcdBackup the snapshot was resolved from, if any.
+	backup string
 	// etcdVersion the snapshot was taken with, when a backup recorded it.
 	etcdVersion string
 	// cluster the snapshot was taken of, when a backup says: the EtcdCluster of the same
@@ -182,7 +194,12 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 			return src, failed(etcdv1alpha1.ReasonSourceNotFound, "snapshot %s is not under EtcdBackup %s's destination %s", artifact.URI, ref.Name, base)
 		}
 		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
-		src.uri, src.etcdVersion, src.cluster = artifact.URI, artifact.EtcdVersion, backup.Spec.ClusterName
+		src.uri, src.etcdVersion, src.cluster, src.backup = artifact.URI, artifact.EtcdVersion, backup.Spec.ClusterName, backup.Name
+		for _, older := range olderArtifacts(backup, artifact) {
+			if key, ok := strings.CutPrefix(older.URI, base); ok {
+				src.Fallbacks = append(src.Fallbacks, jobspec.Snapshot{Key: key, SHA256: older.SHA256})
+			}
+		}
 	}
 	if s3 := src.Storage.S3; s3 != nil {
 		for _, name := range []string{s3.CredentialsSecretName, s3.CASecretName} {
@@ -212,6 +229,18 @@ func chooseArtifact(b *etcdv1alpha1.EtcdBackup, uri string) *etcdv1alpha1.Backup
 		}
 	}
 	return nil
+}
+
+// olderArtifacts are the snapshots b's status names that were taken before a, newest first.
+func olderArtifacts(b *etcdv1alpha1.EtcdBackup, a *etcdv1alpha1.BackupArtifact) []*etcdv1alpha1.BackupArtifact {
+	var older []*etcdv1alpha1.BackupArtifact
+	for _, run := range b.Status.History {
+		if o := run.Artifact; o != nil && o.StartTime.Before(&a.StartTime) && !slices.ContainsFunc(older, func(x *etcdv1alpha1.BackupArtifact) bool { return x.URI == o.URI }) {
+			older = append(older, o)
+		}
+	}
+	slices.SortStableFunc(older, func(x, y *etcdv1alpha1.BackupArtifact) int { return y.StartTime.Compare(x.StartTime.Time) })
+	return older
 }
 
 // createTarget creates the new EtcdCluster, held back from forming until its first member's
@@ -327,6 +356,17 @@ func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1
 	}
 	recorded := rs.Status.RestoredRevision != 0
 	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
+	if report.Restore.URI != "" {
+		rs.Status.SnapshotURI = report.Restore.URI
+	}
+	rs.Status.MissingSnapshotURI = report.Restore.Missing
+	if !recorded && report.Restore.Missing != "" {
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
+			"%s no longer exists; restored %s instead, the newest older snapshot of EtcdBackup %s that does", report.Restore.Missing, report.Restore.URI, src.backup)
+		postEvent(r.Recorder, rs, corev1.EventTypeWarning, "SnapshotFallback", "Restore",
+			"%s no longer exists; restoring %s (revision %d) instead, the newest older snapshot of EtcdBackup %s that does: writes after it are not restored",
+			report.Restore.Missing, report.Restore.URI, report.Restore.Revision, src.backup)
+	}
 	if !recorded {
 		// Recorded before the cluster may use the data: once it does (the cut-over, the
 		// cluster let form) nothing reads the Job's report again, and an operator stopped
@@ -456,6 +496,9 @@ func restoreNotServing(rs *etcdv1alpha1.EtcdRestore) bool {
 // cleanUp takes down its Job and hold once that is in status.
 func (r *EtcdRestoreReconciler) complete(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, how string) {
 	rs.Status.Phase, rs.Status.CompletionTime = etcdv1alpha1.RestoreCompleted, ptrTime(r.Now())
+	if missing := rs.Status.MissingSnapshotURI; missing != "" {
+		how += fmt.Sprintf("; the snapshot is %s, the newest older one that existed: %s, the one asked for, did not", rs.Status.SnapshotURI, missing)
+	}
 	setRestoreCondition(rs, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
 		"EtcdCluster %s serves the snapshot's data from revision %d with %d members%s", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers, how)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s is Available with the restored data%s", c.Name, how)

@@ -63,20 +63,27 @@ type EtcdBackupSpec struct {
 	HistoryLimit int32 `json:"historyLimit,omitempty"`
 }
 
-// BackupRetention bounds the snapshots kept in the destination. Only snapshots this EtcdBackup
-// wrote (named with its namespace, name and UID) are ever deleted, and never the newest one:
-// not those of other EtcdBackups sharing the destination, nor those named the earlier way,
-// <cluster>-<UTC time>-r<revision>.db.
+// BackupRetention bounds the snapshots kept in the destination, applied by each run once its
+// snapshot is verified. Only snapshots this EtcdBackup wrote (named with its namespace, name
+// and UID) are ever deleted: not those of other EtcdBackups sharing the destination, nor those
+// named the earlier way, <cluster>-<UTC time>-r<revision>.db. Never the newest one, nor the one
+// status.lastBackup names while a run is under way: a run's snapshot is in status only once the
+// run has ended, and until then a restore goes by the one before, so that one is deleted at the
+// earliest by the next run.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.maxCount) || has(self.maxAge)",message="retention needs maxCount, maxAge or both"
 type BackupRetention struct {
-	// MaxCount is the number of snapshots kept.
+	// MaxCount is the number of snapshots kept after each run. With maxCount 1 the destination
+	// holds two between runs: the newest, and the one before it, which status.lastBackup named
+	// while the run was under way; the next run deletes it.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	MaxCount *int32 `json:"maxCount,omitempty"`
 
-	// MaxAge is the age past which snapshots are deleted, such as "168h".
+	// MaxAge is the age past which snapshots are deleted by each run, such as "168h". The
+	// snapshot before a run's own is kept by that run whatever its age (status.lastBackup named
+	// it while the run was under way) and deleted by the next.
 	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="retention.maxAge must be above 0, such as 168h: snapshots older than that are deleted; to keep a number of snapshots instead, use maxCount"
 	// +optional
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
@@ -125,13 +132,14 @@ type BackupArtifact struct {
 type BackupRun struct {
 	// Phase of the run: Completed or Failed.
 	Phase BackupPhase `json:"phase"`
-	// Message says why a run failed.
+	// Message says why a run failed, or that retention deleted a completed run's snapshot.
 	// +optional
 	Message string `json:"message,omitempty"`
 	// Job that carried out the run.
 	// +optional
 	Job string `json:"job,omitempty"`
-	// Artifact of a completed run.
+	// Artifact of a completed run, while its snapshot exists: once retention has deleted it,
+	// the run keeps its record without it.
 	// +optional
 	Artifact *BackupArtifact `json:"artifact,omitempty"`
 	// StartTime of the run.
@@ -153,7 +161,8 @@ type EtcdBackupStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Phase",xDescriptors="urn:alm:descriptor:io.kubernetes.phase"
 	Phase BackupPhase `json:"phase,omitempty"`
 
-	// LastBackup is the newest snapshot that completed and was verified.
+	// LastBackup is the newest snapshot that completed and was verified. Retention never
+	// deletes it while it is named here.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Backup"
 	LastBackup *BackupArtifact `json:"lastBackup,omitempty"`

@@ -557,7 +557,10 @@ type QuorumRecoveryStatus struct {
 type RecoveryBackupStatus struct {
 	// EtcdBackup whose snapshot is restored.
 	EtcdBackup string `json:"etcdBackup"`
-	// SnapshotURI of the snapshot restored: the newest completed one of the cluster's backups.
+	// SnapshotURI of the snapshot restored: the newest completed one of the cluster's backups,
+	// or, should it no longer exist when the restore fetched it, the newest older snapshot of
+	// the same EtcdBackup that did (the EtcdRestore's status.missingSnapshotURI names the
+	// missing one; event SnapshotFallback).
 	SnapshotURI string `json:"snapshotURI"`
 	// Revision of the snapshot: the data the recovered cluster starts from.
 	// +optional

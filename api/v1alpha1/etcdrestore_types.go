@@ -39,7 +39,11 @@ type BackupReference struct {
 	Name string `json:"name"`
 
 	// URI of one of the EtcdBackup's completed snapshots, from status.lastBackup or
-	// status.history. Empty means its latest completed snapshot.
+	// status.history. Empty means its latest completed snapshot. Should the snapshot no longer
+	// exist in storage (deleted outside the operator), the newest older one the EtcdBackup's
+	// status names that does is restored instead, and the restore says so
+	// (status.missingSnapshotURI, a SnapshotFallback event). To restore one snapshot exactly
+	// or nothing, use source.location.
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:Pattern=`^(s3|pvc)://.+$`
 	// +optional
@@ -138,6 +142,12 @@ type EtcdRestoreStatus struct {
 	// SnapshotURI of the snapshot being restored.
 	// +optional
 	SnapshotURI string `json:"snapshotURI,omitempty"`
+
+	// MissingSnapshotURI is the EtcdBackup's snapshot the source named, when it no longer
+	// existed in storage: snapshotURI is then the newest older snapshot of the same EtcdBackup
+	// that did, restored instead.
+	// +optional
+	MissingSnapshotURI string `json:"missingSnapshotURI,omitempty"`
 
 	// SnapshotSHA256 the snapshot was verified against.
 	// +optional

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
@@ -23,7 +24,10 @@ type BackupConfig struct {
 	// MaxCount and MaxAge are the retention (0: no limit); applied after a verified upload.
 	MaxCount int
 	MaxAge   time.Duration
-	Now      func() time.Time
+	// LastBackup is the URI of the snapshot the EtcdBackup's status.lastBackup named when the
+	// run's Job was made; retention never deletes it.
+	LastBackup string
+	Now        func() time.Time
 }
 
 // BackupResult is what a run reports back to the reconciler.
@@ -37,8 +41,10 @@ type BackupResult struct {
 	ClusterID      string    `json:"clusterID"`
 	StartTime      time.Time `json:"startTime"`
 	CompletionTime time.Time `json:"completionTime"`
-	Pruned         []string  `json:"pruned,omitempty"`
-	// PrunedCount replaces Pruned when the list would not fit in a termination message.
+	// Pruned are the URIs of the snapshots retention deleted, newest first.
+	Pruned []string `json:"pruned,omitempty"`
+	// PrunedCount is how many more, older than those in Pruned, were deleted but are not
+	// listed: the whole list would not fit in a termination message.
 	PrunedCount int `json:"prunedCount,omitempty"`
 	// PruneError is set when the backup succeeded but retention could not delete everything.
 	PruneError string `json:"pruneError,omitempty"`
@@ -93,7 +99,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		Member: etcd.FormatID(info.MemberID), ClusterID: etcd.FormatID(info.ClusterID),
 		StartTime: start, CompletionTime: cfg.Now(),
 	}
-	result.Pruned, err = prune(ctx, cfg)
+	result.Pruned, err = prune(ctx, cfg, key)
 	if err != nil {
 		result.PruneError = err.Error()
 	}
@@ -127,10 +133,24 @@ func pickSource(ctx context.Context, cl etcd.Client) (string, etcd.MemberStatus,
 	return best, bestStatus, nil
 }
 
-// prune deletes this EtcdBackup's snapshots that the retention no longer keeps. It lists only
-// the series' own directory and deletes only what ObjectName would have named in it: other
-// EtcdBackups' snapshots and those of the earlier key format are never touched.
-func prune(ctx context.Context, cfg BackupConfig) ([]string, error) {
+// prune deletes this EtcdBackup's snapshots that the retention no longer keeps, newest first,
+// and returns their URIs in that order. It lists only the series' own directory and deletes
+// only what ObjectName would have named in it: other EtcdBackups' snapshots and those of the
+// earlier key format are never touched.
+//
+// It never deletes the run's own snapshot (own; an earlier run whose clock was ahead may have
+// named a snapshot that sorts after it), nor cfg.LastBackup. This run's result reaches
+// status only after the Job has ended, so until then status.lastBackup names the snapshot it
+// named when the Job was made; deleting that one would leave status naming a snapshot that
+// does not exist (for good, if the run's report were lost). With maxCount >= 2 that snapshot
+// is the newest before this run's and is kept anyway, so the destination holds exactly
+// maxCount after each run. With maxCount 1, or once it is older than maxAge, it stays one run
+// longer: the next run, made once status names this run's snapshot, deletes it. The other ways to keep
+// both promises cost more than that snapshot: the operator cannot prune itself (it mounts no
+// claim and never uses the user's storage credentials, only checks they are there), and a
+// second Job after each record would double the Jobs, the pods and the time a run holds OLM
+// upgrades back.
+func prune(ctx context.Context, cfg BackupConfig, own string) ([]string, error) {
 	if cfg.MaxCount == 0 && cfg.MaxAge == 0 {
 		return nil, nil
 	}
@@ -146,7 +166,11 @@ func prune(ctx context.Context, cfg BackupConfig) ([]string, error) {
 		}
 	}
 	var pruned []string
-	for _, key := range backupplan.ToPrune(snapshots, cfg.MaxCount, cfg.MaxAge, cfg.Now()) {
+	keep := []string{own}
+	if last, ok := strings.CutPrefix(cfg.LastBackup, cfg.Destination.URI("")); ok {
+		keep = append(keep, last)
+	}
+	for _, key := range backupplan.ToPrune(snapshots, cfg.MaxCount, cfg.MaxAge, cfg.Now(), keep) {
 		if err := cfg.Destination.Delete(ctx, key); err != nil {
 			return pruned, err
 		}

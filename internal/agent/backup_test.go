@@ -98,9 +98,11 @@ func bothDestinations(t *testing.T) map[string]*storage.Destination {
 }
 
 // Several EtcdBackups share one destination: an hourly, a daily and a "daily-2" backup of one
-// cluster, and a same-named backup of a same-named cluster in another namespace. Each keeps
-// exactly its own maxCount snapshots; nothing of another, nothing written under the earlier key
-// format and nothing that is not a snapshot is ever deleted.
+// cluster, and a same-named backup of a same-named cluster in another namespace. Each run is
+// told, as the operator tells it, the snapshot status.lastBackup names: the previous run's.
+// Each keeps exactly its own maxCount snapshots, and with maxCount 1 the previous one too;
+// nothing of another, nothing written under the earlier key format and nothing that is not a
+// snapshot is ever deleted.
 func TestRetentionPrunesOnlyItsOwnSnapshots(t *testing.T) {
 	clusterA, clusterB := etcdtest.StartCluster(t, 1), etcdtest.StartCluster(t, 1)
 	type schedule struct {
@@ -135,9 +137,13 @@ func TestRetentionPrunesOnlyItsOwnSnapshots(t *testing.T) {
 			for run := range runs {
 				for _, s := range schedules {
 					now := t0.Add(time.Duration(run)*time.Hour + s.offset)
+					var lastBackup string
+					if own := written[s.series.UID]; len(own) > 0 {
+						lastBackup = own[len(own)-1]
+					}
 					res, err := agent.Backup(t.Context(), agent.BackupConfig{
 						Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(s.servers)}, Series: s.series, Destination: dest,
-						MaxCount: s.maxCount, Now: func() time.Time { return now },
+						MaxCount: s.maxCount, LastBackup: lastBackup, Now: func() time.Time { return now },
 					})
 					if err != nil {
 						t.Fatal(err)
@@ -156,11 +162,11 @@ func TestRetentionPrunesOnlyItsOwnSnapshots(t *testing.T) {
 			}
 			for _, s := range schedules {
 				own := written[s.series.UID]
-				kept := own[len(own)-s.maxCount:]
-				want = append(want, kept...)
-				// The last run pruned exactly one snapshot: its own that fell out of its maxCount.
-				if pruned := lastPruned[s.series.UID]; len(pruned) != 1 || pruned[0] != own[len(own)-s.maxCount-1] {
-					t.Errorf("%s/%s's last run pruned %v, want only its own %s", s.series.Namespace, s.series.Backup, pruned, own[len(own)-s.maxCount-1])
+				keeps := max(s.maxCount, 2) // maxCount 1: and the one status named during the run
+				want = append(want, own[len(own)-keeps:]...)
+				// The last run pruned exactly one snapshot: its own that fell out of what it keeps.
+				if pruned := lastPruned[s.series.UID]; len(pruned) != 1 || pruned[0] != own[len(own)-keeps-1] {
+					t.Errorf("%s/%s's last run pruned %v, want only its own %s", s.series.Namespace, s.series.Backup, pruned, own[len(own)-keeps-1])
 				}
 			}
 			objects, err := dest.List(t.Context(), "")
@@ -200,5 +206,131 @@ func TestBackupFailuresLeaveNoObject(t *testing.T) {
 	}
 	if objects, _ := dest.List(t.Context(), "etcd/"); len(objects) != 0 {
 		t.Fatalf("a failed backup left %+v", objects)
+	}
+}
+
+// olderSnapshots writes three snapshots of the series an hour apart before t0, as earlier runs
+// would have, and returns their URIs, oldest first.
+func olderSnapshots(t *testing.T, dest *storage.Destination, series backupplan.Series) []string {
+	t.Helper()
+	var uris []string
+	for h := 3; h > 0; h-- {
+		key := backupplan.ObjectName(dest.Prefix(), series, t0.Add(-time.Duration(h)*time.Hour), int64(10-h))
+		if err := dest.Upload(t.Context(), key, strings.NewReader("an earlier snapshot")); err != nil {
+			t.Fatal(err)
+		}
+		uris = append(uris, dest.URI(key))
+	}
+	return uris
+}
+
+// snapshotURIs are the URIs of the series' objects in the destination, in name (and so time)
+// order.
+func snapshotURIs(t *testing.T, dest *storage.Destination, series backupplan.Series) []string {
+	t.Helper()
+	objects, err := dest.List(t.Context(), series.Dir(dest.Prefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uris []string
+	for _, o := range objects {
+		uris = append(uris, dest.URI(o.Key))
+	}
+	slices.Sort(uris)
+	return uris
+}
+
+// A run never deletes the snapshot status.lastBackup named when its Job was made, however far
+// past maxCount and maxAge: status names it until the run is recorded, and for good if the
+// run's report is lost. Here it is not even the newest before the run's own (a run whose
+// report was lost wrote a newer one), and maxCount 1 and maxAge 1ns would leave only the new
+// snapshot. Before, a run deleted it and status named a snapshot that did not exist.
+func TestRetentionNeverDeletesTheSnapshotStatusNames(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	for name, dest := range bothDestinations(t) {
+		t.Run(name, func(t *testing.T) {
+			older := olderSnapshots(t, dest, nightly)
+			named := older[1]
+			res, err := agent.Backup(t.Context(), agent.BackupConfig{
+				Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
+				MaxCount: 1, MaxAge: time.Nanosecond, LastBackup: named, Now: func() time.Time { return t0 },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{older[2], older[0]}; res.PruneError != "" || !slices.Equal(res.Pruned, want) {
+				t.Fatalf("pruned %v (error %q), want the others, newest first: %v", res.Pruned, res.PruneError, want)
+			}
+			if got, want := snapshotURIs(t, dest, nightly), []string{named, res.URI}; !slices.Equal(got, want) {
+				t.Fatalf("destination holds\n  %s\nwant the snapshot status names and the new one:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+			}
+		})
+	}
+}
+
+// A run never deletes the snapshot it wrote, even where an earlier run's name sorts after it
+// (its clock was ahead): status is about to name it.
+func TestRetentionKeepsTheRunsOwnSnapshot(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	dest, err := storage.OpenDir(t.TempDir(), "pvc://backups/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	ahead := backupplan.ObjectName(dest.Prefix(), nightly, t0.Add(time.Hour), 1)
+	if err := dest.Upload(t.Context(), ahead, strings.NewReader("a snapshot from a clock an hour ahead")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := agent.Backup(t.Context(), agent.BackupConfig{
+		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
+		MaxCount: 1, LastBackup: dest.URI(ahead), Now: func() time.Time { return t0 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snapshotURIs(t, dest, nightly); !slices.Contains(got, res.URI) {
+		t.Fatalf("the run deleted its own snapshot %s (pruned %v); the destination holds %v", res.URI, res.Pruned, got)
+	}
+}
+
+// A run that fails — its snapshot not taken, or not stored — deletes nothing, however much
+// retention (maxCount 1, maxAge 1ns) would: the older snapshots are all there is, and status
+// names one of them.
+func TestFailedRunPrunesNothing(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	if _, err := servers[0].Client(t).Put(t.Context(), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	dest, err := storage.OpenDir(dir, "pvc://backups/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	older := olderSnapshots(t, dest, nightly)
+	cfg := agent.BackupConfig{
+		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
+		MaxCount: 1, MaxAge: time.Nanosecond, Now: func() time.Time { return t0 },
+	}
+
+	// The upload fails: a directory stands where the snapshot (revision 2) would be stored.
+	blocked := backupplan.ObjectName(dest.Prefix(), nightly, t0, 2)
+	if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(blocked), "blocker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := agent.Backup(t.Context(), cfg); err == nil {
+		t.Fatalf("a backup whose upload could not complete succeeded: %+v", res)
+	}
+	if got := snapshotURIs(t, dest, nightly); !slices.Equal(got, older) {
+		t.Fatalf("after a failed upload the destination holds %v, want the older snapshots untouched: %v", got, older)
+	}
+
+	// No snapshot is taken: the cluster is down.
+	servers[0].Stop()
+	if _, err := agent.Backup(t.Context(), cfg); err == nil {
+		t.Fatal("a backup of a stopped cluster succeeded")
+	}
+	if got := snapshotURIs(t, dest, nightly); !slices.Equal(got, older) {
+		t.Fatalf("after a failed snapshot the destination holds %v, want the older snapshots untouched: %v", got, older)
 	}
 }

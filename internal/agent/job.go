@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -35,19 +36,26 @@ type Report struct {
 const maxReportBytes = 4096
 
 // Encode renders the report to fit a termination message: long error messages are cut and
-// the list of pruned snapshots is summarised, never the result itself.
+// the oldest of the pruned snapshots are counted rather than listed, never the result itself.
+// The newest are listed: those the EtcdBackup's status may still name.
 func (r Report) Encode() []byte {
 	if len(r.Error) > 2048 {
 		r.Error = r.Error[:2048] + "…"
 	}
 	b, _ := json.Marshal(r)
-	if len(b) > maxReportBytes && r.Backup != nil {
-		trimmed := *r.Backup
-		trimmed.PrunedCount, trimmed.Pruned = len(trimmed.Pruned), nil
-		r.Backup = &trimmed
-		b, _ = json.Marshal(r)
+	if len(b) <= maxReportBytes || r.Backup == nil {
+		return b
 	}
-	return b
+	full := *r.Backup
+	listed := func(n int) []byte {
+		trimmed := full
+		trimmed.Pruned, trimmed.PrunedCount = full.Pruned[:n], full.PrunedCount+len(full.Pruned)-n
+		r.Backup = &trimmed
+		b, _ := json.Marshal(r)
+		return b
+	}
+	n := sort.Search(len(full.Pruned)+1, func(n int) bool { return len(listed(n)) > maxReportBytes }) - 1
+	return listed(max(n, 0))
 }
 
 // DecodeReport parses a termination message.
@@ -162,7 +170,7 @@ func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer source.Close()
-	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: jobspec.RestoreStagingDir})
+	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Fallbacks: cfg.Fallbacks, Dir: jobspec.RestoreStagingDir})
 }
 
 func finish(report Report) int {
@@ -199,7 +207,7 @@ func backupFromEnvironment(ctx context.Context) (BackupResult, error) {
 		Etcd:        etcdCfg,
 		Series:      backupplan.Series{Namespace: cfg.Namespace, Cluster: cfg.Cluster, Backup: cfg.Backup, UID: cfg.BackupUID},
 		Destination: dest,
-		MaxCount:    cfg.MaxCount, MaxAge: cfg.MaxAge, Now: time.Now,
+		MaxCount:    cfg.MaxCount, MaxAge: cfg.MaxAge, LastBackup: cfg.LastBackup, Now: time.Now,
 	})
 }
 

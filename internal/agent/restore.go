@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -32,6 +33,9 @@ type RestoreResult struct {
 	SHA256    string `json:"sha256"`
 	// Revision is the newest revision in the snapshot: what the restored cluster starts from.
 	Revision int64 `json:"revision"`
+	// Missing is the snapshot asked for, when it no longer existed and URI is one of the
+	// fallbacks.
+	Missing string `json:"missing,omitempty"`
 }
 
 // FetchConfig is one fetch.
@@ -44,6 +48,11 @@ type FetchConfig struct {
 	SHA256 string
 	// Dir is the staging directory, emptied first.
 	Dir string
+	// Fallbacks are the snapshots to restore instead, newest first, should Key no longer
+	// exist (deleted outside the operator, by a bucket's lifecycle rule, or by the retention
+	// of an operator before this one): the first that does is fetched, and the result's URI
+	// says which.
+	Fallbacks []jobspec.Snapshot
 }
 
 // Fetch downloads the snapshot into cfg.Dir/snapshot.db, checking its sha256 on the way, and
@@ -56,13 +65,12 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return RestoreResult{}, fmt.Errorf("make the staging directory: %w", err)
 	}
-	key := cfg.Source.Prefix() + cfg.Key
-	uri := cfg.Source.URI(key)
-	r, err := cfg.Source.Open(ctx, key)
+	r, key, want, missing, err := openFirstThatExists(ctx, cfg)
 	if err != nil {
 		return RestoreResult{}, err
 	}
 	defer r.Close()
+	uri := cfg.Source.URI(key)
 	file := filepath.Join(cfg.Dir, filepath.Base(jobspec.StagedSnapshot))
 	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -81,16 +89,45 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 		return RestoreResult{}, fmt.Errorf("download %s after %d bytes: %w", uri, n, err)
 	}
 	sum := hex.EncodeToString(hash.Sum(nil))
-	if cfg.SHA256 != "" && sum != cfg.SHA256 {
+	if want != "" && sum != want {
 		_ = os.Remove(file)
-		return RestoreResult{}, permanentError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, cfg.SHA256)}
+		return RestoreResult{}, permanentError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, want)}
 	}
 	rev, err := SnapshotRevision(file)
 	if err != nil {
 		_ = os.Remove(file)
 		return RestoreResult{}, permanentError{fmt.Errorf("%s is not a readable etcd snapshot: %w", uri, err)}
 	}
-	return RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}, nil
+	result := RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}
+	if len(missing) > 0 {
+		result.Missing = missing[0]
+	}
+	return result, nil
+}
+
+// openFirstThatExists opens cfg.Key or, if it no longer exists, the first of cfg.Fallbacks
+// that does, and returns its key (with the source's prefix), the sha256 it must have, and the
+// URIs of those before it that did not exist. Only a snapshot that is not there is skipped:
+// one that is there but corrupt fails the fetch, as does any other error, rather than
+// restoring older data than asked for.
+func openFirstThatExists(ctx context.Context, cfg FetchConfig) (io.ReadCloser, string, string, []string, error) {
+	var missing []string
+	for _, s := range append([]jobspec.Snapshot{{Key: cfg.Key, SHA256: cfg.SHA256}}, cfg.Fallbacks...) {
+		key := cfg.Source.Prefix() + s.Key
+		r, err := cfg.Source.Open(ctx, key)
+		if storage.IsNotFound(err) {
+			missing = append(missing, cfg.Source.URI(key))
+			continue
+		}
+		if err != nil {
+			return nil, "", "", nil, err
+		}
+		return r, key, s.SHA256, missing, nil
+	}
+	if len(missing) == 1 {
+		return nil, "", "", nil, permanentError{fmt.Errorf("%s does not exist; nothing was restored", missing[0])}
+	}
+	return nil, "", "", nil, permanentError{fmt.Errorf("none of the snapshots to restore exists any more (%s); nothing was restored", strings.Join(missing, ", "))}
 }
 
 // SnapshotRevision is the newest revision in an etcd snapshot file.

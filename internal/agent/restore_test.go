@@ -7,13 +7,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/s3test"
 )
 
@@ -142,11 +145,68 @@ func TestReportFitsATerminationMessage(t *testing.T) {
 		t.Fatalf("report of %d bytes", len(msg))
 	}
 	back, err := agent.DecodeReport(string(msg))
-	if err != nil || back.Backup.URI != "s3://b/k" || back.Backup.PrunedCount != 200 {
-		t.Errorf("decoded %+v, %v", back.Backup, err)
+	if err != nil || back.Backup.URI != "s3://b/k" {
+		t.Fatalf("decoded %+v, %v", back.Backup, err)
+	}
+	// The newest pruned are listed, as many as fit: those the EtcdBackup's status may name.
+	if listed := back.Backup.Pruned; len(listed) == 0 || !slices.Equal(listed, pruned[:len(listed)]) || len(listed)+back.Backup.PrunedCount != 200 {
+		t.Errorf("the report lists %d pruned snapshots and counts %d more, want the newest that fit and the rest counted, 200 in all", len(listed), back.Backup.PrunedCount)
+	}
+	if len(msg) < 4096-200 {
+		t.Errorf("a report of %d bytes lists fewer pruned snapshots than fit", len(msg))
 	}
 	long := agent.Report{Error: strings.Repeat("x", 10000)}
 	if len(long.Encode()) > 4096 {
 		t.Errorf("a long error is not cut")
+	}
+}
+
+// Fetch falls back, should the snapshot asked for no longer exist, to the first of the older
+// ones given that does, and says which it fetched and which was missing; one that exists but
+// does not match its record is not passed over; with none left it fails for good, naming them
+// all. Before, a snapshot deleted since its record failed the restore.
+func TestFetchFallsBackToTheNewestOlderSnapshotThatExists(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	for name, dest := range bothDestinations(t) {
+		t.Run(name, func(t *testing.T) {
+			var taken []agent.BackupResult // oldest first
+			for h := range 2 {
+				if _, err := servers[0].Client(t).Put(t.Context(), "k", fmt.Sprint(h)); err != nil {
+					t.Fatal(err)
+				}
+				now := t0.Add(time.Duration(h) * time.Hour)
+				res, err := agent.Backup(t.Context(), agent.BackupConfig{
+					Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest,
+					Now: func() time.Time { return now },
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				taken = append(taken, res)
+			}
+			key := func(uri string) string { return strings.TrimPrefix(uri, dest.URI(dest.Prefix())) }
+			gone := jobspec.Snapshot{Key: key(dest.URI(backupplan.ObjectName(dest.Prefix(), nightly, t0.Add(2*time.Hour), 99))), SHA256: strings.Repeat("9", 64)}
+			fallbacks := []jobspec.Snapshot{{Key: key(taken[1].URI), SHA256: taken[1].SHA256}, {Key: key(taken[0].URI), SHA256: taken[0].SHA256}}
+
+			got, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: gone.Key, SHA256: gone.SHA256, Fallbacks: fallbacks, Dir: filepath.Join(t.TempDir(), "restore")})
+			if err != nil {
+				t.Fatalf("fetch with fallbacks: %v", err)
+			}
+			if got.URI != taken[1].URI || got.Revision != taken[1].Revision || got.SHA256 != taken[1].SHA256 || got.Missing != dest.URI(dest.Prefix()+gone.Key) {
+				t.Fatalf("fetched %+v, want the newest snapshot that exists, %+v, and the missing one named", got, taken[1])
+			}
+
+			// One that is there but does not match its record fails the fetch: it is not passed
+			// over for older data.
+			_, err = agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: key(taken[1].URI), SHA256: strings.Repeat("0", 64), Fallbacks: fallbacks[1:], Dir: filepath.Join(t.TempDir(), "restore")})
+			if err == nil || !strings.Contains(err.Error(), "not the recorded") {
+				t.Fatalf("fetch of a snapshot that does not match its record: %v, want that error, not a fallback", err)
+			}
+
+			_, err = agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: gone.Key, SHA256: gone.SHA256, Fallbacks: []jobspec.Snapshot{gone}, Dir: filepath.Join(t.TempDir(), "restore")})
+			if err == nil || !agent.IsPermanent(err) || !strings.Contains(err.Error(), gone.Key) {
+				t.Fatalf("fetch of snapshots none of which exists: %v, want a permanent error naming them", err)
+			}
+		})
 	}
 }

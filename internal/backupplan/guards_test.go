@@ -15,7 +15,7 @@ func TestToPruneKeepsASnapshotOfMaxAgeExactly(t *testing.T) {
 	}
 	snaps := []Snapshot{at(0), at(24 * time.Hour), at(24*time.Hour + time.Second)}
 	want := []string{snaps[2].Key}
-	if got := ToPrune(snaps, 0, 24*time.Hour, t0); !slices.Equal(got, want) {
+	if got := ToPrune(snaps, 0, 24*time.Hour, t0, nil); !slices.Equal(got, want) {
 		t.Errorf("ToPrune = %v, want only the snapshot older than 24h: %v", got, want)
 	}
 }

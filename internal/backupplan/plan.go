@@ -133,14 +133,16 @@ type Snapshot struct {
 	Time time.Time
 }
 
-// ToPrune picks the snapshots retention deletes: all but the newest maxCount (0: no limit),
-// and those older than maxAge (0: no limit). The newest snapshot is never deleted.
-func ToPrune(snapshots []Snapshot, maxCount int, maxAge time.Duration, now time.Time) []string {
+// ToPrune picks the snapshots retention deletes, newest first: all but the newest maxCount (0:
+// no limit), and those older than maxAge (0: no limit). The newest snapshot is never deleted,
+// nor any of keep, which still count among the newest maxCount: a kept snapshot past the
+// limits is one more than retention would leave, never one fewer of the newer ones.
+func ToPrune(snapshots []Snapshot, maxCount int, maxAge time.Duration, now time.Time, keep []string) []string {
 	sorted := slices.Clone(snapshots)
 	slices.SortFunc(sorted, func(a, b Snapshot) int { return b.Time.Compare(a.Time) }) // newest first
 	var prune []string
 	for i, s := range sorted {
-		if i == 0 {
+		if i == 0 || slices.Contains(keep, s.Key) {
 			continue
 		}
 		if (maxCount > 0 && i >= maxCount) || (maxAge > 0 && now.Sub(s.Time) > maxAge) {

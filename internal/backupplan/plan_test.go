@@ -141,17 +141,23 @@ func TestToPrune(t *testing.T) {
 		snaps    []Snapshot
 		maxCount int
 		maxAge   time.Duration
+		keep     []string
 		want     []string
 	}{
-		{"within both limits", snaps(0, 1, 2), 3, 24 * time.Hour, nil},
-		{"count keeps the newest, in any listing order", snaps(2, 0, 3, 1), 2, 0, []string{key(2), key(3)}},
-		{"age", snaps(0, 10, 30, 50), 0, 24 * time.Hour, []string{key(30), key(50)}},
-		{"both", snaps(0, 1, 30), 2, 24 * time.Hour, []string{key(30)}},
-		{"the newest survives even when too old", snaps(48, 72), 0, 24 * time.Hour, []string{key(72)}},
-		{"nothing to prune", nil, 1, time.Hour, nil},
+		{"within both limits", snaps(0, 1, 2), 3, 24 * time.Hour, nil, nil},
+		{"count keeps the newest, in any listing order", snaps(2, 0, 3, 1), 2, 0, nil, []string{key(2), key(3)}},
+		{"age", snaps(0, 10, 30, 50), 0, 24 * time.Hour, nil, []string{key(30), key(50)}},
+		{"both", snaps(0, 1, 30), 2, 24 * time.Hour, nil, []string{key(30)}},
+		{"the newest survives even when too old", snaps(48, 72), 0, 24 * time.Hour, nil, []string{key(72)}},
+		{"nothing to prune", nil, 1, time.Hour, nil, nil},
+		// keep: the snapshot status.lastBackup names, and the run's own.
+		{"a kept snapshot past maxCount stays, and the others go", snaps(0, 1, 2, 3), 1, 0, []string{key(2)}, []string{key(1), key(3)}},
+		{"a kept snapshot counts among the newest maxCount", snaps(0, 1, 2), 2, 0, []string{key(1)}, []string{key(2)}},
+		{"a kept snapshot past maxAge stays", snaps(0, 30, 50), 0, 24 * time.Hour, []string{key(30)}, []string{key(50)}},
+		{"a kept snapshot not the newest, its clock behind another's", snaps(-1, 0), 1, 0, []string{key(0)}, nil},
 	}
 	for _, tc := range cases {
-		if got := ToPrune(tc.snaps, tc.maxCount, tc.maxAge, t0); !slices.Equal(got, tc.want) {
+		if got := ToPrune(tc.snaps, tc.maxCount, tc.maxAge, t0, tc.keep); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: ToPrune = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -62,13 +62,25 @@ type JobConfig struct {
 
 	Storage etcdv1alpha1.StorageLocation `json:"storage"`
 
-	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have.
-	Key    string `json:"key,omitempty"`
-	SHA256 string `json:"sha256,omitempty"`
+	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have; and
+	// the snapshots to restore instead, newest first, should it no longer exist.
+	Key       string     `json:"key,omitempty"`
+	SHA256    string     `json:"sha256,omitempty"`
+	Fallbacks []Snapshot `json:"fallbacks,omitempty"`
 
 	// Retention, applied after a verified upload.
 	MaxCount int           `json:"maxCount,omitempty"`
 	MaxAge   time.Duration `json:"maxAge,omitempty"`
+	// LastBackup is the URI of the snapshot the EtcdBackup's status.lastBackup named when the
+	// Job was made: retention never deletes it (agent.prune says why).
+	LastBackup string `json:"lastBackup,omitempty"`
+}
+
+// Snapshot is a snapshot to restore: its key after the storage prefix, and the sha256 it
+// must have.
+type Snapshot struct {
+	Key    string `json:"key"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // A restore Job prepares one member's data on its claim, mounted where the member pod mounts it:

@@ -63,7 +63,9 @@ func jobName(base, suffix string) string {
 	return base[:63-len(suffix)-9] + "-" + hex.EncodeToString(h[:])[:8] + suffix
 }
 
-// BackupJob is the Job that runs one backup of cluster with the operator's agent image.
+// BackupJob is the Job that runs one backup of cluster with the operator's agent image. Its
+// retention never deletes the snapshot b's status.lastBackup names: b must be as last written,
+// not as changed in memory since.
 func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
 	cfg := jobspec.JobConfig{
 		Cluster:   c.Name,
@@ -74,6 +76,9 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		TLS:       c.Spec.TLS != nil,
 		Auth:      c.Spec.Auth != nil,
 		Storage:   b.Spec.Destination,
+	}
+	if last := b.Status.LastBackup; last != nil {
+		cfg.LastBackup = last.URI
 	}
 	if r := b.Spec.Retention; r != nil {
 		if r.MaxCount != nil {
@@ -126,6 +131,8 @@ type RestoreSource struct {
 	// Key after the storage's prefix.
 	Key    string
 	SHA256 string
+	// Fallbacks are restored instead, the first that exists, should Key no longer exist.
+	Fallbacks []jobspec.Snapshot
 }
 
 // Containers of a restore Job, in order.
@@ -143,7 +150,7 @@ func RestoreJobName(restore string) string { return jobName(restore, "-restore")
 // it as a one-member cluster, and the agent moves the result into the data directory. The
 // other members join the usual way, as learners.
 func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member string, src RestoreSource, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
-	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256})
+	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
 	}

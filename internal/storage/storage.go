@@ -217,6 +217,9 @@ func (d *Destination) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+// IsNotFound says whether err is for an object the destination does not hold.
+func IsNotFound(err error) bool { return err != nil && gcerrors.Code(err) == gcerrors.NotFound }
+
 // Permanent errors will not go away by retrying: the user must fix something.
 type Permanent struct{ error }
 
