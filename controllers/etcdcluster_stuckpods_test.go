@@ -79,8 +79,13 @@ func TestAMemberPodStuckOnItsNodeIsReportedOnceWithTheCauseItsEventsGive(t *test
 	reconcileBoth := func() *etcdv1alpha1.EtcdCluster {
 		t.Helper()
 		c, without := a.reconcile(t, 1), twin.reconcile(t, 1)
+		// The two reconciles may fall either side of a second: LastTransitionTime is not compared.
 		progressing := func(c *etcdv1alpha1.EtcdCluster) string {
-			return fmt.Sprintf("%+v %+v", c.Status.Operation, meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing))
+			p := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing)
+			if p == nil {
+				return fmt.Sprintf("%+v no Progressing", c.Status.Operation)
+			}
+			return fmt.Sprintf("%+v %s %s %s: %s", c.Status.Operation, p.Type, p.Status, p.Reason, p.Message)
 		}
 		if progressing(c) != progressing(without) || fmt.Sprint(a.etcd.Members) != fmt.Sprint(twin.etcd.Members) ||
 			!maps.Equal(a.podVersions(t), twin.podVersions(t)) {
