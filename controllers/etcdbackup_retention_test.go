@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 	"strings"
@@ -58,7 +57,7 @@ func (f *retentionFixture) runJob(t *testing.T, n int, reported, listed bool) (j
 	if err := f.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.BackupJobName("sched", at)}, job); err != nil {
 		t.Fatalf("run %d: %v", n, err)
 	}
-	cfg := backupJobConfig(t, job)
+	cfg := jobConfig(t, job)
 
 	uri := backupplan.ObjectName("pvc://backups/", series, at, int64(n))
 	f.snapshots[uri] = at
@@ -130,21 +129,6 @@ func (f *retentionFixture) missingNamed(b *etcdv1alpha1.EtcdBackup) []string {
 		}
 	}
 	return missing
-}
-
-func backupJobConfig(t *testing.T, job *batchv1.Job) jobspec.JobConfig {
-	t.Helper()
-	for _, env := range job.Spec.Template.Spec.Containers[0].Env {
-		if env.Name == jobspec.ConfigEnv {
-			var cfg jobspec.JobConfig
-			if err := json.Unmarshal([]byte(env.Value), &cfg); err != nil {
-				t.Fatal(err)
-			}
-			return cfg
-		}
-	}
-	t.Fatalf("Job %s has no %s", job.Name, jobspec.ConfigEnv)
-	return jobspec.JobConfig{}
 }
 
 // status.lastBackup names a snapshot that exists at every moment, the history after each

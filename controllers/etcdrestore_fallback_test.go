@@ -68,7 +68,7 @@ func TestRestoreOfAMissingSnapshotFallsBackToTheNewestOlderOne(t *testing.T) {
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.RestoreJobName(rs.Name)}, job); err != nil {
 		t.Fatalf("no restore Job: %v", err)
 	}
-	cfg := restoreJobConfig(t, job)
+	cfg := jobConfig(t, job)
 	var tried []string
 	for _, s := range append([]jobspec.Snapshot{{Key: cfg.Key, SHA256: cfg.SHA256}}, cfg.Fallbacks...) {
 		tried = append(tried, "pvc://backups/"+s.Key+" "+s.SHA256)
@@ -145,7 +145,8 @@ func TestRestoreOfAMissingSnapshotFallsBackToTheNewestOlderOne(t *testing.T) {
 	}
 }
 
-func restoreJobConfig(t *testing.T, job *batchv1.Job) jobspec.JobConfig {
+// jobConfig is the configuration the operator gave a backup or restore Job's agent.
+func jobConfig(t *testing.T, job *batchv1.Job) jobspec.JobConfig {
 	t.Helper()
 	for _, c := range append(job.Spec.Template.Spec.InitContainers, job.Spec.Template.Spec.Containers...) {
 		for _, env := range c.Env {

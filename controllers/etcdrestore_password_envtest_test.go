@@ -478,17 +478,7 @@ func (f *restoredPasswordFixture) get(t *testing.T) *etcdv1alpha1.EtcdCluster {
 	return c
 }
 
-func (f *restoredPasswordFixture) events() string {
-	var out strings.Builder
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			fmt.Fprintln(&out, e)
-		default:
-			return out.String()
-		}
-	}
-}
+func (f *restoredPasswordFixture) events() string { return drainEvents(f.recorder) }
 
 // conditionText is the condition of type condType, as status shows it.
 func conditionText(conditions []metav1.Condition, condType string) string {

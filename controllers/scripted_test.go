@@ -112,11 +112,14 @@ func (a *scriptedCluster) reconcile(t *testing.T, n int) *etcdv1alpha1.EtcdClust
 }
 
 // events drains the events posted so far.
-func (a *scriptedCluster) events() string {
+func (a *scriptedCluster) events() string { return drainEvents(a.recorder) }
+
+// drainEvents takes every event a fake recorder holds, one a line.
+func drainEvents(recorder *events.FakeRecorder) string {
 	var out bytes.Buffer
 	for {
 		select {
-		case e := <-a.recorder.Events:
+		case e := <-recorder.Events:
 			fmt.Fprintln(&out, e)
 		default:
 			return out.String()
