@@ -395,7 +395,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m := get(name)
 		m.PodExists = true
 		m.PodTerminating = !pod.DeletionTimestamp.IsZero()
-		m.PodFenced = resources.Fenced(pod) && pod.Labels[resources.LabelServesClients] == ""
+		m.PodFenced = resources.Fenced(pod)
 		if pod.DeletionTimestamp != nil {
 			m.PodStopDue = pod.DeletionTimestamp.Time
 		}

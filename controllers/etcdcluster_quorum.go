@@ -571,7 +571,7 @@ func (r *EtcdClusterReconciler) fenceMembers(ctx context.Context, obs *observati
 // node answers, and its etcd, if it still runs there, must never be a client endpoint of the
 // forced cluster.
 func (r *EtcdClusterReconciler) fenceFromClients(ctx context.Context, pod *corev1.Pod) error {
-	if resources.Fenced(pod) && pod.Labels[resources.LabelServesClients] == "" {
+	if resources.Fenced(pod) {
 		return nil
 	}
 	patch := client.MergeFrom(pod.DeepCopy())

@@ -413,10 +413,10 @@ func PeerService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
 	}
 }
 
-// Fenced: the pod was taken out of the client Service's selection by a quorum recovery.
+// Fenced: the pod was taken out of the client Service's selection by a quorum recovery, for good.
 func Fenced(pod *corev1.Pod) bool {
 	_, ok := pod.Annotations[AnnotationFenced]
-	return ok
+	return ok && pod.Labels[LabelServesClients] != "true"
 }
 
 // ClientService is what clients connect to: ready voting members whose pods no quorum recovery
