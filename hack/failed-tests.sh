@@ -2,7 +2,9 @@
 # failed-tests.sh LOG: prints, for every test that `go test -v` reported as failed in LOG, the
 # lines that test wrote. In a long run with parallel tests a failure's messages sit far from its
 # "--- FAIL" line, mixed among other tests' output; CI ends with this so that they are read first.
-# At most the last MAX_LINES (default 80) lines of each failed test.
+# At most the last MAX_LINES (default 80) lines of each failed test. The tests that failed on
+# their own (no failed subtest) come last: CI shows the end of the output, and a parent's lines
+# are mostly what its cleanup dumped.
 set -euo pipefail
 log=${1:?usage: failed-tests.sh LOG}
 max=${MAX_LINES:-80}
@@ -15,11 +17,17 @@ awk -v max="$max" '
 	/^ *--- FAIL: / { current = name_of($0); next }
 	/^ *--- (PASS|SKIP): / || /^(PASS|FAIL|ok  )/ { current = ""; next }
 	current in failed { n[current]++; lines[current, n[current]] = $0 }
+	function show(t,    i) {
+		if (!(t in n)) return
+		printf "=== what %s wrote (%d lines, the last %d shown)\n", t, n[t], (n[t] < max ? n[t] : max)
+		for (i = (n[t] > max ? n[t] - max + 1 : 1); i <= n[t]; i++) print lines[t, i]
+	}
 	END {
-		for (t in failed) {
-			if (!(t in n)) continue
-			printf "=== what %s wrote (%d lines, the last %d shown)\n", t, n[t], (n[t] < max ? n[t] : max)
-			for (i = (n[t] > max ? n[t] - max + 1 : 1); i <= n[t]; i++) print lines[t, i]
-		}
+		for (t in failed) for (u in failed) if (index(u, t "/") == 1) parent[t] = 1
+		for (t in failed) if (t in parent) show(t)
+		for (t in failed) if (!(t in parent)) show(t)
+		printf "=== failed on their own:"
+		for (t in failed) if (!(t in parent)) printf " %s", t
+		print ""
 	}
 ' "$log" "$log"

@@ -23,7 +23,8 @@ import (
 const (
 	etcdVersion     = "3.6.16"
 	etcdNextVersion = "3.7.3"
-	memberTimeout   = 3 * time.Minute
+	// Five members join one at a time; in CI up to four tests make clusters at once on two cores.
+	memberTimeout = 6 * time.Minute
 )
 
 // One cluster goes through the life users give it — create, scale out and in, pods killed, a

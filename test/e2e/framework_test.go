@@ -10,8 +10,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -285,4 +289,36 @@ func sortedKeys[V any](m map[string]V) []string {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// killProcessesOfPod sends SIGKILL to every process of the pod's containers on this machine,
+// found by the pod's UID in their cgroup (the cgroupfs and the systemd drivers' spellings):
+// the cut a crash makes, which no deletion through the API gives. The pod must run on the
+// node the tests run on, the local cluster's only one.
+func killProcessesOfPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	uid := string(pod.UID)
+	marks := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
+	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, path := range procs {
+		cgroup, err := os.ReadFile(path)
+		if err != nil || !slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(string(cgroup), m) }) {
+			continue // gone since the glob, or not the pod's
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		if err != nil {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed++
+		}
+	}
+	if killed == 0 {
+		t.Fatalf("no process of pod %s/%s found on this machine to kill", pod.Namespace, pod.Name)
+	}
+	t.Logf("killed %d processes of pod %s/%s", killed, pod.Namespace, pod.Name)
 }

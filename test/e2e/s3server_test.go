@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,15 +202,20 @@ func (s *s3Server) stop(t *testing.T) {
 	})
 }
 
-// kill stops the server at once: no replica, and its pod deleted without a grace period, so
-// that an upload under way is cut off rather than let finish.
+// kill stops the server at once: its processes are sent SIGKILL on this machine (the cluster's
+// only node), then it is scaled to no replica and its pod deleted without a grace period. A
+// pod deletion alone gives the server a SIGTERM, on which it finishes the requests under way:
+// an upload it should cut off completed under load.
 func (s *s3Server) kill(t *testing.T) {
 	t.Helper()
-	s.scale(t, 0)
 	pods, err := s.pods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i := range pods {
+		killProcessesOfPod(t, &pods[i])
+	}
+	s.scale(t, 0)
 	for i := range pods {
 		if err := k8sClient.Delete(context.Background(), &pods[i], client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
 			t.Fatal(err)
@@ -338,8 +344,20 @@ func (s *s3Server) logState(t testing.TB) {
 	}
 	for _, pod := range pods {
 		t.Logf("S3 server pod %s: phase %s, conditions %+v, containers %+v", pod.Name, pod.Status.Phase, pod.Status.Conditions, pod.Status.ContainerStatuses)
-		t.Logf("S3 server pod %s log:\n%s", pod.Name, podLog(s.Namespace, pod.Name))
+		t.Logf("S3 server pod %s log, less its health probes:\n%s", pod.Name, withoutHealthProbes(podLog(s.Namespace, pod.Name)))
 	}
+}
+
+// withoutHealthProbes drops the kubelet's probe requests, a line a second, from a server log:
+// kept, they push the requests that matter out of what CI shows of a failure.
+func withoutHealthProbes(log string) string {
+	var kept []string
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, " "+s3HealthPath+" ") {
+			kept = append(kept, line)
+		}
+	}
+	return strings.Join(kept, "\n")
 }
 
 // getObjectFromPod fetches an object as a workload in the namespace does: from a pod, through

@@ -40,8 +40,9 @@ var (
 )
 
 const (
-	// Generous for a loaded 2-core machine; a healthy local cluster needs a few seconds.
-	readyTimeout = 2 * time.Minute
+	// Generous for a loaded 2-core machine running four tests at once; a healthy local cluster
+	// needs a few seconds.
+	readyTimeout = 4 * time.Minute
 	repoRoot     = "../.."
 )
 
