@@ -24,6 +24,8 @@ func TestFailedTestsPrintsWhatEachFailedTestWrote(t *testing.T) {
     quorumloss_test.go:124: lost members [q1-a q1-b q1-c]
 === NAME  TestQuorum/3_members,_the_node_stops_answering
     quorumloss_test.go:371: Operation cannot be fulfilled on nodes "e2e": the object has been modified
+=== NAME  TestQuorum
+    s3server_test.go:341: S3 server pod log: what the parent's cleanup dumped
 --- FAIL: TestQuorum (0.00s)
     --- FAIL: TestQuorum/3_members,_the_node_stops_answering (16.19s)
     --- PASS: TestQuorum/5_members (147.50s)
@@ -54,6 +56,15 @@ FAIL
 		if !strings.Contains(got, want) {
 			t.Errorf("the summary misses %q:\n%s", want, got)
 		}
+	}
+	// CI shows the end of the output: the tests that failed on their own come after their
+	// parents (whose lines are mostly what cleanups dumped), and the last line names them.
+	if strings.Index(got, "what the parent's cleanup dumped") > strings.Index(got, `Operation cannot be fulfilled`) {
+		t.Errorf("a parent's lines come after its failed subtest's:\n%s", got)
+	}
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "TestQuorum/3_members,_the_node_stops_answering") || !strings.Contains(last, "TestPlain") || strings.Contains(last, "TestQuorum ") {
+		t.Errorf("the last line %q should name the tests that failed on their own", last)
 	}
 	if strings.Contains(got, "q1-a") {
 		t.Errorf("the summary has the lines of a test that passed:\n%s", got)
