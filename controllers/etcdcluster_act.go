@@ -20,7 +20,8 @@ import (
 )
 
 // act carries out one step and says when to look again. Every step is idempotent: if the
-// operator stops half-way, the next observation shows what is left and decides again.
+// operator stops half-way, the next observation shows what is left and decides again. A step the
+// PodDisruptionBudget holds returns a *disruptionHeld, with the time to look again.
 func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) (ctrl.Result, error) {
 	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
 	ctrl.LoggerFrom(ctx).V(1).Info("step", "action", step.Action, "member", step.Member, "members", step.Members,
@@ -47,28 +48,31 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		if errors.Is(err, etcd.ErrLearnerNotReady) {
 			return ctrl.Result{RequeueAfter: requeueAfterStep}, nil
 		}
+		if err == nil {
+			r.countPromoted(ctx, c, obs, step.Member)
+		}
 	case membership.MoveLeader:
 		err = obs.client.MoveLeader(ctx, resources.ClientURL(c, step.Member), step.Target)
 	case membership.RemoveMember:
 		err = r.removeMember(ctx, c, obs, step)
 	case membership.DeleteOrphans:
-		err = r.deleteOrphans(ctx, c, obs, step.Members)
+		err = r.deleteOrphans(ctx, c, obs, step, step.Members)
 	case membership.StopMembers:
-		err = r.stopMembers(ctx, obs, step.Members)
+		err = r.stopMembers(ctx, c, obs, step, step.Members)
 	case membership.RollMember:
-		err = r.stopMembers(ctx, obs, []string{step.Member})
+		err = r.stopMembers(ctx, c, obs, step, []string{step.Member})
 	case membership.ResetBootstrapMembers:
-		err = r.resetBootstrapMembers(ctx, obs, step.Members)
+		err = r.resetBootstrapMembers(ctx, c, obs, step)
 	case membership.RecordPodSpec:
 		err = r.recordPodSpec(ctx, c, obs, step.Members)
 	case membership.BeginRecovery:
 		// Nothing changes: report records the recovery, which makes the choice of member stick.
 	case membership.PreserveData:
-		err = r.preserveData(ctx, c, obs, step.Member)
+		err = r.preserveData(ctx, c, obs, step)
 	case membership.FenceMembers:
-		err = r.fenceMembers(ctx, obs, step.Members)
+		err = r.fenceMembers(ctx, c, obs, step)
 	case membership.ForceNewCluster:
-		err = r.forceNewCluster(ctx, c, obs, step.Member)
+		err = r.forceNewCluster(ctx, c, obs, step)
 	case membership.ReadLogs:
 		err = r.readLogs(ctx, c, obs, step.Members)
 	case membership.RestoreFromBackup:
@@ -76,7 +80,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 	case membership.ExpandClaims:
 		err = r.expandClaims(ctx, c, obs, step.Members)
 	case membership.UpgradeMember:
-		err = r.upgradeMember(ctx, c, obs, step.Member)
+		err = r.upgradeMember(ctx, c, obs, step)
 	case membership.Defragment:
 		r.defragmentInBackground(c, obs, step)
 	case membership.DisarmNoSpace:
@@ -90,6 +94,12 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 	}
 	if errors.Is(err, errStaleCache) {
 		return ctrl.Result{RequeueAfter: requeueAfterStep}, nil
+	}
+	if held := (*disruptionHeld)(nil); errors.As(err, &held) {
+		// Returned, for report to say the step waits; not a failure, so no event and no backoff.
+		ctrl.LoggerFrom(ctx).Info("step held by the PodDisruptionBudget", "action", step.Action, "member", step.Member,
+			"members", step.Members, "pod", held.pod, "cause", held.cause)
+		return ctrl.Result{RequeueAfter: requeueWaiting}, err
 	}
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		// The namespace is being deleted, and the cluster with it: nothing can be created in it
@@ -125,7 +135,7 @@ func (r *EtcdClusterReconciler) bootstrap(ctx context.Context, c *etcdv1alpha1.E
 	names := resources.BootstrapMemberNames(c, size)
 	initial := resources.InitialCluster(c, names)
 	for _, name := range names {
-		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new"}, true); err != nil {
+		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new", Voter: true}, true); err != nil {
 			return err
 		}
 	}
@@ -166,7 +176,7 @@ func (r *EtcdClusterReconciler) createBootstrapMembers(ctx context.Context, c *e
 	initial := resources.InitialCluster(c, plan)
 	for _, name := range names {
 		_, hasPVC := obs.pvcs[name]
-		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new"}, !hasPVC); err != nil {
+		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new", Voter: true}, !hasPVC); err != nil {
 			return err
 		}
 	}
@@ -184,9 +194,10 @@ func (r *EtcdClusterReconciler) restartMembers(ctx context.Context, c *etcdv1alp
 		}
 		spec := resources.MemberSpec{
 			Name:           name,
-			Version:        versionToRun(c, name),
+			Version:        versionToRun(c, obs, name),
 			InitialCluster: pvc.Annotations[resources.AnnotationInitialCluster],
 			State:          pvc.Annotations[resources.AnnotationClusterState],
+			Voter:          obs.votes(c, name),
 		}
 		if err := r.createMember(ctx, c, spec, false); err != nil {
 			return err
@@ -195,9 +206,14 @@ func (r *EtcdClusterReconciler) restartMembers(ctx context.Context, c *etcdv1alp
 	return nil
 }
 
-// versionToRun keeps a restarted member on the version it last reported, so that a pod
-// recreated in the middle of an upgrade does not skip the upgrade's health gates.
-func versionToRun(c *etcdv1alpha1.EtcdCluster, name string) string {
+// versionToRun is the version a member's pod is made again with: the one an upgrade chose for
+// it, recorded on its claim when the upgrade restarted it; else the one it last reported, so
+// that a pod recreated in the middle of an upgrade does not skip the upgrade's health gates;
+// else the spec's.
+func versionToRun(c *etcdv1alpha1.EtcdCluster, obs *observation, name string) string {
+	if pvc, ok := obs.pvcs[name]; ok && pvc.Annotations[resources.AnnotationEtcdVersion] != "" {
+		return pvc.Annotations[resources.AnnotationEtcdVersion]
+	}
 	for _, m := range c.Status.Members {
 		if m.Name == name && m.Version != "" {
 			return m.Version
@@ -208,7 +224,7 @@ func versionToRun(c *etcdv1alpha1.EtcdCluster, name string) string {
 
 // startMember creates the claim and pod of a member etcd lists but that never started.
 func (r *EtcdClusterReconciler) startMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, name string) error {
-	spec := resources.MemberSpec{Name: name, Version: c.Spec.Version, State: "existing"}
+	spec := resources.MemberSpec{Name: name, Version: c.Spec.Version, State: "existing", Voter: obs.votes(c, name)}
 	if pvc, ok := obs.pvcs[name]; ok && pvc.Annotations[resources.AnnotationClusterState] == "new" {
 		// A bootstrap member whose pod was never made joins with the original plan.
 		spec.InitialCluster, spec.State = pvc.Annotations[resources.AnnotationInitialCluster], "new"
@@ -248,15 +264,15 @@ func (r *EtcdClusterReconciler) removeMember(ctx context.Context, c *etcdv1alpha
 	if err := obs.client.RemoveMember(ctx, step.MemberID); err != nil {
 		return err
 	}
-	return r.deleteOrphans(ctx, c, obs, []string{step.Member})
+	return r.deleteOrphans(ctx, c, obs, step, []string{step.Member})
 }
 
-// stopMembers deletes members' pods and leaves their claims: their data stays until the
-// restored cluster serves.
-func (r *EtcdClusterReconciler) stopMembers(ctx context.Context, obs *observation, names []string) error {
+// stopMembers takes members' pods down (takeDown: evicted or deleted) and leaves their claims:
+// the data stays, for the pod made again (a roll-out) or until the restored cluster serves.
+func (r *EtcdClusterReconciler) stopMembers(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, names []string) error {
 	for _, name := range names {
 		if pod, ok := obs.pods[name]; ok && pod.DeletionTimestamp.IsZero() {
-			if err := r.Delete(ctx, pod); client.IgnoreNotFound(err) != nil {
+			if err := r.takeDown(ctx, c, obs, step, pod); err != nil {
 				return fmt.Errorf("stop member %s: %w", name, err)
 			}
 			// gofail: var memberPodStopped struct{}
@@ -270,11 +286,11 @@ func (r *EtcdClusterReconciler) stopMembers(ctx context.Context, obs *observatio
 // is unlabelled so it no longer counts as a member.
 // Each delete is conditional on the UID observed: it removes the object the decision was made
 // about, never a newer one of the same name that the cache does not show yet.
-func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
+func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, names []string) error {
 	for _, name := range names {
 		if pod, ok := obs.pods[name]; ok && pod.DeletionTimestamp.IsZero() {
-			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
-				return fmt.Errorf("delete pod %s: %w", name, err)
+			if err := r.takeDown(ctx, c, obs, step, pod); err != nil {
+				return err
 			}
 			// gofail: var orphanPodDeleted struct{}
 		}
@@ -321,11 +337,11 @@ func ignoreGone(err error) error {
 // resetBootstrapMembers deletes the pods and claims of members of a cluster that never formed
 // and whose claims were never bound: they hold no data. The bootstrap makes them again, with
 // the same names, once they are gone (confirmNeverFormed waits for that).
-func (r *EtcdClusterReconciler) resetBootstrapMembers(ctx context.Context, obs *observation, names []string) error {
-	if err := r.stopMembers(ctx, obs, names); err != nil {
+func (r *EtcdClusterReconciler) resetBootstrapMembers(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) error {
+	if err := r.stopMembers(ctx, c, obs, step, step.Members); err != nil {
 		return err
 	}
-	for _, name := range names {
+	for _, name := range step.Members {
 		pvc, ok := obs.pvcs[name]
 		if !ok || pvc.Status.Phase != corev1.ClaimPending {
 			continue
@@ -373,21 +389,69 @@ func patchEach[T client.Object](ctx context.Context, cl client.Client, observed 
 	return nil
 }
 
-// upgradeMember changes the image of the member's pod in place: the kubelet restarts the
-// container on the same pod, volume and IP, which is the quickest safe restart there is.
-func (r *EtcdClusterReconciler) upgradeMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, name string) error {
+// upgradeMember restarts a member on the desired version. A serving member's pod is evicted
+// (disruptionOf), so that the budget counts the restart with any drain's, and is made again on
+// its claim by restartMembers, on the version recorded there; with ephemeral storage its data
+// goes with the pod, and the member is replaced the usual way, on the desired version. Any
+// other member (of a cluster that never formed, or of one or two voters) gets the new image in
+// place: the kubelet restarts the container in the same pod, on the same volume.
+func (r *EtcdClusterReconciler) upgradeMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) error {
+	name := step.Member
 	pod, ok := obs.pods[name]
 	if !ok {
 		return fmt.Errorf("member %s has no pod to upgrade", name)
+	}
+	var err error
+	if disrupts, _ := disruptionOf(c, obs, step, name); disrupts {
+		err = r.evictToUpgrade(ctx, c, obs, pod)
+	} else {
+		err = r.upgradeInPlace(ctx, c, obs, pod)
+	}
+	if err != nil {
+		return err
+	}
+	// gofail: var memberUpgraded struct{}
+	return nil
+}
+
+func (r *EtcdClusterReconciler) evictToUpgrade(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, pod *corev1.Pod) error {
+	if pod.DeletionTimestamp.IsZero() {
+		if err := r.evict(ctx, pod); err != nil {
+			return err
+		}
+	}
+	// After the eviction, never before: recorded while the pod still runs (the budget holding the
+	// step), a pod made again for another cause would start on the new version without the
+	// upgrade's gates. An operator stopped in between makes the pod again on the version it ran,
+	// and the upgrade evicts it again.
+	return r.recordVersionToRun(ctx, obs, pod.Name, c.Spec.Version)
+}
+
+func (r *EtcdClusterReconciler) upgradeInPlace(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, pod *corev1.Pod) error {
+	// Here the record goes first: it must never name an older version than the pod runs, or a
+	// pod made again would take the member back to it.
+	if err := r.recordVersionToRun(ctx, obs, pod.Name, c.Spec.Version); err != nil {
+		return err
 	}
 	patch := client.StrategicMergeFrom(pod.DeepCopy())
 	pod.Spec.Containers[0].Image = resources.Image(c, r.DefaultImages, c.Spec.Version)
 	// In the same patch: the image of a version pinned by digest does not say which it is.
 	metav1.SetMetaDataAnnotation(&pod.ObjectMeta, resources.AnnotationEtcdVersion, c.Spec.Version)
-	if err := r.Patch(ctx, pod, patch); err != nil {
-		return err
+	return r.Patch(ctx, pod, patch)
+}
+
+// recordVersionToRun records on member's claim, if it has one, the version its next pod runs
+// (versionToRun).
+func (r *EtcdClusterReconciler) recordVersionToRun(ctx context.Context, obs *observation, member, version string) error {
+	pvc, ok := obs.pvcs[member]
+	if !ok || pvc.Annotations[resources.AnnotationEtcdVersion] == version {
+		return nil
 	}
-	// gofail: var memberUpgraded struct{}
+	patch := client.MergeFrom(pvc.DeepCopy())
+	metav1.SetMetaDataAnnotation(&pvc.ObjectMeta, resources.AnnotationEtcdVersion, version)
+	if err := r.Patch(ctx, pvc, patch); err != nil {
+		return fmt.Errorf("record version %s on claim %s: %w", version, pvc.Name, err)
+	}
 	return nil
 }
 

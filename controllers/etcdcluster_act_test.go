@@ -131,6 +131,7 @@ func TestPromoteThatFailsChangesNothing(t *testing.T) {
 			st := a.etcd.Statuses[learner.ClientURLs[0]]
 			st.IsLearner = true
 			a.etcd.Statuses[learner.ClientURLs[0]] = st
+			unlabelVoter(t, a.k8s, learner.Name) // as the operator leaves a learner's pod
 			a.etcd.Fail = map[string]error{"PromoteLearner": tc.err}
 			podsBefore, claimsBefore := memberObjects(t, a.k8s)
 
@@ -172,4 +173,17 @@ func memberObjects(t *testing.T, k8s client.Client) (pods, claims map[string]str
 		claims[c.Name] = c.ResourceVersion
 	}
 	return pods, claims
+}
+
+// unlabelVoter takes the voter label off member's pod.
+func unlabelVoter(t *testing.T, k8s client.Client, member string) {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: member}, pod); err != nil {
+		t.Fatal(err)
+	}
+	delete(pod.Labels, resources.LabelVoter)
+	if err := k8s.Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
 }

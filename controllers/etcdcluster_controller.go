@@ -11,7 +11,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -69,6 +68,7 @@ type EtcdClusterReconciler struct {
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
@@ -142,6 +142,9 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	step := membership.Next(obs.decisionInput(cluster, r.now()))
 	result, actErr := r.act(ctx, cluster, obs, step)
+	if held := (*disruptionHeld)(nil); errors.As(actErr, &held) {
+		step, actErr = held.waiting(step), nil
+	}
 
 	report(cluster, obs, step, actErr, r.now())
 	r.announceDegraded(cluster, before)
@@ -234,37 +237,6 @@ func (r *EtcdClusterReconciler) ensureClientEndpointLabels(ctx context.Context, 
 		if err := r.Patch(ctx, labelled, patch); err != nil {
 			return fmt.Errorf("label pod %s as a client endpoint: %w", name, err)
 		}
-	}
-	return nil
-}
-
-// ensureDisruptionBudget keeps the PodDisruptionBudget in step with the voters etcd has. While
-// etcd does not answer, the budget is left as it is: it protects the quorum last seen, and a
-// number guessed from the spec could only be lower than what a scale-down in progress needs.
-func (r *EtcdClusterReconciler) ensureDisruptionBudget(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
-	current := &policyv1.PodDisruptionBudget{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, current)
-	switch {
-	case client.IgnoreNotFound(err) != nil:
-		return fmt.Errorf("get PodDisruptionBudget: %w", err)
-	case err != nil:
-		voters := int(c.Spec.Size)
-		if obs.reachable {
-			voters = obs.voters()
-		}
-		return r.createOwned(ctx, c, resources.PodDisruptionBudget(c, voters))
-	case !obs.reachable:
-		return nil
-	}
-	desired := resources.PodDisruptionBudget(c, obs.voters())
-	if current.Spec.MinAvailable.String() == desired.Spec.MinAvailable.String() &&
-		equality.Semantic.DeepEqual(current.Spec.Selector, desired.Spec.Selector) {
-		return nil
-	}
-	patch := client.MergeFrom(current.DeepCopy())
-	current.Spec.MinAvailable, current.Spec.Selector = desired.Spec.MinAvailable, desired.Spec.Selector
-	if err := r.Patch(ctx, current, patch); err != nil {
-		return fmt.Errorf("update PodDisruptionBudget: %w", err)
 	}
 	return nil
 }

@@ -374,7 +374,8 @@ func lastVoters(c *etcdv1alpha1.EtcdCluster) []string {
 // no credentials: the copy is of files, WAL included. The recover-from annotation, the user's
 // leave, is consumed here: the recovery it started is recorded in status by now, and a later
 // quorum loss must not be recovered on an old leave.
-func (r *EtcdClusterReconciler) preserveData(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, member string) error {
+func (r *EtcdClusterReconciler) preserveData(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) error {
+	member := step.Member
 	if _, ok := c.Annotations[etcdv1alpha1.AnnotationRecoverFrom]; ok {
 		patch := client.MergeFrom(c.DeepCopy())
 		delete(c.Annotations, etcdv1alpha1.AnnotationRecoverFrom)
@@ -385,7 +386,7 @@ func (r *EtcdClusterReconciler) preserveData(ctx context.Context, c *etcdv1alpha
 	if pod, ok := obs.pods[member]; ok {
 		// Stopped, so that its files do not change while they are copied.
 		if pod.DeletionTimestamp.IsZero() {
-			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
+			if err := r.takeDown(ctx, c, obs, step, pod); err != nil {
 				return fmt.Errorf("stop member %s: %w", member, err)
 			}
 			// gofail: var quorumSurvivorStopped struct{}
@@ -427,7 +428,8 @@ func (r *EtcdClusterReconciler) preserveData(ctx context.Context, c *etcdv1alpha
 // --force-new-cluster: etcd then drops every other member from its member list. Its pod is
 // made again rather than changed, so that the flag is on one pod only, which is rolled once it
 // serves (membership.Next).
-func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, member string) error {
+func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) error {
+	member := step.Member
 	// The copy's pod mounted the member's claim: it must be gone before the member starts.
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PreserveDataJobName(member)}}
 	if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
@@ -435,7 +437,7 @@ func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1al
 	}
 	if pod, ok := obs.pods[member]; ok {
 		if pod.DeletionTimestamp.IsZero() {
-			if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
+			if err := r.takeDown(ctx, c, obs, step, pod); err != nil {
 				return fmt.Errorf("stop member %s: %w", member, err)
 			}
 		}
@@ -447,10 +449,11 @@ func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1al
 	}
 	if err := r.createMember(ctx, c, resources.MemberSpec{
 		Name:            member,
-		Version:         versionToRun(c, member),
+		Version:         versionToRun(c, obs, member),
 		InitialCluster:  pvc.Annotations[resources.AnnotationInitialCluster],
 		State:           pvc.Annotations[resources.AnnotationClusterState],
 		ForceNewCluster: true,
+		Voter:           true,
 	}, false); err != nil {
 		return err
 	}
@@ -545,9 +548,9 @@ func lostVoters(c *etcdv1alpha1.EtcdCluster, obs *observation, now time.Time) []
 // that stopped answering stays, being deleted, until the node answers (its kubelet then stops
 // it) or its Node object is deleted; the client Service sends no client to a pod being
 // deleted.
-func (r *EtcdClusterReconciler) fenceMembers(ctx context.Context, obs *observation, names []string) error {
+func (r *EtcdClusterReconciler) fenceMembers(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) error {
 	var errs []error
-	for _, name := range names {
+	for _, name := range step.Members {
 		pod, ok := obs.pods[name]
 		if !ok {
 			continue
@@ -559,7 +562,7 @@ func (r *EtcdClusterReconciler) fenceMembers(ctx context.Context, obs *observati
 		if !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
+		if err := r.takeDown(ctx, c, obs, step, pod); err != nil {
 			errs = append(errs, fmt.Errorf("stop member %s: %w", name, err))
 		}
 	}

@@ -111,7 +111,7 @@ func TestALaggingMemberHoldsEveryStepThatTakesAMemberDown(t *testing.T) {
 		assertLagReported(t, c, a.members[1])
 
 		a.lagBehind(a.members[1], membership.MaxLagEntries)
-		a.reconcile(t, 1)
+		a.reconcile(t, 2) // the member's pod evicted, then made again on the new version
 		upgraded := 0
 		for _, p := range memberPods(t, a) {
 			if p.Annotations[resources.AnnotationEtcdVersion] == "3.7.3" {

@@ -272,6 +272,7 @@ func TestBackupJobNamesFitAndDifferPerRun(t *testing.T) {
 
 // Only members are members: the client and peer Services and the disruption budget must never
 // select an agent pod, or a drain during a backup may evict a member the budget thought spare.
+// And only voters count in the budget: a learner's pod, which the Services select, it does not.
 func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 	c := testCluster()
 	backup, err := BackupJob(testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}), c, "img", time.Now(), nil)
@@ -296,10 +297,14 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 		"peer Service":   labels.SelectorFromSet(PeerService(c).Spec.Selector),
 		"budget":         pdb,
 	}
-	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil)
+	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16", Voter: true}, EtcdImages{Repository: "etcd"}, nil)
+	learner := MemberPod(c, MemberSpec{Name: "prod-fghjk", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil)
 	for what, sel := range selectors {
 		if !sel.Matches(labels.Set(member.Labels)) {
 			t.Errorf("the %s does not select member pod labels %v", what, member.Labels)
+		}
+		if selects := sel.Matches(labels.Set(learner.Labels)); selects != (what != "budget") {
+			t.Errorf("the %s selects a learner's pod (labels %v): %t", what, learner.Labels, selects)
 		}
 		for job, tmpl := range map[string]map[string]string{
 			"backup": backup.Spec.Template.Labels, "restore": restore.Spec.Template.Labels, "preserve-data": preserve.Spec.Template.Labels,

@@ -31,6 +31,10 @@ const (
 	// cluster; the pod's own deletion may wait for ever on a node that does not answer, a
 	// label change does not.
 	LabelServesClients = "etcd.database.dev/serves-clients"
+	// LabelVoter ("true") is on the pod of a member etcd lists as a voter, as the operator last
+	// observed it: the PodDisruptionBudget selects these pods alone, so that a learner's Ready
+	// pod, which casts no vote, never lets a drain take a voter that quorum needs.
+	LabelVoter = "etcd.database.dev/voter"
 
 	// AnnotationInitialCluster records, on bootstrap members' pods and claims, the
 	// --initial-cluster they were created with: the bootstrap plan survives an operator
@@ -53,7 +57,8 @@ const (
 	// AnnotationForceNewCluster marks the pod of a member restarted with --force-new-cluster.
 	AnnotationForceNewCluster = "etcd.database.dev/force-new-cluster"
 	// AnnotationEtcdVersion on a member pod is the etcd version its image runs, which an image
-	// pinned by digest does not say.
+	// pinned by digest does not say. On a member's claim, it is the version an upgrade chose for
+	// the member: its next pod runs it.
 	AnnotationEtcdVersion = "etcd.database.dev/etcd-version"
 	// AnnotationFenced on a member pod records when a quorum recovery took it out of the
 	// client Service's selection: it is never put back (the pod is being deleted).
@@ -232,4 +237,9 @@ func ManagedBy() map[string]string {
 // Selector selects the pods of a cluster.
 func Selector(c *etcdv1alpha1.EtcdCluster) map[string]string {
 	return map[string]string{LabelCluster: c.Name}
+}
+
+// VoterSelector selects the pods of a cluster's voting members (LabelVoter).
+func VoterSelector(c *etcdv1alpha1.EtcdCluster) map[string]string {
+	return map[string]string{LabelCluster: c.Name, LabelVoter: "true"}
 }

@@ -94,6 +94,10 @@ type MemberSpec struct {
 	// and is replaced by a normal one as soon as it serves: restarted with the flag again, it
 	// would drop every member added since.
 	ForceNewCluster bool
+	// Voter: the member votes (etcd lists it as a voter, or it is one of the members a cluster
+	// forms with), so its pod is made with LabelVoter and the PodDisruptionBudget counts it from
+	// the start.
+	Voter bool
 }
 
 // MemberPod is the pod of one member.
@@ -105,6 +109,10 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, ext
 	}
 	maps.Copy(labels, MemberLabels(c, m.Name))
 	labels[LabelServesClients] = "true"
+	delete(labels, LabelVoter)
+	if m.Voter {
+		labels[LabelVoter] = "true"
+	}
 
 	annotations := maps.Clone(tmpl.Metadata.Annotations)
 	if annotations == nil {
@@ -438,20 +446,19 @@ func ClientService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
 // fewer than a quorum: minAvailable = max(voters-1, voters/2+1), where voters is how many
 // voting members etcd has — not spec.size, which during a scale-down or while a member is
 // being replaced is smaller than the quorum etcd actually needs. A one-member cluster
-// therefore blocks eviction; scale it up before draining its node. It selects member pods
-// only (they alone carry LabelMember).
+// therefore blocks eviction; scale it up before draining its node. It selects the pods of
+// voters only (LabelVoter): a learner's Ready pod counted as available would let a drain take
+// one voter more than quorum can spare.
 func PodDisruptionBudget(c *etcdv1alpha1.EtcdCluster, voters int) *policyv1.PodDisruptionBudget {
 	minAvailable := max(voters-1, voters/2+1)
 	return &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, Labels: ClusterLabels(c)},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: ptr.To(intstr.FromInt(minAvailable)),
-			Selector: &metav1.LabelSelector{
-				MatchLabels:      Selector(c),
-				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: LabelMember, Operator: metav1.LabelSelectorOpExists}},
-			},
+			Selector:     &metav1.LabelSelector{MatchLabels: VoterSelector(c)},
 			// A member that is not ready (crash-looping, catching up) may be evicted: that
-			// cannot cost quorum, and it unblocks drains of broken nodes.
+			// cannot cost quorum, and it unblocks drains of broken nodes, and lets the operator
+			// replace a member that is down.
 			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
 		},
 	}

@@ -106,9 +106,9 @@ func TestMemberPodRunsEtcdSafely(t *testing.T) {
 
 func TestUserLabelsCannotOverrideTheOperators(t *testing.T) {
 	c := testCluster()
-	c.Spec.PodTemplate.Metadata.Labels = map[string]string{LabelCluster: "other", "team": "db"}
+	c.Spec.PodTemplate.Metadata.Labels = map[string]string{LabelCluster: "other", LabelVoter: "true", "team": "db"}
 	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "r/etcd"}, nil)
-	if pod.Labels[LabelCluster] != "prod" || pod.Labels["team"] != "db" {
+	if _, voter := pod.Labels[LabelVoter]; pod.Labels[LabelCluster] != "prod" || pod.Labels["team"] != "db" || voter {
 		t.Errorf("labels %v", pod.Labels)
 	}
 }

@@ -27,10 +27,12 @@ import (
 )
 
 // Drains go through the Eviction API, which honours the PodDisruptionBudget. Every member pod
-// is evicted again and again — while a backup Job's pod runs beside the members, and while a
-// 5 -> 3 scale-down is in progress — and at no moment may fewer than a quorum of etcd's voters
-// be running and Ready. An agent pod counted as a member, or a budget computed from spec.size
-// rather than the voters etcd has, would let two of three members go at once.
+// is evicted again and again — while a backup Job's pod runs beside the members, while a
+// 5 -> 3 scale-down is in progress, and while the operator rolls a changed spec out — and at no
+// moment may fewer than a quorum of etcd's voters be running and Ready. An agent pod counted as
+// a member, a budget computed from spec.size rather than the voters etcd has, or a roll-out that
+// deletes a member's pod rather than evicting it through the same budget, would let two of three
+// members go at once.
 func TestDrainsNeverBreakQuorum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -89,6 +91,24 @@ func TestDrainsNeverBreakQuorum(t *testing.T) {
 		patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Size = 3 })
 		evictUntil(t, c, 60*time.Second)
 		waitAvailable(t, c, 3)
+	})
+
+	t.Run("evictions during a roll-out", func(t *testing.T) {
+		patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) {
+			c.Spec.PodTemplate.Metadata.Annotations = map[string]string{"example.com/rolled": "yes"}
+		})
+		evictUntil(t, c, 60*time.Second)
+		waitFor(t, "every member restarted on the changed spec", func(ctx context.Context) (bool, error) {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+				return false, err
+			}
+			for _, pod := range memberPods(t, c) {
+				if pod.Annotations["example.com/rolled"] != "yes" {
+					return false, nil
+				}
+			}
+			return isAvailable(c, 3), nil
+		})
 	})
 
 	t.Run("no acknowledged write lost", func(t *testing.T) { w.verify(t) })

@@ -223,6 +223,7 @@ var namespacedRights = []authorizationv1.ResourceAttributes{
 	{Verb: "create", Resource: "pods"},
 	{Verb: "list", Resource: "pods"},
 	{Verb: "list", Resource: "events"},
+	{Verb: "create", Resource: "pods", Subresource: "eviction"},
 	{Verb: "delete", Resource: "persistentvolumeclaims"},
 	{Verb: "create", Resource: "services"},
 	{Verb: "create", Group: "batch", Resource: "jobs"},

@@ -177,7 +177,19 @@ func (c *client) onMember(name string, id uint64, change func(*etcd.Member)) err
 	return fmt.Errorf("etcdfake: %s %x: no such member", name, id)
 }
 
-func (c *client) MoveLeader(context.Context, string, uint64) error { return c.locked("MoveLeader") }
+// MoveLeader hands leadership to the member target, as every member then reports.
+func (c *client) MoveLeader(_ context.Context, _ string, target uint64) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if err := c.call("MoveLeader"); err != nil {
+		return err
+	}
+	for url, st := range c.f.Statuses {
+		st.LeaderID = target
+		c.f.Statuses[url] = st
+	}
+	return nil
+}
 
 func (c *client) Defragment(ctx context.Context, clientURL string) error {
 	c.f.mu.Lock()
