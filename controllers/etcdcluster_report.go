@@ -33,6 +33,7 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 		s.Certificates = obs.access.tls.certificates
 	}
 
+	s.HighestRevision = highestRevision(s.HighestRevision, obs)
 	if obs.reachable {
 		s.ClusterID = etcd.FormatID(obs.clusterID)
 		s.Members = reportedMembers(c, obs)
@@ -65,6 +66,16 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 	setConditions(c, obs, voters, step, actErr)
 	s.Operation = operation(s.Operation, step, now)
 	recordQuorumRecovery(c, obs, step, now)
+}
+
+// highestRevision is the high-water mark of the keyspace's revision: the highest any member
+// answered with, now or before. It never goes down: a client may hold any revision it was ever
+// handed, and a restore must start past it.
+func highestRevision(before int64, obs *observation) int64 {
+	for _, st := range obs.statuses {
+		before = max(before, st.Revision)
+	}
+	return before
 }
 
 // operation reports the change under way, keeping its start time while its type stays.

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/membership"
 )
 
@@ -262,5 +263,29 @@ func TestLockedOutOperatorDoesNotClaimTheClusterAvailable(t *testing.T) {
 	available := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable)
 	if available.Status != metav1.ConditionUnknown || available.Reason != etcdv1alpha1.ReasonCredentialsRejected {
 		t.Fatalf("Available = %+v, want Unknown CredentialsRejected", available)
+	}
+}
+
+// status.highestRevision is a high-water mark: the highest revision any member answered with,
+// kept while no member answers and when a restore takes the keyspace back.
+func TestHighestRevisionNeverGoesDown(t *testing.T) {
+	var highest int64
+	looks := []struct {
+		revisions []int64
+		want      int64
+	}{
+		{[]int64{90, 120, 100}, 120},
+		{nil, 120},               // quorum lost: nobody answers
+		{[]int64{7, 8}, 120},     // restored to an older revision without a bump
+		{[]int64{130, 125}, 130}, // writes go on
+	}
+	for i, look := range looks {
+		obs := &observation{statuses: map[uint64]etcd.MemberStatus{}}
+		for j, rev := range look.revisions {
+			obs.statuses[uint64(j+1)] = etcd.MemberStatus{Revision: rev}
+		}
+		if highest = highestRevision(highest, obs); highest != look.want {
+			t.Errorf("look %d (members at %v): highestRevision %d, want %d", i, look.revisions, highest, look.want)
+		}
 	}
 }

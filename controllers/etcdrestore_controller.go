@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/agent"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/resources"
+	"github.com/etcd-database/etcd-operator/internal/restoreplan"
 )
 
 // EtcdRestoreReconciler restores snapshots into new EtcdClusters, or in place into existing
@@ -166,6 +168,10 @@ type snapshotSource struct {
 	// cluster the snapshot was taken of, when a backup says: the EtcdCluster of the same
 	// namespace its spec.clusterName names.
 	cluster string
+	// revision of the snapshot, when a backup recorded it: of the oldest of the snapshots the
+	// Job may fall back to, as a revision bump must reach past the highest revision seen from
+	// whichever it restores.
+	revision int64
 }
 
 func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (snapshotSource, error) {
@@ -195,9 +201,11 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 		}
 		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
 		src.uri, src.etcdVersion, src.cluster, src.backup = artifact.URI, artifact.EtcdVersion, backup.Spec.ClusterName, backup.Name
+		src.revision = artifact.Revision
 		for _, older := range olderArtifacts(backup, artifact) {
 			if key, ok := strings.CutPrefix(older.URI, base); ok {
 				src.Fallbacks = append(src.Fallbacks, jobspec.Snapshot{Key: key, SHA256: older.SHA256})
+				src.revision = min(src.revision, older.Revision)
 			}
 		}
 	}
@@ -356,6 +364,8 @@ func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1
 	}
 	recorded := rs.Status.RestoredRevision != 0
 	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
+	// From the Job, not computed again: the highest revision seen may have moved since.
+	rs.Status.RevisionBump, _ = strconv.ParseInt(job.Annotations[resources.AnnotationRevisionBump], 10, 64)
 	if report.Restore.URI != "" {
 		rs.Status.SnapshotURI = report.Restore.URI
 	}
@@ -400,6 +410,11 @@ func (r *EtcdRestoreReconciler) startJob(ctx context.Context, rs *etcdv1alpha1.E
 	if r.AgentImage == "" {
 		return failed(etcdv1alpha1.ReasonAgentImageUnknown, "the operator was started without RELATED_IMAGE_OPERATOR, the image its restore Jobs run")
 	}
+	bump, err := r.revisionBump(ctx, rs, c, src)
+	if err != nil {
+		return err
+	}
+	src.RevisionBump = bump
 	job, err := resources.RestoreJob(rs, c, seed, src.RestoreSource, r.AgentImage, r.DefaultImages, r.PodEnv)
 	if err != nil {
 		return err
@@ -414,6 +429,39 @@ func (r *EtcdRestoreReconciler) startJob(ctx context.Context, rs *etcdv1alpha1.E
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "started Job %s to restore member %s of EtcdCluster %s", job.Name, seed, c.Name)
 	return nil
+}
+
+// minBumpVersion is the first etcd whose etcdutl bumps a restored revision.
+const minBumpVersion = "3.5.10"
+
+// revisionBump is the bump spec.revisionBump asks for (restoreplan.RevisionBump), on what the
+// operator knows: the snapshot's revision, and the highest revision it saw the cluster reach
+// that the snapshot's clients used. Restored in place, that is the cluster itself; into a new
+// cluster, the cluster the EtcdBackup was taken of, if it is still there: its clients are the
+// ones a restore into a new cluster usually serves.
+func (r *EtcdRestoreReconciler) revisionBump(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (int64, error) {
+	rev := restoreplan.Revision{Snapshot: src.revision}
+	switch {
+	case rs.Spec.Target.Mode == etcdv1alpha1.RestoreInPlace:
+		rev.HighestSeen = c.Status.HighestRevision
+	case src.cluster != "":
+		source := &etcdv1alpha1.EtcdCluster{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: src.cluster}, source)
+		if client.IgnoreNotFound(err) != nil {
+			return 0, err
+		}
+		rev.HighestSeen = source.Status.HighestRevision
+	}
+	bump, err := restoreplan.RevisionBump(rs.Spec.RevisionBump, rev)
+	if err != nil {
+		return 0, failed(etcdv1alpha1.ReasonInvalidSpec, "spec.revisionBump: %v", err)
+	}
+	if older, known := compareVersions(c.Spec.Version, minBumpVersion, false); bump > 0 && known && older < 0 {
+		return 0, failed(etcdv1alpha1.ReasonInvalidSpec,
+			"etcd %s cannot bump the restored revision (etcdutl does from %s on): run %s or newer, or set spec.revisionBump: None if no client has watched the cluster",
+			c.Spec.Version, minBumpVersion, minBumpVersion)
+	}
+	return bump, nil
 }
 
 // jobFailure says why a restore Job failed, from the first of its containers that did.

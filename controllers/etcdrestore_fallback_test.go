@@ -9,11 +9,9 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -64,10 +62,7 @@ func TestRestoreOfAMissingSnapshotFallsBackToTheNewestOlderOne(t *testing.T) {
 	r.Recorder = recorder
 
 	reconcileRestore(t, r, rs)
-	job := &batchv1.Job{}
-	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.RestoreJobName(rs.Name)}, job); err != nil {
-		t.Fatalf("no restore Job: %v", err)
-	}
+	job := restoreJobOf(t, k8s, rs)
 	cfg := jobConfig(t, job)
 	var tried []string
 	for _, s := range append([]jobspec.Snapshot{{Key: cfg.Key, SHA256: cfg.SHA256}}, cfg.Fallbacks...) {
@@ -84,22 +79,7 @@ func TestRestoreOfAMissingSnapshotFallsBackToTheNewestOlderOne(t *testing.T) {
 	// The newest is gone: the Job restored the one before it.
 	missing, fetched := artifacts[0], artifacts[1]
 	report := agent.Report{Restore: &agent.RestoreResult{URI: fetched.URI, SizeBytes: 1, SHA256: fetched.SHA256, Revision: fetched.Revision, Missing: missing.URI}}
-	job.Status = batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}
-	if err := k8s.Status().Update(t.Context(), job); err != nil {
-		t.Fatal(err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns",
-			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
-		Status: corev1.PodStatus{Phase: corev1.PodSucceeded, InitContainerStatuses: []corev1.ContainerStatus{{Name: resources.RestoreFetchContainer,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: string(report.Encode())}}}}},
-	}
-	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Create(t.Context(), pod); err != nil {
-		t.Fatal(err)
-	}
+	completeRestoreJob(t, k8s, job, report)
 	got := reconcileRestore(t, r, rs)
 	if got.Status.SnapshotURI != fetched.URI || got.Status.MissingSnapshotURI != missing.URI || got.Status.RestoredRevision != fetched.Revision {
 		t.Fatalf("status names %s (missing %q) at revision %d, want the snapshot restored, %s at %d, and the missing %s",

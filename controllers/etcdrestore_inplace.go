@@ -79,10 +79,29 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 	if !done {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
+	if err := passedTheBump(rs, c); err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.carryRootPasswords(ctx, c, src); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.cutOver(ctx, rs, c, seed)
+}
+
+// passedTheBump refuses the cut-over when the cluster, serving on while its snapshot was
+// staged, has reached a revision at or past the one the restored data starts from: clients may
+// hold that revision, and the restored cluster would hand it out again with other data. The
+// bump was chosen with a fifth to spare and at least a million revisions, so this takes a
+// cluster writing very fast during the staging; a restore created again bumps past it. With
+// spec.revisionBump None the user chose to start at the snapshot's revision.
+func passedTheBump(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) error {
+	starts := rs.Status.RestoredRevision + rs.Status.RevisionBump
+	if rs.Status.RevisionBump == 0 || c.Status.HighestRevision < starts {
+		return nil
+	}
+	return failed(etcdv1alpha1.ReasonFailed,
+		"EtcdCluster %s reached revision %d while the snapshot was staged, past revision %d the restored data would start from (snapshot %d + bump %d), and was not touched; create the restore again, which bumps past it, or give a larger spec.revisionBump",
+		c.Name, c.Status.HighestRevision, starts, rs.Status.RestoredRevision, rs.Status.RevisionBump)
 }
 
 // checkInPlaceStart refuses to start while a backup of the cluster runs, and records what the
@@ -102,7 +121,7 @@ func (r *EtcdRestoreReconciler) checkInPlaceStart(ctx context.Context, rs *etcdv
 			return ctrl.Result{RequeueAfter: backupRetry}, nil
 		}
 	}
-	replaced := &etcdv1alpha1.ReplacedData{ClusterID: c.Status.ClusterID}
+	replaced := &etcdv1alpha1.ReplacedData{ClusterID: c.Status.ClusterID, Revision: c.Status.HighestRevision}
 	for _, m := range c.Status.Members {
 		replaced.Members = append(replaced.Members, m.Name)
 	}

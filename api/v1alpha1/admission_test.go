@@ -101,6 +101,9 @@ var invalidObjects = []struct {
 	{"restore backup uri scheme", restore("source: {backup: {name: b, uri: 'http://x/y'}}\ntarget: {mode: InPlace, clusterName: r}"), "spec.source.backup.uri in body should match"},
 	{"restore cluster name invalid", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: Prod}"), "spec.target.clusterName in body should match"},
 	{"restore name too long", named("EtcdRestore", strings.Repeat("r", 64), "spec:\n  source: {backup: {name: b}}\n  target: {mode: InPlace, clusterName: r}"), "an EtcdRestore name must be at most 63 characters"},
+	{"restore revision bump a word", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: r}\nrevisionBump: Always"), "spec.revisionBump in body should match"},
+	{"restore revision bump zero", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: r}\nrevisionBump: '0'"), "spec.revisionBump in body should match"},
+	{"restore revision bump past int64", restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: r}\nrevisionBump: '9999999999999999999'"), "spec.revisionBump in body should match"},
 	{"restore new cluster spec invalid", restore("source: {backup: {name: b}}\ntarget: {mode: New, clusterName: r, cluster: {size: 12}}"), "spec.target.cluster.size in body should be less than or equal to 9"},
 }
 

@@ -189,6 +189,17 @@ func TestBackupDefaults(t *testing.T) {
 	}
 }
 
+// A restore is revision-safe unless its author says otherwise; a number is taken as it is.
+func TestRestoreRevisionBumpDefaultsToAuto(t *testing.T) {
+	for spec, want := range map[string]string{"": "Auto", "\nrevisionBump: None": "None", "\nrevisionBump: '2000000'": "2000000"} {
+		rs := object(t, restore("source: {backup: {name: b}}\ntarget: {mode: InPlace, clusterName: r}"+spec))
+		create(t, rs)
+		if got, _, _ := unstructured.NestedString(rs.Object, "spec", "revisionBump"); got != want {
+			t.Errorf("%q: revisionBump = %q, want %q", spec, got, want)
+		}
+	}
+}
+
 func TestScaleSubresourceDrivesSpecSize(t *testing.T) {
 	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "scaled", Namespace: "default"}}
 	create(t, c)

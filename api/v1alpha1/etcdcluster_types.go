@@ -627,6 +627,13 @@ type EtcdClusterStatus struct {
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`
 
+	// HighestRevision is the highest revision of the keyspace any member reported to the
+	// operator, ever: the high-water mark of what a client may have read or watched. It never
+	// goes down, not even when a restore takes the data back to an older revision; a restore
+	// starts past it (EtcdRestore spec.revisionBump).
+	// +optional
+	HighestRevision int64 `json:"highestRevision,omitempty"`
+
 	// Members as etcd reports them.
 	// +optional
 	// +listType=map

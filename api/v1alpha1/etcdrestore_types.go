@@ -15,6 +15,23 @@ type EtcdRestoreSpec struct {
 	// Target cluster of the restore.
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Target"
 	Target RestoreTarget `json:"target"`
+
+	// RevisionBump is how far past the snapshot's revision the restored cluster starts, with
+	// every revision below marked compacted. Clients key what they hold by revision (a
+	// Kubernetes API server's watch cache and every informer above all): restored to an older
+	// revision, the cluster would hand out revisions again that they already hold with other
+	// data, and their watches would replay or miss events. Bumped, every watch from before
+	// the restore ends with a compaction error and its client lists afresh.
+	// Auto (the default) bumps past the highest revision the operator saw the cluster reach,
+	// with a fifth to spare and at least 1,000,000, or by 1,000,000,000 when it knows none
+	// (a snapshot from a location, or of a cluster that is gone). None restores the snapshot's
+	// revision as it is: only for a cluster no client has watched. A number bumps by that
+	// much. A bump needs etcd 3.5.10 or newer.
+	// +kubebuilder:validation:Pattern=`^(Auto|None|[1-9][0-9]{0,17})$`
+	// +kubebuilder:default=Auto
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Revision Bump"
+	// +optional
+	RevisionBump string `json:"revisionBump,omitempty"`
 }
 
 // RestoreSource is an EtcdBackup's snapshot or a snapshot at an explicit location. Exactly one
@@ -157,6 +174,12 @@ type EtcdRestoreStatus struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Restored Revision"
 	RestoredRevision int64 `json:"restoredRevision,omitempty"`
+
+	// RevisionBump is how far past the snapshot's revision (restoredRevision) the restored
+	// cluster starts: its first revision is restoredRevision + revisionBump, and every one
+	// below it is compacted. Set when the restore Job is made.
+	// +optional
+	RevisionBump int64 `json:"revisionBump,omitempty"`
 
 	// Replaced is what an in-place restore replaced.
 	// +optional

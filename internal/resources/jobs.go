@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -133,6 +134,9 @@ type RestoreSource struct {
 	SHA256 string
 	// Fallbacks are restored instead, the first that exists, should Key no longer exist.
 	Fallbacks []jobspec.Snapshot
+	// RevisionBump is how far past the snapshot's revision the restored data starts, every
+	// revision below compacted (etcdutl's --bump-revision and --mark-compacted); 0 for none.
+	RevisionBump int64
 }
 
 // Containers of a restore Job, in order.
@@ -183,6 +187,11 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 		},
 		VolumeMounts: []corev1.VolumeMount{data},
 	})
+	if src.RevisionBump > 0 {
+		// etcdutl requires the one with the other: the revisions skipped are compacted, so a
+		// watch from any of them ends with a compaction error instead of replaying nothing.
+		restore.Args = append(restore.Args, fmt.Sprintf("--bump-revision=%d", src.RevisionBump), "--mark-compacted")
+	}
 	// etcdutl writes no termination message: its last log lines say why it failed.
 	restore.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	install := agentContainer(corev1.Container{
@@ -192,8 +201,11 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 	spec := agentJobSpec(podLabels, install, volumes)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore}
 	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: RestoreJobName(r.Name), Namespace: r.Namespace, Labels: agentJobLabels(podLabels, c)},
-		Spec:       spec,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: RestoreJobName(r.Name), Namespace: r.Namespace, Labels: agentJobLabels(podLabels, c),
+			Annotations: map[string]string{AnnotationRevisionBump: strconv.FormatInt(src.RevisionBump, 10)},
+		},
+		Spec: spec,
 	}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -363,6 +364,31 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 	for what, l := range made {
 		if !selector.Matches(labels.Set(l)) {
 			t.Errorf("%s labelled %v, without %v", what, l, ManagedBy())
+		}
+	}
+}
+
+// A restore Job's etcdutl bumps the revision, marking what it skips compacted, exactly when a
+// bump is asked for, and the Job says which bump it applies.
+func TestRestoreJobBumpsTheRevision(t *testing.T) {
+	for _, bump := range []int64{0, 1_200_000} {
+		job, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), "prod-seed",
+			RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}, RevisionBump: bump}, "img", EtcdImages{Repository: "etcd"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var args []string
+		for _, c := range job.Spec.Template.Spec.InitContainers {
+			if c.Name == RestoreEtcdutlContainer {
+				args = c.Args
+			}
+		}
+		bumped, compacted := slices.Contains(args, "--bump-revision=1200000"), slices.Contains(args, "--mark-compacted")
+		if bumped != (bump > 0) || compacted != (bump > 0) {
+			t.Errorf("bump %d: etcdutl args %v", bump, args)
+		}
+		if got := job.Annotations[AnnotationRevisionBump]; got != strconv.FormatInt(bump, 10) {
+			t.Errorf("bump %d: the Job's annotation says %q", bump, got)
 		}
 	}
 }

@@ -52,6 +52,9 @@ const (
 	// AnnotationRestoreSeed, on an EtcdCluster restored in place, is the member whose claim
 	// holds the restored data: the cluster stops its old members and forms again from it.
 	AnnotationRestoreSeed = "etcd.database.dev/restore-seed"
+	// AnnotationRevisionBump, on a restore Job, is the revision bump its etcdutl applies: what
+	// the restore records once the Job has succeeded.
+	AnnotationRevisionBump = "etcd.database.dev/revision-bump"
 	// AnnotationRestoredBy, on an EtcdCluster, names the EtcdRestore that created it.
 	AnnotationRestoredBy = "etcd.database.dev/restored-by"
 	// AnnotationForceNewCluster marks the pod of a member restarted with --force-new-cluster.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/restoreplan"
 )
 
 // A restore takes a Job, a one-member start and two learners joining.
@@ -58,7 +60,10 @@ func TestEtcdRestore(t *testing.T) {
 		if restored.Status.ReadyMembers != 3 {
 			t.Errorf("restored cluster has %d ready members, want 3", restored.Status.ReadyMembers)
 		}
-		expectData(t, clientServiceEndpoint(t, restored), art.Revision, map[string]int{"dataset/": datasetKeys, "later/": 0})
+		if rs.Status.RevisionBump < restoreplan.MinAutoBump {
+			t.Errorf("bumped by %d, want at least %d (spec.revisionBump Auto)", rs.Status.RevisionBump, restoreplan.MinAutoBump)
+		}
+		expectData(t, clientServiceEndpoint(t, restored), art.Revision+rs.Status.RevisionBump, map[string]int{"dataset/": datasetKeys, "later/": 0})
 		logRestorePrinterColumns(t, f.ns)
 	})
 
@@ -83,7 +88,7 @@ func TestEtcdRestore(t *testing.T) {
 		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "from-claim"}, restored); err != nil {
 			t.Fatal(err)
 		}
-		expectData(t, clientServiceEndpoint(t, restored), b.Status.LastBackup.Revision, map[string]int{"dataset/": datasetKeys, "later/": 50})
+		expectData(t, clientServiceEndpoint(t, restored), b.Status.LastBackup.Revision+rs.Status.RevisionBump, map[string]int{"dataset/": datasetKeys, "later/": 50})
 	})
 
 	key := strings.TrimPrefix(art.URI, "s3://"+backupBucket+"/restore/")
@@ -98,6 +103,8 @@ func TestEtcdRestore(t *testing.T) {
 		for _, m := range before.Status.Members {
 			oldMembers[m.Name] = true
 		}
+		// A client that has read the keyspace at seen watches on from there, as an informer does.
+		seen, watch := watchFromNow(t, endpoint, "dataset/")
 		rs := f.createRestore(t, "in-place", etcdv1alpha1.EtcdRestoreSpec{
 			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name, URI: art.URI}},
 			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: f.cluster.Name},
@@ -123,16 +130,23 @@ func TestEtcdRestore(t *testing.T) {
 			}
 		}
 		// The restore lets go of the cluster once its outcome is in its status, a step later.
-		seen := ""
+		logged := ""
 		waitFor(t, "the restore's annotations gone from the cluster", func(ctx context.Context) (bool, error) {
 			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(f.cluster), after)
-			if now := fmt.Sprint(after.Annotations); err == nil && len(after.Annotations) != 0 && now != seen {
+			if now := fmt.Sprint(after.Annotations); err == nil && len(after.Annotations) != 0 && now != logged {
 				t.Logf("annotations on the cluster: %s", now)
-				seen = now
+				logged = now
 			}
 			return err == nil && len(after.Annotations) == 0, err
 		})
-		expectData(t, endpoint, art.Revision, map[string]int{"dataset/": datasetKeys, "later/": 0})
+		expectData(t, endpoint, art.Revision+rs.Status.RevisionBump, map[string]int{"dataset/": datasetKeys, "later/": 0})
+		if art.Revision+rs.Status.RevisionBump <= seen {
+			t.Errorf("the restored keyspace starts at revision %d (%d bumped by %d), not past %d, which a client read before the restore",
+				art.Revision+rs.Status.RevisionBump, art.Revision, rs.Status.RevisionBump, seen)
+		}
+		// Without the bump the watch, reconnected to the restored cluster at a revision it
+		// has again, would wait on with its data out of date, and see no compaction.
+		watch.expectCompacted(t)
 		waitFor(t, "the old members' claims deleted", func(ctx context.Context) (bool, error) {
 			claims := &corev1.PersistentVolumeClaimList{}
 			if err := k8sClient.List(ctx, claims, client.InNamespace(f.ns)); err != nil {
@@ -270,11 +284,71 @@ func expectData(t *testing.T, endpoint string, revision int64, counts map[string
 			t.Errorf("%d keys under %s, want %d", resp.Count, prefix, want)
 		}
 		if revision != 0 && resp.Header.Revision != revision {
-			t.Errorf("keyspace at revision %d, want the snapshot's %d", resp.Header.Revision, revision)
+			t.Errorf("keyspace at revision %d, want %d (the snapshot's, bumped)", resp.Header.Revision, revision)
 		}
 	}
 }
 
 func logRestorePrinterColumns(t *testing.T, namespace string) {
 	t.Logf("kubectl get etcdrestores -o wide:\n%s", kubectlGet(t, namespace, "etcdrestores"))
+}
+
+// watchFromNow reads prefix at endpoint and watches it from the revision after the one read,
+// as a Kubernetes informer lists and then watches. The watch follows the cluster through
+// whatever happens to it: the client reconnects, and resumes from the last revision it got.
+func watchFromNow(t *testing.T, endpoint, prefix string) (int64, *revisionWatch) {
+	t.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); _ = cl.Close() })
+	resp, err := cl.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &revisionWatch{ended: make(chan struct{})}
+	ch := cl.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	go func() {
+		defer close(w.ended)
+		for r := range ch {
+			w.mu.Lock()
+			w.events += len(r.Events)
+			if r.CompactRevision != 0 {
+				w.compactedAt = r.CompactRevision
+			}
+			if err := r.Err(); err != nil {
+				w.err = err
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return resp.Header.Revision, w
+}
+
+type revisionWatch struct {
+	ended       chan struct{}
+	mu          sync.Mutex
+	events      int
+	compactedAt int64
+	err         error
+}
+
+// expectCompacted: the watch ended with etcd's compaction error, with no event before it (the
+// prefix is written no more after the watch began), within two minutes of the restore (the
+// client's reconnection backs off while the cluster is down).
+func (w *revisionWatch) expectCompacted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-w.ended:
+	case <-time.After(2 * time.Minute):
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.compactedAt == 0 || w.events != 0 {
+		t.Errorf("the watch from before the restore: %d events, compacted at %d, error %v; want no event and a compaction error", w.events, w.compactedAt, w.err)
+	} else {
+		t.Logf("the watch from before the restore ended: %v (compacted at %d)", w.err, w.compactedAt)
+	}
 }

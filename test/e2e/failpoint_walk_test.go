@@ -31,6 +31,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
+	"github.com/etcd-database/etcd-operator/internal/restoreplan"
 	"github.com/etcd-database/etcd-operator/test/failpoints"
 	"github.com/etcd-database/etcd-operator/test/linearizability"
 )
@@ -251,7 +252,7 @@ func (w *failpointWalk) restoreInPlace(t *testing.T) {
 	// The hold goes in the cleanup after the outcome is recorded.
 	w.waitCluster(t, w.cluster, "no annotation of the restore left", func(c *etcdv1alpha1.EtcdCluster) bool { return len(c.Annotations) == 0 })
 	members.expectFinalAllNew(t, before)
-	w.expectBackedUpData(t, w.cluster, rs.Status.RestoredRevision)
+	w.expectBackedUpData(t, w.cluster, rs.Status.RestoredRevision+rs.Status.RevisionBump)
 }
 
 func (w *failpointWalk) restoreNew(t *testing.T) {
@@ -271,7 +272,7 @@ func (w *failpointWalk) restoreNew(t *testing.T) {
 	w.waitRestored(t, rs)
 	restored := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "walk-copy", Namespace: w.ns}}
 	w.converged(t, restored, 1, func() *clientv3.Client { return plainClient(restored) })
-	w.expectBackedUpData(t, restored, rs.Status.RestoredRevision)
+	w.expectBackedUpData(t, restored, rs.Status.RestoredRevision+rs.Status.RevisionBump)
 }
 
 // waitRestored waits for the restore to complete and checks what its status and the objects it
@@ -286,11 +287,14 @@ func (w *failpointWalk) waitRestored(t *testing.T, rs *etcdv1alpha1.EtcdRestore)
 	if rs.Status.SnapshotURI != art.URI || rs.Status.SnapshotSHA256 != art.SHA256 || rs.Status.RestoredRevision != art.Revision || rs.Status.CompletionTime == nil {
 		t.Errorf("restore status %+v; want revision %d of %s (sha256 %s) and a completion time", rs.Status, art.Revision, art.URI, art.SHA256)
 	}
+	if rs.Status.RevisionBump < restoreplan.MinAutoBump {
+		t.Errorf("restore status %+v: bumped by %d, want the revision bumped (spec.revisionBump Auto)", rs.Status, rs.Status.RevisionBump)
+	}
 	w.jobsGone(t, client.MatchingLabels{resources.LabelRestore: rs.Name})
 }
 
 // expectBackedUpData checks that the restored cluster serves the backup: every write the writer
-// had acknowledged, nothing written after the backup, at the snapshot's revision.
+// had acknowledged, nothing written after the backup, at the snapshot's revision bumped.
 func (w *failpointWalk) expectBackedUpData(t *testing.T, c *etcdv1alpha1.EtcdCluster, revision int64) {
 	t.Helper()
 	cl := plainClient(c)
@@ -305,7 +309,7 @@ func (w *failpointWalk) expectBackedUpData(t *testing.T, c *etcdv1alpha1.EtcdClu
 		t.Fatal(err)
 	}
 	if resp.Header.Revision != revision {
-		t.Errorf("the restored keyspace is at revision %d, want the snapshot's %d", resp.Header.Revision, revision)
+		t.Errorf("the restored keyspace is at revision %d, want %d (the snapshot's, bumped)", resp.Header.Revision, revision)
 	}
 	present := map[string]bool{}
 	for _, kv := range resp.Kvs {
