@@ -65,6 +65,12 @@ func TestChaos(t *testing.T) {
 		soak.settle()
 	}
 	soak.faultsDone = time.Since(start)
+	t.Run("every kind of fault was injected", func(t *testing.T) {
+		if missing := soak.kindsMissing(); len(missing) > 0 {
+			t.Errorf("never injected: %v in %d faults over %v (the first %d faults are one of each kind: the run was too short)",
+				missing, len(soak.faults), soak.faultsDone.Round(time.Second), len(chaosFaultWeights))
+		}
+	})
 
 	for _, cc := range clusters {
 		t.Run(cc.c.Name+": no acknowledged write lost", func(t *testing.T) { cc.writer.verify(t) })
@@ -194,6 +200,9 @@ type chaosSoak struct {
 	clusters   []*chaosCluster
 	faults     []chaosFault
 	faultsDone time.Duration
+	// firsts are the kinds not drawn yet: the first faults are one of each kind, in a random
+	// order, so that even CI's short run has every kind.
+	firsts []string
 }
 
 type chaosFault struct {
@@ -220,6 +229,17 @@ var chaosFaultWeights = []struct {
 }
 
 func (s *chaosSoak) draw() string {
+	if s.firsts == nil {
+		for _, f := range chaosFaultWeights {
+			s.firsts = append(s.firsts, f.kind)
+		}
+		s.rng.Shuffle(len(s.firsts), func(i, j int) { s.firsts[i], s.firsts[j] = s.firsts[j], s.firsts[i] })
+	}
+	if len(s.firsts) > 0 {
+		kind := s.firsts[0]
+		s.firsts = s.firsts[1:len(s.firsts):len(s.firsts)]
+		return kind
+	}
 	total := 0
 	for _, f := range chaosFaultWeights {
 		total += f.weight
@@ -335,6 +355,17 @@ func (s *chaosSoak) settle() {
 	last := &s.faults[len(s.faults)-1]
 	last.window = time.Since(began)
 	s.t.Logf("fault %d: %s (%s); both clusters whole again in %v", len(s.faults), last.kind, last.target, last.window.Round(100*time.Millisecond))
+}
+
+// kindsMissing are the kinds of fault the soak has not injected.
+func (s *chaosSoak) kindsMissing() []string {
+	var missing []string
+	for _, f := range chaosFaultWeights {
+		if !slices.ContainsFunc(s.faults, func(fault chaosFault) bool { return fault.kind == f.kind }) {
+			missing = append(missing, f.kind)
+		}
+	}
+	return missing
 }
 
 // summary: the faults by kind with their availability windows, what the clients did, the
