@@ -239,13 +239,16 @@ func TestEtcdBackup(t *testing.T) {
 		}
 		waitBackupPhase(t, b, backupTimeout, etcdv1alpha1.BackupSuspended)
 		runs := len(b.Status.History)
-		time.Sleep(70 * time.Second)
-		if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Status.History) != runs || b.Status.Phase != etcdv1alpha1.BackupSuspended {
-			t.Errorf("suspended backup went on: %d runs before, %d after, phase %s", runs, len(b.Status.History), b.Status.Phase)
-		}
+		// Past the next minute's schedule.
+		holdsFor(t, 70*time.Second, "a suspended backup", func(ctx context.Context) (string, error) {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+				return "", err
+			}
+			if len(b.Status.History) != runs || b.Status.Phase != etcdv1alpha1.BackupSuspended || b.Status.ActiveJob != "" {
+				return fmt.Sprintf("went on: %d runs before, %d now, phase %s, active Job %q", runs, len(b.Status.History), b.Status.Phase, b.Status.ActiveJob), nil
+			}
+			return "", nil
+		})
 	})
 
 	// Last, as it stops the shared server.

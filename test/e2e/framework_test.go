@@ -43,6 +43,27 @@ func waitFor(t testing.TB, what string, done wait.ConditionWithContextFunc) {
 	}
 }
 
+// holdsFor checks, every second for d, that nothing it must not see has happened: broken says
+// what has, or "". It ends the test at the first sighting, rather than at the end of a sleep
+// that only looks once: a thing done and undone within the window is caught too.
+func holdsFor(t testing.TB, d time.Duration, what string, broken func(ctx context.Context) (string, error)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		why, err := broken(context.Background())
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if why != "" {
+			t.Fatalf("%s: %s", what, why)
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // pollUntil polls done every 200ms until it says so or timeout passes.
 func pollUntil(ctx context.Context, timeout time.Duration, done func(context.Context) (bool, error)) error {
 	deadline := time.Now().Add(timeout)
