@@ -74,15 +74,22 @@ func putDataset(t *testing.T, endpoint, prefix string, n, size int) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	value := strings.Repeat("v", size)
 	for i := range n {
+		key := fmt.Sprintf("%s%04d", prefix, i)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := cl.Put(ctx, fmt.Sprintf("%s%04d", prefix, i), value)
+		_, err := cl.Put(ctx, key, datasetValue(key, size))
 		cancel()
 		if err != nil {
 			t.Fatalf("put %s%04d: %v", prefix, i, err)
 		}
 	}
+}
+
+// datasetValue is the value putDataset writes at key: the key itself, then filler up to size
+// bytes, so that a value read back says which key it belongs to.
+func datasetValue(key string, size int) string {
+	v := key + ":" + strings.Repeat("v", max(size-len(key)-1, 0))
+	return v[:max(size, len(key)+1)]
 }
 
 func (f *backupFixture) s3Destination(prefix, credentialsSecret string) etcdv1alpha1.StorageLocation {

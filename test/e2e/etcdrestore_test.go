@@ -263,8 +263,8 @@ func expectNoCluster(t *testing.T, namespace, name string) {
 	})
 }
 
-// expectData checks the number of keys under each prefix and, unless revision is 0, that the
-// keyspace is at that revision.
+// expectData checks the keys under each prefix, how many and that each holds the value
+// putDataset wrote at it, and, unless revision is 0, that the keyspace is at that revision.
 func expectData(t *testing.T, endpoint string, revision int64, counts map[string]int) {
 	t.Helper()
 	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -275,13 +275,20 @@ func expectData(t *testing.T, endpoint string, revision int64, counts map[string
 	for prefix, want := range counts {
 		// Generous: the cluster may have just been made, its endpoints not yet everywhere.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		resp, err := cl.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := cl.Get(ctx, prefix, clientv3.WithPrefix())
 		cancel()
 		if err != nil {
-			t.Fatalf("count %s: %v", prefix, err)
+			t.Fatalf("read %s: %v", prefix, err)
 		}
-		if int(resp.Count) != want {
-			t.Errorf("%d keys under %s, want %d", resp.Count, prefix, want)
+		if len(resp.Kvs) != want {
+			t.Errorf("%d keys under %s, want %d", len(resp.Kvs), prefix, want)
+		}
+		// Each value, not only the count: the one putDataset wrote at that key.
+		for _, kv := range resp.Kvs {
+			if key := string(kv.Key); string(kv.Value) != datasetValue(key, len(kv.Value)) {
+				t.Errorf("%s holds %.40q…, not the value written at it", key, kv.Value)
+				break
+			}
 		}
 		if revision != 0 && resp.Header.Revision != revision {
 			t.Errorf("keyspace at revision %d, want %d (the snapshot's, bumped)", resp.Header.Revision, revision)
