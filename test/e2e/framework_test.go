@@ -96,9 +96,29 @@ func testNamespace(t *testing.T, prefix string) string {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			_ = k8sClient.Delete(context.Background(), ns)
+			return
 		}
+		// Kept for a look at what failed; its scheduled backups would go on loading the node
+		// under the tests that run after.
+		suspendBackups(ns.Name)
 	})
 	return ns.Name
+}
+
+func suspendBackups(namespace string) {
+	ctx := context.Background()
+	backups := &etcdv1alpha1.EtcdBackupList{}
+	if err := k8sClient.List(ctx, backups, client.InNamespace(namespace)); err != nil {
+		return
+	}
+	for i := range backups.Items {
+		b := &backups.Items[i]
+		if b.Spec.Schedule != "" && !b.Spec.Suspend {
+			patch := client.MergeFrom(b.DeepCopy())
+			b.Spec.Suspend = true
+			_ = k8sClient.Patch(ctx, b, patch)
+		}
+	}
 }
 
 func create(t *testing.T, obj client.Object) {
