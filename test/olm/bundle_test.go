@@ -440,7 +440,7 @@ func TestBackupEditorRoleSaysItGivesTheWholeKeyspace(t *testing.T) {
 	}
 }
 
-// The CSV's description tells what works, in step with the README's status table: no kind the
+// The CSV's description tells what works, in step with the README's "What it does" table: no kind the
 // README calls working is described as a preview, and every limitation the README lists for
 // the EtcdCluster is stated in the CSV too.
 func TestCSVDescriptionIsInStepWithTheREADME(t *testing.T) {
