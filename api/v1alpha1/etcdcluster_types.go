@@ -6,9 +6,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// EtcdClusterSpec is the desired state of an etcd cluster.
-//
-// Changes that etcd cannot take in place are refused at admission, with the way to get there:
+// EtcdClusterSpec is the desired state of an etcd cluster. Changes that etcd cannot take in
+// place (removing auth, adding or removing TLS, a downgrade, a minor version skipped) are
+// refused at admission, with the way to get there instead.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.auth) || has(self.auth)",message="auth cannot be removed once set: etcd keeps authentication on, and the operator needs the root password to manage the cluster; to change the password, change it in the Secret auth.rootSecretName names, or name another Secret"
 // +kubebuilder:validation:XValidation:rule="has(self.tls) == has(oldSelf.tls)",message="tls cannot be added to or removed from an existing cluster: its members' URLs would change under a live quorum; restore a backup into a new EtcdCluster with the TLS settings you want"
 type EtcdClusterSpec struct {
