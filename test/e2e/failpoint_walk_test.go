@@ -160,7 +160,9 @@ func (w *failpointWalk) scale(t *testing.T, size int32, added int) {
 }
 
 func (w *failpointWalk) upgrade(t *testing.T) {
-	members := watchMembers(t, w.cluster, w.plainClient, true)
+	// An upgrade restarts each member in turn, evicting its pod (through the budget) and making
+	// it again on the new version: a roll-out, whose pod deletions are the point.
+	members := watchMembers(t, w.cluster, w.plainClient, false)
 	patchSpec(t, w.cluster, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Version = etcdNextVersion })
 	w.waitCluster(t, w.cluster, "every member on "+etcdNextVersion, func(c *etcdv1alpha1.EtcdCluster) bool {
 		return c.Status.CurrentVersion == etcdNextVersion
@@ -765,7 +767,7 @@ func (w *failpointWalk) jobsGone(t *testing.T, selector client.MatchingLabels) {
 // memberWatch records, while an operation runs, every member ID etcd lists and, with
 // checkDeletes, each member pod deleted while etcd still listed its member: the operator
 // removes a member from etcd before it deletes the member's pod, and deletes no voter's pod
-// otherwise outside an in-place restore or a roll-out.
+// otherwise outside an in-place restore or a roll-out (an upgrade is one).
 type memberWatch struct {
 	namespace  string
 	mu         sync.Mutex
