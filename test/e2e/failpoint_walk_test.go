@@ -509,8 +509,8 @@ func (w *failpointWalk) recoverLostQuorum(t *testing.T) {
 }
 
 // restoreLostCluster loses every member of the cluster for good and lets the operator restore
-// it in place from the newest snapshot of its backups: the backup's data at its revision, the
-// recovery and its restore on record.
+// it in place from the newest snapshot of its backups: the backup's data at its revision,
+// bumped, the recovery and its restore on record.
 func (w *failpointWalk) restoreLostCluster(t *testing.T) {
 	ctx := context.Background()
 	patchSpec(t, w.cluster, func(c *etcdv1alpha1.EtcdCluster) {
@@ -532,7 +532,7 @@ func (w *failpointWalk) restoreLostCluster(t *testing.T) {
 	rs := &etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: qr.Backup.EtcdRestore}}
 	w.waitRestored(t, rs)
 	w.converged(t, w.cluster, 3, w.plainClient)
-	w.expectBackedUpData(t, w.cluster, art.Revision)
+	w.expectBackedUpData(t, w.cluster, rs.Status.RestoredRevision+rs.Status.RevisionBump)
 }
 
 // keyspace is every key of the cluster with its value, read linearizably.
