@@ -20,6 +20,17 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/restoreplan"
 )
 
+// inPlaceRestoreUnderWay is an in-place restore that has begun (Restoring, the replaced cluster
+// on record) and the formed cluster "old" it holds, before its Job was made.
+func inPlaceRestoreUnderWay(name string) (*etcdv1alpha1.EtcdRestore, *etcdv1alpha1.EtcdCluster) {
+	rs := inPlaceRestore(name)
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
+		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
+	c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name})
+	c.Status.ClusterID = "old"
+	return rs, c
+}
+
 // completeRestoreJob has job succeed, its fetch container reporting report, as the Job
 // controller and the kubelet would.
 func completeRestoreJob(t *testing.T, k8s client.Client, job *batchv1.Job, report agent.Report) {
@@ -66,12 +77,9 @@ func etcdutlArgs(job *batchv1.Job) []string {
 // they hold with other data. Before, every restore went back to the snapshot's revision.
 func TestInPlaceRestoreBumpsPastTheHighestRevisionSeen(t *testing.T) {
 	backup, artifacts := nightlyWithThreeSnapshots()
-	rs := inPlaceRestore("bump")
+	rs, c := inPlaceRestoreUnderWay("bump")
 	rs.Spec.Source = etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name}}
-	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
-		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
-	c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name})
-	c.Status.ClusterID, c.Status.HighestRevision = "old", 10_000_000
+	c.Status.HighestRevision = 10_000_000
 	r, k8s := restoreReconciler(t, rs, c, backup)
 
 	reconcileRestore(t, r, rs)
@@ -93,11 +101,8 @@ func TestInPlaceRestoreBumpsPastTheHighestRevisionSeen(t *testing.T) {
 // restored data would start from, the cut-over is refused and nothing is touched: the restored
 // cluster would hand that revision out again. Without the check the cut-over went ahead.
 func TestInPlaceRestoreRefusesACutOverTheClusterWrotePast(t *testing.T) {
-	rs := inPlaceRestore("overtaken")
-	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
-		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
-	c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name})
-	c.Status.ClusterID, c.Status.HighestRevision = "old", 500
+	rs, c := inPlaceRestoreUnderWay("overtaken")
+	c.Status.HighestRevision = 500
 	r, k8s := restoreReconciler(t, rs, c)
 
 	reconcileRestore(t, r, rs)
@@ -134,12 +139,9 @@ func TestRevisionBumpNeedsEtcd3510(t *testing.T) {
 		bump   string
 		failed bool
 	}{{restoreplan.BumpAuto, true}, {"5000", true}, {restoreplan.BumpNone, false}} {
-		rs := inPlaceRestore("old-etcd")
+		rs, c := inPlaceRestoreUnderWay("old-etcd")
 		rs.Spec.RevisionBump = tc.bump
-		rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
-			Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
-		c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name})
-		c.Spec.Version, c.Status.ClusterID = "3.5.9", "old"
+		c.Spec.Version = "3.5.9"
 		r, k8s := restoreReconciler(t, rs, c)
 		got := reconcileRestore(t, r, rs)
 		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, &batchv1.Job{})

@@ -17,7 +17,6 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
-	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 // nightlyWithThreeSnapshots is an EtcdBackup whose status names three snapshots an hour apart,
@@ -51,12 +50,8 @@ func nightlyWithThreeSnapshots() (*etcdv1alpha1.EtcdBackup, []*etcdv1alpha1.Back
 // the restore failed.
 func TestRestoreOfAMissingSnapshotFallsBackToTheNewestOlderOne(t *testing.T) {
 	backup, artifacts := nightlyWithThreeSnapshots()
-	rs := inPlaceRestore("fallback")
+	rs, c := inPlaceRestoreUnderWay("fallback")
 	rs.Spec.Source = etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name}}
-	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
-		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
-	c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name})
-	c.Status.ClusterID = "old"
 	r, k8s := restoreReconciler(t, rs, c, backup)
 	recorder := events.NewFakeRecorder(20)
 	r.Recorder = recorder
