@@ -12,6 +12,8 @@ CLUSTER_DIR ?= /var/lib/etcd-operator-cluster
 CLUSTER_RUN_DIR ?= /run/etcd-operator-cluster
 CLUSTER_KUBECONFIG ?= $(CLUSTER_DIR)/admin.kubeconfig
 CLUSTER_KUBECTL ?= $(CLUSTER_K8S_BIN)/kubectl
+# The second node's name (second-node-up), as hack/cluster/lib.sh has it.
+CLUSTER_NODE2_NAME ?= local-node-2
 CLUSTER_REGISTRY ?= $(or $(REGISTRY),127.0.0.1:5000)
 # The same registry over HTTPS (certificate from the cluster's CA), for operator-sdk run bundle.
 CLUSTER_REGISTRY_TLS ?= 127.0.0.1:5443
@@ -68,7 +70,7 @@ CLUSTER_ENV = CLUSTER_BIN=$(CLUSTER_BIN) CLUSTER_K8S_BIN=$(CLUSTER_K8S_BIN) CLUS
 	CLUSTER_IMAGEBUILDER=$(CLUSTER_IMAGEBUILDER) CLUSTER_CRICTL=$(CLUSTER_CRICTL) CLUSTER_ETCD_BIN=$(CLUSTER_ETCD_BIN) \
 	CLUSTER_PAUSE_IMAGE=$(CLUSTER_PAUSE_IMAGE) CLUSTER_COREDNS_IMAGE=$(CLUSTER_COREDNS_IMAGE) \
 	CLUSTER_LOCAL_PATH_IMAGE=$(CLUSTER_LOCAL_PATH_IMAGE) CLUSTER_BUSYBOX_IMAGE=$(CLUSTER_BUSYBOX_IMAGE) \
-	CLUSTER_IMAGE_TARS="$(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_TEST_TARS)"
+	CLUSTER_IMAGE_TARS="$(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUSTER_TEST_TARS)" CLUSTER_NODE2_NAME=$(CLUSTER_NODE2_NAME)
 
 CLUSTER_TOOLS := $(CLUSTER_K8S_TOOLS) $(addsuffix /etcd,$(addprefix $(CLUSTER_BIN)/etcd/,$(CLUSTER_ETCD_VERSIONS))) \
 	$(CLUSTER_COREDNS) $(CLUSTER_LOCAL_PATH) $(CLUSTER_CRICTL) $(CLUSTER_PAUSE) $(CLUSTER_IMAGEBUILDER)
@@ -157,6 +159,14 @@ cluster-base-up: cluster-tools $(CLUSTER_BASE_TARS) $(CLUSTER_ETCD_TARS) $(CLUST
 cluster-down: ## Stop everything cluster-up started and clean up; PURGE=1 also deletes its data.
 	@$(CLUSTER_ENV) PURGE=$(PURGE) hack/cluster/down.sh
 
+.PHONY: second-node-up
+second-node-up: cluster-up ## Start a second node on this machine (its own containerd and kubelet); only test-partition needs it.
+	@$(CLUSTER_ENV) hack/cluster/second-node.sh up
+
+.PHONY: second-node-down
+second-node-down: ## Stop the second node and remove its pods and Node object (cluster-down does too).
+	@$(CLUSTER_ENV) hack/cluster/second-node.sh down
+
 .PHONY: cluster-status
 cluster-status: ## Show which cluster processes run, and the nodes and pods.
 	@$(CLUSTER_ENV) hack/cluster/status.sh
@@ -203,8 +213,14 @@ test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator 
 	$(CLUSTER_E2E_ENV) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
 
 .PHONY: test-partition
-test-partition: cluster-deploy ## Not in CI: the split-brain tests, members cut off by iptables (one while the kubelet is stopped with SIGSTOP, so they run alone), and the fence of members declared lost.
+# The last test needs a second node, up only while it runs: the first two stop or cut off the
+# first node's members, and must find none of theirs on another node.
+test-partition: cluster-deploy ## Not in CI: the split-brain tests, members cut off by iptables (one while the kubelet is stopped with SIGSTOP, so they run alone), the fence of members declared lost, and a lost node's members coming back after the force (on a second node).
+	$(CLUSTER_ENV) hack/cluster/second-node.sh down
 	$(CLUSTER_E2E_ENV) E2E_PARTITION=1 go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^(TestQuorumLossBehindAPartition|TestDeclaredLostMembersAreFencedFromClients)$$' ./test/e2e/
+	$(CLUSTER_ENV) hack/cluster/second-node.sh up
+	$(CLUSTER_E2E_ENV) E2E_PARTITION=1 E2E_SECOND_NODE=$(CLUSTER_NODE2_NAME) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestALostNodesMembersComeBackAfterTheForce$$' ./test/e2e/; \
+		status=$$?; $(CLUSTER_ENV) hack/cluster/second-node.sh down; exit $$status
 
 # The soak. DURATION of fault injection (a Go duration), then the checks; CHAOS_SEED replays a
 # run's choice of faults; CHAOS_TIMEOUT must exceed DURATION by the clusters' last settle.

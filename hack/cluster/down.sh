@@ -38,18 +38,21 @@ stop() {
 # Pod containers outlive kubelet and containerd (each has its own shim), so they are removed
 # through the CRI while containerd still runs: that also tears down their network namespaces,
 # veths and IP allocations through CNI.
+#   remove_pods [CONTAINERD CRICTL_CONFIG]: the first node's, or the named containerd's.
 remove_pods() {
-	running containerd && [[ -x $CLUSTER_CRICTL ]] || return 0
-	"$CLUSTER_CRICTL" --config "$CLUSTER_CRICTL_CONFIG" --timeout 60s rmp --all --force >/dev/null ||
-		log "crictl rmp failed; leftover containers are killed below"
+	local containerd=${1:-containerd} config=${2:-$CLUSTER_CRICTL_CONFIG}
+	running "$containerd" && [[ -x $CLUSTER_CRICTL ]] || return 0
+	"$CLUSTER_CRICTL" --config "$config" --timeout 60s rmp --all --force >/dev/null ||
+		log "crictl rmp on $containerd failed; leftover containers are killed below"
 }
 
 # After a crash of containerd its shims and containers may still run. containerd recorded them
 # in its task state under $CLUSTER_RUN_DIR: each container's init PID, and the socket of the shim
 # serving it, which is how the shim is found (containerd 1.6 puts shim sockets in
 # /run/containerd/s whatever its state dir, so those sockets are removed here too).
+#   kill_leftover_tasks [STATE]: the first node's containerd's, or the one whose state is STATE.
 kill_leftover_tasks() {
-	local tasks=$CLUSTER_RUN_DIR/containerd/io.containerd.runtime.v2.task task pid socket
+	local tasks=${1:-$CLUSTER_RUN_DIR/containerd}/io.containerd.runtime.v2.task task pid socket
 	[[ -d $tasks ]] || return 0
 	for task in "$tasks"/*/*/; do
 		[[ -f $task/init.pid ]] || continue
@@ -146,9 +149,10 @@ clean_fixed_paths() {
 }
 
 # kubelet makes a cgroup tree for pods under every controller; empty once the pods are gone.
+# The second node's kubelet makes its own under its root (second-node.sh).
 remove_pod_cgroups() {
 	local root
-	for root in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+	for root in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/"$CLUSTER_NODE2_CGROUP"; do
 		[[ -d $root ]] && find "$root" -depth -type d -exec rmdir {} + 2>/dev/null
 	done
 	return 0
@@ -158,10 +162,15 @@ main() {
 	((EUID == 0)) || die "must run as root (sudo make cluster-down)"
 	local started=$SECONDS
 	# Nothing may create pods while they are removed, so kubelet and the controllers go first.
-	stop kubelet kube-scheduler kube-controller-manager kube-proxy
+	# The second node's too (second-node.sh), resumed first in case a test left it stopped.
+	local pid
+	if pid=$(pid_of node2-kubelet); then kill -CONT "$pid" 2>/dev/null || true; fi
+	stop kubelet node2-kubelet kube-scheduler kube-controller-manager kube-proxy
 	remove_pods
-	stop containerd
+	remove_pods node2-containerd "$CLUSTER_NODE2_RUN_DIR/crictl.yaml"
+	stop containerd node2-containerd
 	kill_leftover_tasks
+	kill_leftover_tasks "$CLUSTER_NODE2_RUN_DIR/containerd"
 	stop kube-apiserver registry registry-tls
 	stop etcd
 	local unmounted=true

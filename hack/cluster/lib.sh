@@ -18,6 +18,11 @@ CLUSTER_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # run bundle). Its certificate is signed by the cluster's CA, $CLUSTER_PKI/ca.crt.
 : "${CLUSTER_REGISTRY_TLS:=127.0.0.1:5443}"
 : "${CLUSTER_NODE_NAME:=local-node}"
+# The second node, only up while a test needs it (second-node.sh): its name, runtime state and
+# the cgroup root of its pods.
+: "${CLUSTER_NODE2_NAME:=local-node-2}"
+CLUSTER_NODE2_RUN_DIR=$CLUSTER_RUN_DIR/node2
+CLUSTER_NODE2_CGROUP=etcd-operator-node2
 
 # Private ranges, the usual kubeadm/kind defaults. The node gets the gateway address of its pod
 # /24 on the bridge: the API server and kubelet listen there, reachable from pods and the host

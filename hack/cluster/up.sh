@@ -114,11 +114,13 @@ cert() {
 	mv "$CLUSTER_PKI/$name.crt.tmp" "$CLUSTER_PKI/$name.crt"
 }
 
+LEAF_CERT_EXTENSIONS=$'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nauthorityKeyIdentifier=keyid'
+CLIENT_CERT_EXTENSIONS=$LEAF_CERT_EXTENSIONS$'\nextendedKeyUsage=clientAuth'
+
 make_pki() {
 	mkdir -p "$CLUSTER_PKI"
 	local ca_ext=$'basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\nsubjectKeyIdentifier=hash'
-	local leaf=$'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nauthorityKeyIdentifier=keyid'
-	local client=$leaf$'\nextendedKeyUsage=clientAuth'
+	local leaf=$LEAF_CERT_EXTENSIONS client=$CLIENT_CERT_EXTENSIONS
 	cert ca "/CN=etcd-operator-cluster-ca" "$ca_ext"
 	cert apiserver "/CN=kube-apiserver" "$leaf"$'\nextendedKeyUsage=serverAuth\nsubjectAltName='"IP:$CLUSTER_NODE_IP,IP:$CLUSTER_API_SERVICE_IP,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" ca
 	cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client" ca
@@ -194,27 +196,23 @@ current-context: etcd-operator-cluster
 EOF
 }
 
-write_configs() {
-	mkdir -p "$CONF/cni" "$CONF/certs.d/$CLUSTER_REGISTRY"
-	local name
-	for name in controller-manager scheduler kubelet kube-proxy; do
-		kubeconfig "$name" "system:$name"
-	done
-	kubeconfig admin kubernetes-admin
-	put "$CLUSTER_KUBECONFIG" <"$CONF/admin.kubeconfig"
-
-	put "$CONF/containerd.toml" <<EOF
+# containerd_config ROOT STATE SOCKET: a containerd of the cluster's, keeping its data in ROOT and
+# its runtime state (tasks, pod network namespaces, runc's) in STATE. The second node's containerd
+# differs only in these.
+containerd_config() {
+	local root=$1 state=$2 socket=$3
+	cat <<EOF
 version = 2
-root = "$CLUSTER_DIR/containerd"
-state = "$CLUSTER_RUN_DIR/containerd"
+root = "$root"
+state = "$state"
 # Plugins that cannot work here; disabled so the log shows real problems only.
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp"]
 
 [grpc]
-  address = "$CLUSTER_CONTAINERD_SOCK"
+  address = "$socket"
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$CLUSTER_DIR/containerd/opt"
+  path = "$root/opt"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$CLUSTER_PAUSE_IMAGE"
@@ -232,13 +230,70 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$CLUSTER_RUN_DIR/runc"
+        Root = "${state%/*}/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$CONF/cni"
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "$CONF/certs.d"
 EOF
+}
+
+# kubelet_config SOCKET PORT HEALTHZ_PORT LOGS_DIR CGROUP_ROOT: a kubelet of the cluster's on the
+# containerd at SOCKET. The second node's kubelet differs only in these.
+kubelet_config() {
+	local socket=$1 port=$2 healthz_port=$3 logs=$4 cgroup_root=$5
+	cat <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$socket
+# Kubernetes 1.36 refuses cgroup v1 unless told otherwise; this VM has only v1.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+failSwapOn: false
+address: $CLUSTER_NODE_IP
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $healthz_port
+port: $port
+clusterDNS: [$CLUSTER_DNS_IP]
+clusterDomain: cluster.local
+resolvConf: $CONF/resolv.conf
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $CLUSTER_PKI/ca.crt
+authorization:
+  mode: Webhook
+# A test machine's disk is often mostly full of build caches: evict only when nearly out.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 99
+imageGCLowThresholdPercent: 98
+serializeImagePulls: false
+podLogsDir: $logs
+# The second node's pods live in cgroups of their own: each kubelet kills what it finds in its
+# own cgroups that it did not start.
+cgroupRoot: $cgroup_root
+EOF
+}
+
+write_configs() {
+	mkdir -p "$CONF/cni" "$CONF/certs.d/$CLUSTER_REGISTRY"
+	local name
+	for name in controller-manager scheduler kubelet kube-proxy; do
+		kubeconfig "$name" "system:$name"
+	done
+	kubeconfig admin kubernetes-admin
+	put "$CLUSTER_KUBECONFIG" <"$CONF/admin.kubeconfig"
+
+	containerd_config "$CLUSTER_DIR/containerd" "$CLUSTER_RUN_DIR/containerd" "$CLUSTER_CONTAINERD_SOCK" | put "$CONF/containerd.toml"
 
 	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\n' "$CLUSTER_CONTAINERD_SOCK" "$CLUSTER_CONTAINERD_SOCK" | put "$CLUSTER_CRICTL_CONFIG"
 
@@ -298,41 +353,7 @@ EOF
 	# outside the cluster.
 	echo "options ndots:5" | put "$CONF/resolv.conf"
 
-	put "$CONF/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://$CLUSTER_CONTAINERD_SOCK
-# Kubernetes 1.36 refuses cgroup v1 unless told otherwise; this VM has only v1.
-failCgroupV1: false
-cgroupDriver: cgroupfs
-failSwapOn: false
-address: $CLUSTER_NODE_IP
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: 10248
-clusterDNS: [$CLUSTER_DNS_IP]
-clusterDomain: cluster.local
-resolvConf: $CONF/resolv.conf
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: $CLUSTER_PKI/ca.crt
-authorization:
-  mode: Webhook
-# A test machine's disk is often mostly full of build caches: evict only when nearly out.
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  nodefs.inodesFree: 1%
-  imagefs.available: 1%
-imageGCHighThresholdPercent: 99
-imageGCLowThresholdPercent: 98
-serializeImagePulls: false
-podLogsDir: $CLUSTER_DIR/pod-logs
-EOF
+	kubelet_config "$CLUSTER_CONTAINERD_SOCK" 10250 10248 "$CLUSTER_DIR/pod-logs" / | put "$CONF/kubelet.yaml"
 
 	put "$CONF/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -528,4 +549,5 @@ main() {
 	echo "export KUBECONFIG=$CLUSTER_KUBECONFIG"
 }
 
-main "$@"
+# Sourced (by hack/cluster/second-node.sh), it only defines the functions above.
+[[ ${BASH_SOURCE[0]} != "$0" ]] || main "$@"

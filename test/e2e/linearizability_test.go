@@ -20,9 +20,16 @@ const linearizabilityCheckTimeout = 2 * time.Minute
 // acknowledged write is still there at the end; this one checks what clients saw meanwhile.
 func startWorkload(t *testing.T, endpoint string) *linearizability.Workload {
 	t.Helper()
+	return startWorkloadWith(t, linearizability.Config{Endpoints: []string{endpoint}})
+}
+
+// startWorkloadWith runs the workload with cfg (its prefix the suite's).
+func startWorkloadWith(t *testing.T, cfg linearizability.Config) *linearizability.Workload {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := linearizability.Start(ctx, linearizability.Config{Endpoints: []string{endpoint}, Prefix: "/e2e/linearizability"})
+	cfg.Prefix = "/e2e/linearizability"
+	w, err := linearizability.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,16 +4,21 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -215,8 +220,15 @@ type stoppedKubelet struct{ pid int }
 
 func stopKubelet(t *testing.T) *stoppedKubelet {
 	t.Helper()
+	return stopKubeletOf(t, "kubelet")
+}
+
+// stopKubeletOf stops the kubelet the cluster scripts recorded as name: the first node's
+// "kubelet", the second's "node2-kubelet".
+func stopKubeletOf(t *testing.T, name string) *stoppedKubelet {
+	t.Helper()
 	runDir := envOr("CLUSTER_RUN_DIR", "/run/etcd-operator-cluster")
-	raw, err := os.ReadFile(filepath.Join(runDir, "pids", "kubelet.pid"))
+	raw, err := os.ReadFile(filepath.Join(runDir, "pids", name+".pid"))
 	if err != nil {
 		t.Fatalf("the kubelet's PID file: %v", err)
 	}
@@ -387,4 +399,500 @@ func TestDeclaredLostMembersAreFencedFromClients(t *testing.T) {
 		}
 	}
 	before.verifyAt(t, clientServiceEndpoint(t, c))
+}
+
+// A node lost while its members' etcd runs on, then back after the survivor was forced: the
+// old members must never serve through the client Service, and are not members of the forced
+// cluster. Members b and c run on a second node (make test-partition starts one on this machine:
+// a kubelet and containerd of its own) and a on the first, beside the operator. The second
+// machine then stops: its kubelet is stopped (SIGSTOP) and every process of its pods frozen
+// (the cgroup freezer), and it is cut off from a and from the operator (iptables), as a paused
+// or cut-off virtual machine is. A cloud's node controller, or a person, then deletes its Node
+// object: its pods are gone, and the operator forces a into a cluster of its own and makes the
+// membership whole on the first node. Then the machine comes back in three steps: its etcd
+// processes run again, still cut off from a (b and c, a majority of the old membership, serve
+// at their own IPs); the partition heals (they reach a, which refuses them as removed, and etcd
+// stops them); its kubelet starts afresh, as after a reboot (it registers its Node again, whose
+// disk holds b's and c's kept claims). Checked all along from the force: the client Service
+// never lists an old member's pod or IP, the cluster behind it never lists b's or c's member
+// IDs, and clients connected through the Service with keepalive are never answered by b or c;
+// a minute after the reboot nothing of the cluster runs on the second node; every write
+// acknowledged before the loss and through the Service after the force is there at the end,
+// and the history of a workload through the Service from the force on is linearizable.
+func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
+	node2 := os.Getenv("E2E_SECOND_NODE")
+	if node2 == "" {
+		t.Skip("needs a second node: run with make test-partition")
+	}
+	ctx := context.Background()
+	ns := testNamespace(t, "e2e-return-")
+	node1 := nodeOtherThan(t, node2)
+	c := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "return", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size:    1,
+			Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+			QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
+				Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster,
+				After:  &metav1.Duration{Duration: membership.MinRecoveryAfter},
+			},
+		},
+	}
+	// No taint eviction: the second node's pods go only with its Node object.
+	c.Spec.PodTemplate.Tolerations = []corev1.Toleration{
+		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+	}
+	// a on the first node, then b and c on the second: the cluster grows with one node cordoned
+	// at a time.
+	cordon(t, node2, true)
+	if err := k8sClient.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, c, 1)
+	cordon(t, node1, true)
+	cordon(t, node2, false)
+	scaleTo(t, c, 3)
+	cordon(t, node1, false)
+	var a corev1.Pod
+	var old []corev1.Pod
+	for _, p := range memberPods(t, c) {
+		if p.Spec.NodeName == node1 {
+			a = p
+		} else {
+			old = append(old, p)
+		}
+	}
+	if a.Name == "" || len(old) != 2 || old[0].Spec.NodeName != node2 || old[1].Spec.NodeName != node2 {
+		t.Fatalf("want one member on %s and two on %s: %v", node1, node2, podsByNode(memberPods(t, c)))
+	}
+	oldIDs := memberIDsAt(t, a.Status.PodIP+":"+strconv.Itoa(resources.ClientPort), old)
+	t.Logf("a %s on %s; on %s: %s %s, %s %s (member IDs %x)", a.Name, node1, node2, old[0].Name, old[0].Status.PodIP, old[1].Name, old[1].Status.PodIP, oldIDs)
+
+	service := clientServiceEndpoint(t, c)
+	// Clients connected through the Service before the loss, reading all along: half with
+	// keepalive as kube-apiserver's etcd client has it, half without.
+	readers := startServiceReaders(t, service, 6)
+	before := startWriter(t, service, "/e2e/return/before")
+	waitFor(t, "writes acknowledged before the loss", func(context.Context) (bool, error) { return before.ackedCount() > 20, nil })
+	before.stop()
+	time.Sleep(2 * time.Second) // every acknowledged write reaches a, which applied it
+
+	cut := newPartition(t)
+	for _, p := range old {
+		cut.drop(t, a.Status.PodIP, p.Status.PodIP)
+		cut.drop(t, operatorPodIP(t), p.Status.PodIP)
+	}
+	machine := stopSecondNode(t)
+	waitForWithin(t, "quorum lost", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return false, err
+		}
+		d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+		return d != nil && d.Reason == etcdv1alpha1.ReasonQuorumLost && c.Status.QuorumLostTime != nil, nil
+	})
+	if qr := c.Status.QuorumRecovery; qr != nil && qr.ForcedTime != nil {
+		t.Fatalf("a was forced while the second node's Node object was there: %+v", *qr)
+	}
+
+	// From here, every look at the client Service's endpoints and at the membership behind it is
+	// kept, with whether a had been forced by then.
+	fenced := watchServiceForOldMembers(t, c, old, oldIDs)
+	if err := k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node2}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted Node %s: its machine is declared gone", node2)
+	waitForWithin(t, "the cluster recovered at size 3 on the first node", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
+		return err == nil && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.CompletionTime != nil && isAvailable(c, 3), err
+	})
+	if qr := c.Status.QuorumRecovery; qr.Member != a.Name {
+		t.Errorf("status.quorumRecovery %+v: want a recovery from %s", *qr, a.Name)
+	}
+	forced := c.Status.QuorumRecovery.ForcedTime.Time
+	after := startWriter(t, service, "/e2e/return/after")
+	// Its clients connect through the Service after the force. One running across the force
+	// would not show what this test is about: a forced survivor lacks whatever the majority
+	// committed that it had not heard of when it was cut off.
+	workload := startWorkload(t, service)
+	waitFor(t, "writes acknowledged through the Service after the force", func(context.Context) (bool, error) { return after.ackedCount() > 20, nil })
+
+	// a was restarted to be forced: its new IP is cut off from the old members too.
+	forcedA := getPod(t, ns, a.Name)
+	for _, p := range old {
+		cut.drop(t, forcedA.Status.PodIP, p.Status.PodIP)
+	}
+
+	// The machine comes back, still cut off from a and from the operator: its etcd processes run
+	// again with the old membership and the connections they had, and its kubelet is still
+	// stopped. b and c are a majority of the old membership: they serve at their own IPs.
+	machine.thaw(t)
+	waitForWithin(t, "an old member serving at its own IP after the return", time.Minute, func(context.Context) (bool, error) {
+		return oldMemberServes(old[0].Status.PodIP) || oldMemberServes(old[1].Status.PodIP), nil
+	})
+	t.Logf("after the return, behind the partition, the old members serve at their own IPs")
+	// The partition heals: the old members reach a, which refuses them as removed members, and
+	// etcd stops a member that learns it was removed.
+	cut.heal(t)
+	waitForWithin(t, "the old members stopped once they reached a", 2*time.Minute, func(context.Context) (bool, error) {
+		return !oldMemberServes(old[0].Status.PodIP) && !oldMemberServes(old[1].Status.PodIP), nil
+	})
+	t.Logf("the old members stopped serving once they reached the forced member")
+	// The machine's kubelet starts afresh, as after a reboot: it registers its Node again and
+	// ends the pods the API server no longer has. The old members' claims, kept, are on that
+	// node: nothing of the cluster may run there.
+	machine.restartKubelet(t)
+	waitForWithin(t, "the second node registered and Ready again", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		n := &corev1.Node{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: node2}, n); err != nil {
+			return false, ignoreNotFound(err)
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	holdsFor(t, time.Minute, "nothing of the cluster runs on the returned node", func(ctx context.Context) (string, error) {
+		for _, p := range memberPods(t, c) {
+			if p.Spec.NodeName == node2 {
+				return "pod " + p.Name + " is on " + node2, nil
+			}
+		}
+		for _, p := range old {
+			if oldMemberServes(p.Status.PodIP) {
+				return "old member " + p.Name + " serves at " + p.Status.PodIP, nil
+			}
+		}
+		return "", nil
+	})
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil || !isAvailable(c, 3) {
+		t.Errorf("the cluster is not Available at size 3 after the return: %v, %+v", err, c.Status)
+	}
+	after.stop()
+	// A connection made through the Service goes on to the pod it was sent to, whatever the
+	// Service lists later: the node's connection tracking keeps the flow's address. A client
+	// without keepalive that connected to b before the loss keeps that connection through the
+	// outage, and b, back and not yet told it was removed, answers on it. Keepalive drops the
+	// connection while b does not answer.
+	withKeepAlive, without := readers.answeredByOldMembersSince(forced, oldIDs)
+	t.Logf("readers without keepalive answered by an old member after the force: %v", without)
+	if len(withKeepAlive) > 0 {
+		t.Errorf("readers with keepalive, connected through the Service, were answered by an old member after the force: %v", withKeepAlive)
+	}
+	if sightings := fenced.stop(); len(sightings) > 0 {
+		t.Errorf("after a was forced, the client Service showed old members: %v", sightings)
+	}
+	before.verifyAt(t, service)
+	after.verifyAt(t, service)
+	counts := checkLinearizable(t, workload)
+	t.Logf("linearizable: %+v", counts)
+}
+
+// nodeOtherThan is the cluster's Ready node that is not name.
+func nodeOtherThan(t *testing.T, name string) string {
+	t.Helper()
+	nodes := &corev1.NodeList{}
+	if err := k8sClient.List(context.Background(), nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Name != name {
+			return n.Name
+		}
+	}
+	t.Fatalf("no node other than %s", name)
+	return ""
+}
+
+// cordon marks a node unschedulable, or schedulable again; the test's cleanup makes it
+// schedulable whatever happened.
+func cordon(t *testing.T, node string, unschedulable bool) {
+	t.Helper()
+	patch := []byte(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable))
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	if err := k8sClient.Patch(context.Background(), n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	if unschedulable {
+		t.Cleanup(func() {
+			_ = ignoreNotFound(k8sClient.Patch(context.Background(), n, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`))))
+		})
+	}
+}
+
+func podsByNode(pods []corev1.Pod) map[string][]string {
+	out := map[string][]string{}
+	for _, p := range pods {
+		out[p.Spec.NodeName] = append(out[p.Spec.NodeName], p.Name)
+	}
+	return out
+}
+
+// memberIDsAt asks the member at endpoint for the etcd member IDs of pods (by member name).
+func memberIDsAt(t *testing.T, endpoint string, pods []corev1.Pod) []uint64 {
+	t.Helper()
+	members, err := memberList(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, p := range pods {
+		for _, m := range members {
+			if m.Name == p.Name {
+				ids = append(ids, m.ID)
+			}
+		}
+	}
+	if len(ids) != len(pods) {
+		t.Fatalf("member IDs of %d pods found, want %d: %+v", len(ids), len(pods), members)
+	}
+	return ids
+}
+
+func memberList(endpoint string) ([]*etcdserverpb.Member, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Members, nil
+}
+
+// oldMemberServes: a linearizable read at ip's client port succeeded.
+func oldMemberServes(ip string) bool {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ip + ":" + strconv.Itoa(resources.ClientPort)}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return false
+	}
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = cli.Get(ctx, "/e2e/return/probe")
+	return err == nil
+}
+
+// serviceWatch records, every 200 ms once the survivor is forced, any old member the client
+// Service shows: an old pod or IP among its endpoints, or an old member ID in the membership a
+// client of the Service is given.
+type serviceWatch struct {
+	cancel    context.CancelFunc
+	done      chan struct{}
+	sightings []string
+}
+
+func watchServiceForOldMembers(t *testing.T, c *etcdv1alpha1.EtcdCluster, old []corev1.Pod, oldIDs []uint64) *serviceWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &serviceWatch{cancel: cancel, done: make(chan struct{})}
+	oldPods := map[string]string{}
+	for _, p := range old {
+		oldPods[string(p.UID)] = p.Name
+		oldPods[p.Status.PodIP] = p.Name
+	}
+	service := clientServiceEndpoint(t, c)
+	go func() {
+		defer close(w.done)
+		forced := false
+		for ctx.Err() == nil {
+			now := time.Now().Format(time.RFC3339Nano)
+			cur := &etcdv1alpha1.EtcdCluster{}
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), cur); err == nil && cur.Status.QuorumRecovery != nil && cur.Status.QuorumRecovery.ForcedTime != nil {
+				forced = true
+			}
+			if !forced {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			eps := &discoveryv1.EndpointSliceList{}
+			if err := k8sClient.List(ctx, eps, client.InNamespace(c.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ClientServiceName(c.Name)}); err == nil {
+				for _, s := range eps.Items {
+					for _, e := range s.Endpoints {
+						if e.TargetRef != nil && oldPods[string(e.TargetRef.UID)] != "" {
+							w.sightings = append(w.sightings, "pod "+oldPods[string(e.TargetRef.UID)]+" among the endpoints at "+now)
+						}
+						for _, addr := range e.Addresses {
+							if oldPods[addr] != "" {
+								w.sightings = append(w.sightings, "IP "+addr+" of "+oldPods[addr]+" among the endpoints at "+now)
+							}
+						}
+					}
+				}
+			}
+			if members, err := memberList(service); err == nil {
+				for _, m := range members {
+					if slices.Contains(oldIDs, m.ID) {
+						w.sightings = append(w.sightings, fmt.Sprintf("member %x (%s) in the membership behind the Service at %s", m.ID, m.Name, now))
+					}
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { w.stop() })
+	return w
+}
+
+func (w *serviceWatch) stop() []string {
+	w.cancel()
+	<-w.done
+	return w.sightings
+}
+
+// stoppedMachine is the second node stopped as a paused machine is: its kubelet stopped
+// (SIGSTOP) and every process of its pods frozen by the cgroup freezer, which the second node's
+// pods all sit under (hack/cluster/second-node.sh).
+type stoppedMachine struct {
+	kubelet *stoppedKubelet
+	freezer string
+}
+
+func stopSecondNode(t *testing.T) *stoppedMachine {
+	t.Helper()
+	freezer := filepath.Join("/sys/fs/cgroup/freezer", envOr("E2E_SECOND_NODE_CGROUP", "etcd-operator-node2"), "freezer.state")
+	if err := os.WriteFile(freezer, []byte("FROZEN"), 0o644); err != nil {
+		t.Fatalf("freeze the second node's pods: %v", err)
+	}
+	m := &stoppedMachine{freezer: freezer}
+	t.Cleanup(func() { m.thaw(t) })
+	m.kubelet = stopKubeletOf(t, "node2-kubelet")
+	return m
+}
+
+// thaw runs the pods' processes again; the kubelet stays stopped.
+func (m *stoppedMachine) thaw(t *testing.T) {
+	if m.freezer == "" {
+		return
+	}
+	if err := os.WriteFile(m.freezer, []byte("THAWED"), 0o644); err != nil {
+		t.Errorf("thaw the second node's pods: %v", err)
+	}
+	m.freezer = ""
+}
+
+// restartKubelet ends the stopped kubelet and starts it again with the same command line, as a
+// rebooted machine starts its kubelet; the new process is recorded where the cluster scripts
+// find it (hack/cluster/second-node.sh down stops it).
+func (m *stoppedMachine) restartKubelet(t *testing.T) {
+	t.Helper()
+	pid := m.kubelet.pid
+	args, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := strings.Split(strings.TrimRight(string(args), "\x00"), "\x00")
+	m.kubelet.resume(t)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if err := pollUntil(context.Background(), 30*time.Second, func(context.Context) (bool, error) {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return os.IsNotExist(err), nil
+	}); err != nil {
+		t.Fatalf("the second node's kubelet (PID %d) did not end: %v", pid, err)
+	}
+	logPath := filepath.Join(envOr("CLUSTER_DIR", "/var/lib/etcd-operator-cluster"), "logs", "node2-kubelet.log")
+	logFile, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = logFile.Close() }()
+	cmd := exec.Command(exe, argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the second node's kubelet again: %v", err)
+	}
+	pidFile := filepath.Join(envOr("CLUSTER_RUN_DIR", "/run/etcd-operator-cluster"), "pids", "node2-kubelet.pid")
+	if err := os.WriteFile(pidFile, []byte(fmt.Sprintf("%d %s\n", cmd.Process.Pid, exe)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted the second node's kubelet: PID %d", cmd.Process.Pid)
+	_ = cmd.Process.Release()
+}
+
+// serviceReaders are clients connected through the client Service, each reading a key every
+// 500 ms over its one connection and keeping which member answered each read (the response
+// header's member ID). Even ones use keepalive as kube-apiserver's etcd client does (ping after
+// 30 s without a frame, drop the connection after 10 s more); odd ones use none.
+type serviceReaders struct {
+	mu      sync.Mutex
+	answers []readerAnswer
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
+}
+
+type readerAnswer struct {
+	reader    int
+	keepAlive bool
+	at        time.Time
+	member    uint64
+}
+
+func startServiceReaders(t *testing.T, endpoint string, n int) *serviceReaders {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &serviceReaders{cancel: cancel}
+	for i := range n {
+		cfg := clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()}
+		keepAlive := i%2 == 0
+		if keepAlive {
+			cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = 30*time.Second, 10*time.Second
+		}
+		cli, err := clientv3.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.done.Go(func() {
+			defer func() { _ = cli.Close() }()
+			for ctx.Err() == nil {
+				readCtx, cancelRead := context.WithTimeout(ctx, 2*time.Second)
+				resp, err := cli.Get(readCtx, "/e2e/return/read")
+				cancelRead()
+				if err == nil {
+					r.mu.Lock()
+					r.answers = append(r.answers, readerAnswer{reader: i, keepAlive: keepAlive, at: time.Now(), member: resp.Header.MemberId})
+					r.mu.Unlock()
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *serviceReaders) stop() {
+	r.cancel()
+	r.done.Wait()
+}
+
+// answeredByOldMembersSince stops the readers and says, for those with keepalive and those
+// without, which were answered by one of oldIDs after since, and how often.
+func (r *serviceReaders) answeredByOldMembersSince(since time.Time, oldIDs []uint64) (withKeepAlive, without map[int]int) {
+	r.stop()
+	withKeepAlive, without = map[int]int{}, map[int]int{}
+	for _, a := range r.answers {
+		if a.at.Before(since) || !slices.Contains(oldIDs, a.member) {
+			continue
+		}
+		if a.keepAlive {
+			withKeepAlive[a.reader]++
+		} else {
+			without[a.reader]++
+		}
+	}
+	return withKeepAlive, without
 }

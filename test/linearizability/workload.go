@@ -29,6 +29,11 @@ type Config struct {
 	// Pause is each client's wait between operations (default 20ms), which keeps the history,
 	// and so the check, small over a long test.
 	Pause time.Duration
+	// KeepAliveTime and KeepAliveTimeout, when set, make each client ping its connection after
+	// that long without a frame and drop it when no answer comes in time, as kube-apiserver's
+	// etcd client does (30 s, 10 s). Without them a connection to a member that stopped answering
+	// stays open, and is answered again if that member comes back.
+	KeepAliveTime, KeepAliveTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -66,7 +71,8 @@ func Start(ctx context.Context, cfg Config) (*Workload, error) {
 	cfg = cfg.withDefaults()
 	w := &Workload{cfg: cfg, stop: make(chan struct{})}
 	for range cfg.Clients {
-		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+			DialKeepAliveTime: cfg.KeepAliveTime, DialKeepAliveTimeout: cfg.KeepAliveTimeout})
 		if err != nil {
 			w.closeClients()
 			return nil, fmt.Errorf("etcd client: %w", err)
