@@ -4,12 +4,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
@@ -109,10 +111,20 @@ func TestEtcdRestore(t *testing.T) {
 			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: backup.Name, URI: art.URI}},
 			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: f.cluster.Name},
 		})
+		// A fresh linearizability workload from the cut-over on (the restored cluster's ID in
+		// status), through the regrowth that follows.
+		waitForWithin(t, "the restored cluster serving", restoreTimeout, func(ctx context.Context) (bool, error) {
+			cur := &etcdv1alpha1.EtcdCluster{}
+			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(f.cluster), cur)
+			return err == nil && cur.Status.ClusterID != "" && cur.Status.ClusterID != before.Status.ClusterID, err
+		})
+		workload := startWorkload(t, endpoint)
 		waitRestorePhase(t, rs, restoreTimeout)
 		if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
 			t.Fatalf("restore %s: %+v", rs.Status.Phase, rs.Status)
 		}
+		waitAvailable(t, f.cluster, 3)
+		t.Logf("linearizable from the cut-over on: %+v", checkLinearizable(t, workload))
 		if rs.Status.Replaced == nil || rs.Status.Replaced.ClusterID != before.Status.ClusterID || len(rs.Status.Replaced.Members) != 3 {
 			t.Errorf("replaced %+v, want cluster %s and its 3 members", rs.Status.Replaced, before.Status.ClusterID)
 		}
@@ -139,7 +151,9 @@ func TestEtcdRestore(t *testing.T) {
 			}
 			return err == nil && len(after.Annotations) == 0, err
 		})
-		expectData(t, endpoint, art.Revision+rs.Status.RevisionBump, map[string]int{"dataset/": datasetKeys, "later/": 0})
+		// The workload has written since: the restored keyspace is read at its first revision.
+		expectData(t, endpoint, 0, map[string]int{"dataset/": datasetKeys, "later/": 0})
+		expectFirstRevision(t, endpoint, art.Revision+rs.Status.RevisionBump)
 		if art.Revision+rs.Status.RevisionBump <= seen {
 			t.Errorf("the restored keyspace starts at revision %d (%d bumped by %d), not past %d, which a client read before the restore",
 				art.Revision+rs.Status.RevisionBump, art.Revision, rs.Status.RevisionBump, seen)
@@ -293,6 +307,29 @@ func expectData(t *testing.T, endpoint string, revision int64, counts map[string
 		if revision != 0 && resp.Header.Revision != revision {
 			t.Errorf("keyspace at revision %d, want %d (the snapshot's, bumped)", resp.Header.Revision, revision)
 		}
+	}
+}
+
+// expectFirstRevision: the restored cluster's history starts at revision, the snapshot's
+// bumped and marked compacted: the keyspace reads at revision as restored, and not before.
+func expectFirstRevision(t *testing.T, endpoint string, revision int64) {
+	t.Helper()
+	cl, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := cl.Get(ctx, "dataset/", clientv3.WithPrefix(), clientv3.WithRev(revision), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("read the restored keyspace at revision %d: %v", revision, err)
+	}
+	if resp.Count != datasetKeys {
+		t.Errorf("%d keys under dataset/ at revision %d, want %d", resp.Count, revision, datasetKeys)
+	}
+	if _, err := cl.Get(ctx, "dataset/", clientv3.WithPrefix(), clientv3.WithRev(revision-1), clientv3.WithCountOnly()); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Errorf("read at revision %d, before the restored one: %v, want %v", revision-1, err, rpctypes.ErrCompacted)
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
+	"github.com/etcd-database/etcd-operator/test/linearizability"
 )
 
 // recoveryTimeout bounds a recovery from quorum loss: the copy of the survivor's data, its
@@ -141,11 +142,25 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 				annotate(t, c, etcdv1alpha1.AnnotationLostMembers, strings.Join(lost, ","))
 			}
 
+			// A fresh linearizability workload from the force on, through the regrowth that
+			// follows: clients of the forced cluster must see one history. (The workload has no
+			// password; the authentication case has the writer only.)
+			var workload *linearizability.Workload
+			if !tc.auth {
+				waitForWithin(t, "the survivor forced", recoveryTimeout, func(ctx context.Context) (bool, error) {
+					err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
+					return err == nil && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.ForcedTime != nil, err
+				})
+				workload = startWorkload(t, clientServiceEndpoint(t, c))
+			}
 			waitForWithin(t, "the cluster recovered at its spec size", recoveryTimeout, func(ctx context.Context) (bool, error) {
 				err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
 				return err == nil && isAvailable(c, int(tc.size)) && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.CompletionTime != nil, err
 			})
 			logPrinterColumns(t, ns)
+			if workload != nil {
+				t.Logf("linearizable from the force on: %+v", checkLinearizable(t, workload))
+			}
 
 			qr := c.Status.QuorumRecovery
 			t.Logf("status.quorumRecovery: %+v, preserved %+v", *qr, qr.PreservedData)
