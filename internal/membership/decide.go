@@ -351,7 +351,8 @@ func Next(o Observed) Step {
 	if !o.Reachable {
 		return nextWithoutQuorum(o)
 	}
-	if forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists && !m.PodTerminating }); len(forced) > 0 {
+	forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists && !m.PodTerminating })
+	if len(forced) > 0 {
 		// Before anything joins: restarted with the flag again, it would drop every member
 		// added since.
 		return Step{Action: RollMember, Member: forced[0], Operation: OpRecoveringQuorum,
@@ -381,7 +382,8 @@ func Next(o Observed) Step {
 			return step
 		}
 	}
-	if unhealthy := names(o.Members, func(m Member) bool { return m.InEtcd() && !m.Healthy }); len(unhealthy) > 0 {
+	unhealthy := names(o.Members, func(m Member) bool { return m.InEtcd() && !m.Healthy })
+	if len(unhealthy) > 0 {
 		return Step{Action: Wait, Operation: OpUnhealthy, Members: unhealthy, Reason: "waiting for unhealthy members to recover"}
 	}
 	if o.AuthPending {
@@ -409,14 +411,16 @@ func restoreInPlace(o Observed) (Step, bool) {
 		return Step{}, false // the restored cluster serves: every other member is new, or an orphan
 	}
 	old := filter(o.Members, func(m Member) bool { return m.PodExists && m.Name != o.RestoreSeed })
-	if running := names(old, func(m Member) bool { return !m.PodTerminating }); len(running) > 0 {
+	running := names(old, func(m Member) bool { return !m.PodTerminating })
+	if len(running) > 0 {
 		return Step{Action: StopMembers, Members: running, Operation: OpRestoring,
 			Reason: "stopping the cluster to replace its data with the restored snapshot"}, true
 	}
 	// A pod on a node that stopped answering never ends while the node is gone; the restored seed
 	// forms a cluster of its own (a new cluster ID), which an old member, should it still run
 	// there, cannot join. It is not waited for.
-	if ending := names(old, func(m Member) bool { return m.NodeLostSince.IsZero() }); len(ending) > 0 {
+	ending := names(old, func(m Member) bool { return m.NodeLostSince.IsZero() })
+	if len(ending) > 0 {
 		return Step{Action: Wait, Operation: OpRestoring, Members: ending, Reason: "waiting for the old members to stop"}, true
 	}
 	switch {
@@ -465,15 +469,18 @@ func nextBootstrapStep(o Observed) Step {
 // that runs is left to form the cluster.
 func correctBootstrap(o Observed) (Step, bool) {
 	cannotRun := func(m Member) bool { return m.PodExists && !m.PodTerminating && m.PodProblem != "" }
-	if reset := names(o.Members, func(m Member) bool { return m.PVCUnboundOutdated && (cannotRun(m) || !m.PodExists) }); len(reset) > 0 {
+	reset := names(o.Members, func(m Member) bool { return m.PVCUnboundOutdated && (cannotRun(m) || !m.PodExists) })
+	if len(reset) > 0 {
 		return Step{Action: ResetBootstrapMembers, Members: reset, Operation: OpBootstrapping,
 			Reason: "making again, from the corrected spec, members whose claims were never bound"}, true
 	}
-	if version := names(o.Members, func(m Member) bool { return cannotRun(m) && m.PodVersion != o.DesiredVersion && !m.PodOutdated }); len(version) > 0 {
+	version := names(o.Members, func(m Member) bool { return cannotRun(m) && m.PodVersion != o.DesiredVersion && !m.PodOutdated })
+	if len(version) > 0 {
 		return Step{Action: UpgradeMember, Member: version[0], Operation: OpBootstrapping,
 			Reason: "starting the member, which cannot run as it is, on the corrected version " + o.DesiredVersion}, true
 	}
-	if stop := names(o.Members, func(m Member) bool { return cannotRun(m) && m.PodOutdated }); len(stop) > 0 {
+	stop := names(o.Members, func(m Member) bool { return cannotRun(m) && m.PodOutdated })
+	if len(stop) > 0 {
 		return Step{Action: StopMembers, Members: stop, Operation: OpBootstrapping,
 			Reason: "making again, from the corrected spec, member pods that cannot run"}, true
 	}
@@ -579,7 +586,8 @@ func promoteLearner(o Observed) (Step, bool) {
 // A promoted learner that is not healthy (its pod not ready, behind the leader) is one voter more
 // that cannot vote.
 func promotionKeepsQuorum(o Observed, learner Member) bool {
-	voters := count(o.Members, func(x Member) bool { return x.InEtcd() && !x.IsLearner }) + 1
+	voters := count(o.Members, func(x Member) bool { return x.InEtcd() && !x.IsLearner })
+	voters++ // the learner, once promoted
 	healthy := count(o.Members, func(x Member) bool { return x.InEtcd() && !x.IsLearner && x.Healthy })
 	if learner.Healthy {
 		healthy++
@@ -616,7 +624,8 @@ func scaleUp(o Observed) (Step, bool) {
 	if inEtcd >= o.DesiredSize {
 		return Step{}, false
 	}
-	if unhealthy := names(o.Members, func(m Member) bool { return m.InEtcd() && !m.Healthy }); len(unhealthy) > 0 {
+	unhealthy := names(o.Members, func(m Member) bool { return m.InEtcd() && !m.Healthy })
+	if len(unhealthy) > 0 {
 		return Step{Action: Wait, Members: unhealthy, Operation: OpScalingUp,
 			Reason: "waiting for every member to be healthy before adding one"}, true
 	}
@@ -655,15 +664,16 @@ func removalOrder(a, b Member) int {
 	)
 }
 
+// boolFirst orders true before false. (Its comparisons stand in ifs, not switch cases, here and
+// in the recovery: the mutation tester cannot see a test run a switch case's expression.)
 func boolFirst(a, b bool) int {
-	switch {
-	case a == b:
+	if a == b {
 		return 0
-	case a:
-		return -1
-	default:
-		return 1
 	}
+	if a {
+		return -1
+	}
+	return 1
 }
 
 // bestTransferee is the healthy voter, other than from, with the most of the log.

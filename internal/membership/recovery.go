@@ -57,7 +57,8 @@ func nextWithoutQuorum(o Observed) Step {
 // restarts alone with --force-new-cluster. Only with the policy's or the user's leave: writes
 // that only the lost members had are gone.
 func recoverQuorum(o Observed) (Step, bool) {
-	if forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists }); len(forced) > 0 {
+	forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists })
+	if len(forced) > 0 {
 		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
 			Reason: "the member restarts as a cluster of its own from its data"}, true
 	}
@@ -78,10 +79,10 @@ func recoverQuorum(o Observed) (Step, bool) {
 	if step, ok := mayBeServingElsewhere(o, f, lostWhat); ok {
 		return step, true
 	}
-	switch {
-	case len(f.Survivors) == 0 && len(f.Stranded) == 0 && len(f.Unreachable) == 0:
+	if len(f.Survivors) == 0 && len(f.Stranded) == 0 && len(f.Unreachable) == 0 {
 		return recoverFromBackup(o)
-	case len(f.Survivors) == 0:
+	}
+	if len(f.Survivors) == 0 {
 		// Their data may come back with their nodes: a restore would throw it away.
 		return Step{Action: Wait, Operation: OpQuorumLost, Members: append(f.Stranded, f.Unreachable...),
 			Reason: "quorum is lost (" + lostWhat + "), and no member's data can be read: bring their nodes back, or " +
@@ -267,11 +268,11 @@ func (f Fates) lostWhat(o Observed) string {
 func recoverFromBackup(o Observed) (Step, bool) {
 	const lostAll = "quorum is lost for good: every member lost its data"
 	r := o.Recovery
-	switch {
-	case !r.FromBackup:
+	if !r.FromBackup {
 		return Step{Action: Wait, Operation: OpQuorumLost,
 			Reason: lostAll + "; restore the cluster from a backup (an EtcdRestore of mode InPlace), or set spec.quorumLossRecovery.policy FromLatestBackup"}, true
-	case r.LatestBackup == "":
+	}
+	if r.LatestBackup == "" {
 		return Step{Action: Wait, Operation: OpQuorumLost,
 			Reason: lostAll + ", and no EtcdBackup of this cluster has a completed snapshot to restore; restore one from elsewhere with an EtcdRestore of mode InPlace (spec.source.location)"}, true
 	}
@@ -322,20 +323,23 @@ func continueRecovery(o Observed) (Step, bool) {
 		return Step{Action: PreserveData, Member: r.Underway, Operation: OpRecoveringQuorum,
 			Reason: "stopping member " + r.Underway + " and keeping a copy of its data before it is rewritten"}, true
 	}
-	if forced := names(o.Members, func(x Member) bool { return x.ForcedNewCluster && x.PodExists && x.Name != r.Underway }); len(forced) > 0 {
+	forced := names(o.Members, func(x Member) bool { return x.ForcedNewCluster && x.PodExists && x.Name != r.Underway })
+	if len(forced) > 0 {
 		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
 			Reason: "another member runs forced as a cluster of its own: member " + r.Underway + " is not forced beside it"}, true
 	}
 	byName := index(o.Members)
-	if unfenced := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
+	unfenced := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
 		return fenced(byName[name])
-	}); len(unfenced) > 0 {
+	})
+	if len(unfenced) > 0 {
 		return Step{Action: FenceMembers, Members: unfenced, Operation: OpRecoveringQuorum,
 			Reason: "stopping the pods of the members the recovery does without, and taking them out of the client Service, before member " + r.Underway + " is forced: none of them may serve beside it"}, true
 	}
-	if stopping := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
+	stopping := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
 		return !byName[name].PodExists || kubeletSilent(byName[name], o.Now)
-	}); len(stopping) > 0 {
+	})
+	if len(stopping) > 0 {
 		return Step{Action: Wait, Members: stopping, Operation: OpRecoveringQuorum,
 			Reason: "waiting for the pods of members " + strings.Join(stopping, ", ") + " to stop before member " + r.Underway + " is forced: their kubelets answer, so their etcd is seen stopped first"}, true
 	}
