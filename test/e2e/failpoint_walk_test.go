@@ -14,6 +14,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -650,8 +651,8 @@ func (w *failpointWalk) converged(t *testing.T, c *etcdv1alpha1.EtcdCluster, siz
 	var why string
 	w.waitFor(t, c.Name+": etcd, pods and claims match, every member's data the same", func(ctx context.Context) (bool, error) {
 		why = membersMatch(ctx, c, size, connect)
-		if why == "" && c.Spec.TLS == nil {
-			why = hashesDiffer(ctx, c)
+		if why == "" {
+			why = w.hashesDiffer(ctx, c)
 		}
 		return why == "", nil
 	})
@@ -724,23 +725,47 @@ func membersMatch(ctx context.Context, c *etcdv1alpha1.EtcdCluster, size int, co
 }
 
 // hashesDiffer says how the members' keyspaces differ, or "" (etcdtest.KeyspacesDiffer), each
-// member asked at its own pod IP. Members of a TLS cluster present certificates for their DNS
-// names, which this machine cannot resolve: only clusters without TLS are checked.
-func hashesDiffer(ctx context.Context, c *etcdv1alpha1.EtcdCluster) string {
+// member asked at its own pod IP. A member of a TLS cluster is asked at its DNS name, which its
+// certificate carries and this machine cannot resolve, dialled at its pod IP, with the
+// operator's client certificate (root's, with authentication on).
+func (w *failpointWalk) hashesDiffer(ctx context.Context, c *etcdv1alpha1.EtcdCluster) string {
 	pods := &corev1.PodList{}
 	if err := k8sClient.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
 		return err.Error()
 	}
-	endpoints := map[string]string{} // member: its client URL at its pod IP
+	endpoints := map[string]string{} // member: the client URL it is asked at
+	podAddrs := map[string]string{}  // a TLS member's host:port: its pod IP's
 	for _, p := range pods.Items {
 		if p.Status.PodIP == "" {
 			return "pod " + p.Name + " has no IP yet"
 		}
-		endpoints[p.Labels[resources.LabelMember]] = fmt.Sprintf("http://%s:%d", p.Status.PodIP, resources.ClientPort)
+		member := p.Labels[resources.LabelMember]
+		podAddr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(resources.ClientPort))
+		if c.Spec.TLS == nil {
+			endpoints[member] = "http://" + podAddr
+			continue
+		}
+		hostPort := resources.MemberHostPort(c, member, resources.ClientPort)
+		endpoints[member] = "https://" + hostPort
+		podAddrs[hostPort] = podAddr
 	}
-	cl := newEtcdClient(clientv3.Config{Endpoints: slices.Collect(maps.Values(endpoints))})
+	cfg := clientv3.Config{Endpoints: slices.Collect(maps.Values(endpoints))}
+	if c.Spec.TLS != nil {
+		_, _, tlsConfig, err := w.secureEndpoint()
+		if err != nil {
+			return "the client certificate: " + err.Error()
+		}
+		cfg.TLS = tlsConfig
+		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			if podAddr, ok := podAddrs[addr]; ok {
+				addr = podAddr
+			}
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		})}
+	}
+	cl := newEtcdClient(cfg)
 	if cl == nil {
-		return "no etcd client for the members' pod IPs"
+		return "no etcd client for the members"
 	}
 	defer cl.Close()
 	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
