@@ -22,7 +22,7 @@ func TestReconcilingAClusterYieldsItsSeriesAndDeletingItRemovesThem(t *testing.T
 	if err := f.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	series := clusterSeries(t, "metrics")
+	series := seriesIn(t, "metrics")
 	for name, want := range map[string]float64{
 		`etcd_operator_cluster_desired_members{}`:               3,
 		`etcd_operator_cluster_healthy_voting_members{}`:        3,
@@ -56,7 +56,7 @@ func TestReconcilingAClusterYieldsItsSeriesAndDeletingItRemovesThem(t *testing.T
 		if err := f.reconcile(t); err != nil {
 			return err
 		}
-		series := clusterSeries(t, "metrics")
+		series := seriesIn(t, "metrics")
 		if got := series[`etcd_operator_cluster_healthy_voting_members{}`]; got != 2 {
 			return fmt.Errorf("healthy voting members %v, want 2 with a pod not ready", got)
 		}
@@ -73,16 +73,16 @@ func TestReconcilingAClusterYieldsItsSeriesAndDeletingItRemovesThem(t *testing.T
 		if err := f.reconcile(t); err != nil {
 			return err
 		}
-		if left := clusterSeries(t, "metrics"); len(left) > 0 {
+		if left := seriesIn(t, "metrics"); len(left) > 0 {
 			return fmt.Errorf("series of a deleted cluster remain: %v", slices.Sorted(maps.Keys(left)))
 		}
 		return nil
 	})
 }
 
-// clusterSeries gathers the registry's etcd_operator series of the clusters in namespace, by
-// name and their labels other than namespace and name, as `name{label="value",...}`.
-func clusterSeries(t *testing.T, namespace string) map[string]float64 {
+// seriesIn gathers the registry's etcd_operator series of the objects in namespace, by name
+// and their labels other than namespace and name, as `name{label="value",...}`.
+func seriesIn(t *testing.T, namespace string) map[string]float64 {
 	t.Helper()
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {

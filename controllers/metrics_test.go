@@ -3,10 +3,17 @@ package controllers
 import (
 	"errors"
 	"testing"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
 func TestReconcileErrorReasonIsWhatStatusSays(t *testing.T) {
@@ -28,5 +35,58 @@ func TestReconcileErrorReasonIsWhatStatusSays(t *testing.T) {
 		if got := reconcileErrorReason(tt.c, tt.err, tt.patch); got != tt.want {
 			t.Errorf("%s: reason %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+// A run recorded mid-reconcile (status written before its Job is deleted) is counted once, and
+// the backup's series go with it.
+func TestBackupRunThatFailsIsCountedOnceAndItsSeriesGoWithTheBackup(t *testing.T) {
+	now := time.Now()
+	created := metav1.NewTime(now.Add(-agentStartDeadline - time.Minute))
+	backup := &etcdv1alpha1.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: "backup-metrics", UID: "backup-uid", CreationTimestamp: created},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "c",
+			Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}}},
+	}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "once-run", Namespace: backup.Namespace, UID: "job-uid", CreationTimestamp: created,
+		Labels: map[string]string{resources.LabelBackup: "once"}}}
+	if err := ctrl.SetControllerReference(backup, job, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "once-run-pod", Namespace: backup.Namespace, CreationTimestamp: created, Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: resources.BackupContainer,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `secret "s3" not found`}}}}},
+	}
+	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(backup, job, pod).WithStatusSubresource(backup).Build()
+	r := &EtcdBackupReconciler{Client: k8s, Now: func() time.Time { return now }}
+	reconcile := func() {
+		t.Helper()
+		if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reconcile()
+	reconcile()
+	series := seriesIn(t, backup.Namespace)
+	for name, want := range map[string]float64{
+		`etcd_operator_backup_failures_total{cluster="c"}`:  1,
+		`etcd_operator_backup_last_run_failed{cluster="c"}`: 1,
+	} {
+		if got, ok := series[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
+
+	if err := k8s.Delete(t.Context(), backup); err != nil {
+		t.Fatal(err)
+	}
+	reconcile()
+	if left := seriesIn(t, backup.Namespace); len(left) > 0 {
+		t.Errorf("series of a deleted backup remain: %v", left)
 	}
 }
