@@ -154,7 +154,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	report(cluster, obs, step, actErr, r.now())
 	r.announceDegraded(cluster, before)
-	r.announceQuorumRecovered(cluster, before)
+	r.announceQuorumRecovered(ctx, cluster, before)
 	if actErr != nil {
 		return result, actErr
 	}
