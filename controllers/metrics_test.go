@@ -90,3 +90,41 @@ func TestBackupRunThatFailsIsCountedOnceAndItsSeriesGoWithTheBackup(t *testing.T
 		t.Errorf("series of a deleted backup remain: %v", left)
 	}
 }
+
+// A restore's outcome is in its series, and they go when it is deleted.
+func TestRestoreOutcomeIsInItsSeriesUntilItIsDeleted(t *testing.T) {
+	rs := &etcdv1alpha1.EtcdRestore{
+		ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "restore-metrics", UID: "restore-uid", Finalizers: []string{restoreFinalizer}},
+		Spec: etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: "none"}},
+			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: "c"},
+		},
+	}
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(rs).WithStatusSubresource(rs).Build()
+	clock := time.Now().Truncate(time.Second)
+	tick := func() time.Time { clock = clock.Add(time.Minute); return clock } // a minute per look at the clock
+	r := &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Now: tick}
+	reconcile := func() {
+		t.Helper()
+		if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reconcile() // its source does not exist: Failed
+	series := seriesIn(t, rs.Namespace)
+	if got, ok := series[`etcd_operator_restore_phase{cluster="c",mode="InPlace",phase="Failed"}`]; !ok || got != 1 {
+		t.Errorf("restore_phase Failed = %v (present %v), want 1; series %v", got, ok, series)
+	}
+	if _, ok := series[`etcd_operator_restore_duration_seconds{cluster="c",mode="InPlace"}`]; !ok {
+		t.Errorf("no duration for a finished restore; series %v", series)
+	}
+
+	if err := k8s.Delete(t.Context(), rs); err != nil {
+		t.Fatal(err)
+	}
+	reconcile()
+	if left := seriesIn(t, rs.Namespace); len(left) > 0 {
+		t.Errorf("series of a deleted restore remain: %v", left)
+	}
+}
