@@ -107,7 +107,10 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	if reason, unsupported := unsupportedFeature(cluster); unsupported {
 		setUnsupportedConditions(cluster, reason)
-		return ctrl.Result{}, nil
+		// Looked at now and then, as an invalid spec is: its reconcile heartbeat
+		// (etcd_operator_cluster_last_successful_reconcile_timestamp_seconds) stays fresh, and
+		// the stale-heartbeat alert fires only for a cluster the operator stopped minding.
+		return ctrl.Result{RequeueAfter: requeueSteady}, nil
 	}
 
 	access, err := r.etcdAccess(ctx, cluster)

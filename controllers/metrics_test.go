@@ -128,3 +128,22 @@ func TestRestoreOutcomeIsInItsSeriesUntilItIsDeleted(t *testing.T) {
 		t.Errorf("series of a deleted restore remain: %v", left)
 	}
 }
+
+// A cluster asking for what this build cannot do is still looked at in steady state, so that
+// its heartbeat does not go stale as if the operator had stopped.
+func TestUnsupportedClusterKeepsItsHeartbeat(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: "heartbeat-metrics"},
+		Spec: etcdv1alpha1.EtcdClusterSpec{Size: 3, TLS: &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderCertManager}}}
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(c).WithStatusSubresource(c).Build()
+	r := &EtcdClusterReconciler{Client: k8s, APIReader: k8s}
+	result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.RequeueAfter != requeueSteady {
+		t.Errorf("requeue after %v, want %v: nothing else would refresh the heartbeat", result.RequeueAfter, requeueSteady)
+	}
+	if _, ok := seriesIn(t, c.Namespace)[`etcd_operator_cluster_last_successful_reconcile_timestamp_seconds{}`]; !ok {
+		t.Error("no heartbeat after a reconcile that ended without error")
+	}
+}
