@@ -88,7 +88,7 @@ func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // reconcileRuns records the finished runs, then cleans up after them, then starts the run that
 // is due. before is the status as last written; it is updated when status is written early.
 func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) (ctrl.Result, error) {
-	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	// The story the events summarise, step by step: kubectl logs with LOG_LEVEL=debug.
 	log := ctrl.LoggerFrom(ctx).V(1).WithValues("backup", b.Name)
 	jobs, err := r.ownedJobs(ctx, b)
 	if err != nil {

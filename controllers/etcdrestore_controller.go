@@ -88,7 +88,7 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.fail(rs, failed)
 		result, err = ctrl.Result{}, nil
 	}
-	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	// The story the events summarise, step by step: kubectl logs with LOG_LEVEL=debug.
 	// Every step sets the Succeeded condition, whose reason and message say what it did.
 	ctrl.LoggerFrom(ctx).V(1).WithValues(conditionSays(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded)...).
 		Info("step", "action", rs.Status.Phase, "restore", rs.Name, "mode", rs.Spec.Target.Mode, "after", result.RequeueAfter)
