@@ -45,6 +45,7 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 KUSTOMIZE ?= $(LOCALBIN)/kustomize
 OPERATOR_SDK ?= $(LOCALBIN)/operator-sdk
 VERSITYGW ?= $(LOCALBIN)/versitygw
+PROMTOOL ?= $(LOCALBIN)/promtool
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 K8S_BIN ?= $(LOCALBIN)/k8s
 ETCD_BIN ?= $(LOCALBIN)/etcd/$(ETCD_VERSION)
@@ -95,6 +96,14 @@ lint: $(GOLANGCI_LINT) ## golangci-lint (.golangci.yml) over every package, the 
 	$(GOLANGCI_LINT) run --build-tags e2e ./...
 	cd hack/tools/imagebuilder && $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
 	cd hack/tools/dockerfile-image && $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
+
+.PHONY: test-alerts
+test-alerts: $(PROMTOOL) ## Not in make test yet (promtool's cold build: see docs/monitoring.md): promtool checks and unit-tests the alert rules of config/prometheus against test/alerts.
+	dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
+		go run ./hack/alertrules config/prometheus/prometheusrule.yaml > "$$dir/rules.yaml" && \
+		cp test/alerts/*_test.yaml "$$dir/" && \
+		$(PROMTOOL) check rules "$$dir/rules.yaml" && \
+		$(PROMTOOL) test rules "$$dir"/*_test.yaml
 
 .PHONY: test-minkube
 test-minkube: envtest-min-assets ## Not in CI: test/minkube, and api/'s contract tests, against the oldest supported kube-apiserver.
@@ -199,6 +208,11 @@ $(ETCD_BIN)/etcd $(ETCD_NEXT_BIN)/etcd: $(LOCALBIN)/etcd/%/etcd:
 $(VERSITYGW): hack/tools/versitygw/go.mod
 	$(call building,versitygw (the S3 server of the tests and the demo),2 min)
 	cd hack/tools/versitygw && CGO_ENABLED=0 go build -o $@ github.com/versity/versitygw/cmd/versitygw
+
+# promtool, for the alert rules' unit tests (make test-alerts).
+$(PROMTOOL): hack/tools/promtool/go.mod
+	$(call building,promtool (the alert rules' unit tests),15 min and 1.8 GB of modules)
+	cd hack/tools/promtool && CGO_ENABLED=0 go build -o $@ github.com/prometheus/prometheus/cmd/promtool
 
 .PHONY: envtest-assets
 envtest-assets: $(K8S_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)/etcd ## Build envtest's kube-apiserver, etcd and kubectl (first time ~10 min).

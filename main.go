@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -45,6 +47,10 @@ const relatedImageEtcdEnv = "RELATED_IMAGE_ETCD"
 // relatedImageOperatorEnv is the operator's own image, which its agent Jobs run.
 const relatedImageOperatorEnv = "RELATED_IMAGE_OPERATOR"
 
+// logLevelEnv sets the log level where flags cannot be set: an OLM Subscription's config.env.
+// --zap-log-level, when given, wins.
+const logLevelEnv = "LOG_LEVEL"
+
 // defaultEtcdRepository serves when RELATED_IMAGE_ETCD is unset: the etcd project's own images.
 const defaultEtcdRepository = "gcr.io/etcd-development/etcd"
 
@@ -75,8 +81,27 @@ func parseFlags(args []string) (options, error) {
 		"Namespace of the leader-election Lease; empty means the pod's own namespace.")
 	fs.StringVar(&o.watchNamespaces, "watch-namespaces", os.Getenv(watchNamespacesEnv),
 		"Comma-separated namespaces to watch; empty means all namespaces. Defaults to $"+watchNamespacesEnv+".")
+	level, err := logLevel(os.Getenv(logLevelEnv))
+	if err != nil {
+		return o, err
+	}
+	o.zap.Level = level
 	o.zap.BindFlags(fs)
 	return o, fs.Parse(args)
+}
+
+// logLevel reads LOG_LEVEL: debug logs every decision, waits included; info (the default) each
+// step taken; error only failures.
+func logLevel(value string) (zapcore.Level, error) {
+	switch strings.ToLower(strings.TrimSpace(value)) {
+	case "", "info":
+		return zapcore.InfoLevel, nil
+	case "debug":
+		return zapcore.DebugLevel, nil
+	case "error":
+		return zapcore.ErrorLevel, nil
+	}
+	return 0, fmt.Errorf("%s=%q: want debug, info or error", logLevelEnv, value)
 }
 
 func main() {
@@ -85,6 +110,9 @@ func main() {
 	}
 	opts, err := parseFlags(os.Args[1:])
 	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, err)
+		}
 		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))

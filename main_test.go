@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap/zapcore"
+
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/controllers"
 )
@@ -54,5 +56,36 @@ func TestEtcdImagesComeFromTheRelatedImage(t *testing.T) {
 		if got := images.Image(other); got != tc.otherVersion {
 			t.Errorf("RELATED_IMAGE_ETCD=%q: %s's image is %q, want %q", tc.relatedImage, other, got, tc.otherVersion)
 		}
+	}
+}
+
+// LOG_LEVEL is how an OLM Subscription (config.env) turns the step-by-step logs on or off;
+// --zap-log-level, where flags can be set, wins over it.
+func TestLogLevelComesFromTheEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		env   string
+		args  []string
+		debug bool
+		info  bool
+	}{
+		{"", nil, false, true},
+		{"debug", nil, true, true},
+		{"DEBUG", nil, true, true},
+		{"info", nil, false, true},
+		{"error", nil, false, false},
+		{"debug", []string{"--zap-log-level=error"}, false, false},
+	} {
+		t.Setenv(logLevelEnv, tc.env)
+		opts, err := parseFlags(tc.args)
+		if err != nil {
+			t.Fatalf("LOG_LEVEL=%q %v: %v", tc.env, tc.args, err)
+		}
+		if debug, info := opts.zap.Level.Enabled(zapcore.DebugLevel), opts.zap.Level.Enabled(zapcore.InfoLevel); debug != tc.debug || info != tc.info {
+			t.Errorf("LOG_LEVEL=%q %v: debug %v, info %v; want %v, %v", tc.env, tc.args, debug, info, tc.debug, tc.info)
+		}
+	}
+	t.Setenv(logLevelEnv, "verbose")
+	if _, err := parseFlags(nil); err == nil || !strings.Contains(err.Error(), "debug, info or error") {
+		t.Errorf("LOG_LEVEL=verbose: %v, want an error naming the accepted values", err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/agent"
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
+	"github.com/etcd-database/etcd-operator/internal/metrics"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -57,12 +58,20 @@ const reportGrace = 30 * time.Second
 func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	backup := &etcdv1alpha1.EtcdBackup{}
 	if err := r.Get(ctx, req.NamespacedName, backup); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			metrics.Backups.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !backup.DeletionTimestamp.IsZero() {
+		metrics.Backups.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil // its Jobs go with it, by owner reference
 	}
 	before := backup.DeepCopy()
+	// before follows status as it is written mid-reconcile; the runs failed since the read are
+	// counted against the history as read.
+	historyRead := before.Status.History
+	defer func() { metrics.Backups.Record(backup, historyRead, r.Now()) }()
 
 	result, err := r.reconcileRuns(ctx, backup, before)
 	if err == nil {
@@ -79,7 +88,7 @@ func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // reconcileRuns records the finished runs, then cleans up after them, then starts the run that
 // is due. before is the status as last written; it is updated when status is written early.
 func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) (ctrl.Result, error) {
-	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	// The story the events summarise, step by step: kubectl logs with LOG_LEVEL=debug.
 	log := ctrl.LoggerFrom(ctx).V(1).WithValues("backup", b.Name)
 	jobs, err := r.ownedJobs(ctx, b)
 	if err != nil {

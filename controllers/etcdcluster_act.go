@@ -23,9 +23,10 @@ import (
 // operator stops half-way, the next observation shows what is left and decides again. A step the
 // PodDisruptionBudget holds returns a *disruptionHeld, with the time to look again.
 func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) (ctrl.Result, error) {
-	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
-	ctrl.LoggerFrom(ctx).V(1).Info("step", "action", step.Action, "member", step.Member, "members", step.Members,
+	// Every decision, waits included, at debug (LOG_LEVEL=debug); the steps taken at info, below.
+	log := ctrl.LoggerFrom(ctx).WithValues("cluster", c.Name, "action", step.Action, "member", step.Member, "members", step.Members,
 		"operation", step.Operation, "reason", step.Reason)
+	log.V(1).Info("step")
 	var err error
 	switch step.Action {
 	case membership.Wait:
@@ -97,8 +98,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 	}
 	if held := (*disruptionHeld)(nil); errors.As(err, &held) {
 		// Returned, for report to say the step waits; not a failure, so no event and no backoff.
-		ctrl.LoggerFrom(ctx).Info("step held by the PodDisruptionBudget", "action", step.Action, "member", step.Member,
-			"members", step.Members, "pod", held.pod, "cause", held.cause)
+		log.Info("step held by the PodDisruptionBudget", "pod", held.pod, "cause", held.cause)
 		return ctrl.Result{RequeueAfter: requeueWaiting}, err
 	}
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
@@ -110,6 +110,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		postEvent(r.Recorder, c, corev1.EventTypeWarning, "StepFailed", string(step.Action), "%s %s: %v", step.Action, step.Member, err)
 		return ctrl.Result{}, fmt.Errorf("%s %s: %w", step.Action, step.Member, err)
 	}
+	// The story the events summarise, one line per change made to the cluster.
+	log.Info("step taken")
 	postEvent(r.Recorder, c, corev1.EventTypeNormal, string(step.Action), string(step.Action), "%s%s", step.Reason, membersSuffix(step))
 	return ctrl.Result{RequeueAfter: requeueAfterStep}, nil
 }

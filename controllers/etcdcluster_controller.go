@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +23,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/metrics"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -85,6 +87,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			r.Etcd.Forget(req.String())
+			metrics.Clusters.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -92,16 +95,22 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		// Owner references let the garbage collector delete pods, Services and the claims
 		// the retention policy does not keep.
 		r.Etcd.Forget(req.String())
+		metrics.Clusters.Forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	before := cluster.DeepCopy()
 	defer func() {
-		retErr = errors.Join(retErr, r.patchStatus(ctx, cluster, before))
+		patchErr := r.patchStatus(ctx, cluster, before)
+		metrics.Clusters.Record(cluster, before.Status.Leader, reconcileErrorReason(cluster, retErr, patchErr), r.now())
+		retErr = errors.Join(retErr, patchErr)
 	}()
 
 	if reason, unsupported := unsupportedFeature(cluster); unsupported {
 		setUnsupportedConditions(cluster, reason)
-		return ctrl.Result{}, nil
+		// Looked at now and then, as an invalid spec is: its reconcile heartbeat
+		// (etcd_operator_cluster_last_successful_reconcile_timestamp_seconds) stays fresh, and
+		// the stale-heartbeat alert fires only for a cluster the operator stopped minding.
+		return ctrl.Result{RequeueAfter: requeueSteady}, nil
 	}
 
 	access, err := r.etcdAccess(ctx, cluster)
@@ -148,12 +157,33 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 
 	report(cluster, obs, step, actErr, r.now())
 	r.announceDegraded(cluster, before)
-	r.announceQuorumRecovered(cluster, before)
+	r.announceQuorumRecovered(ctx, cluster, before)
 	if actErr != nil {
 		return result, actErr
 	}
 	return untilRenewal(result, cluster, r.now()), nil
 }
+
+// reconcileErrorReason is the reason a failed reconcile gives in status, for the error count:
+// the access problem, or the Progressing reason (ReconcileError, or the step that failed); ""
+// when the reconcile did not fail.
+func reconcileErrorReason(c *etcdv1alpha1.EtcdCluster, err, patchErr error) string {
+	switch {
+	case err == nil && patchErr == nil:
+		return ""
+	case errors.As(err, new(*accessError)):
+		return accessErrorReason(err)
+	case err == nil:
+		return reasonStatusNotWritten
+	}
+	if p := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionProgressing); p != nil {
+		return p.Reason
+	}
+	return etcdv1alpha1.ReasonReconcileError
+}
+
+// reasonStatusNotWritten counts the reconciles whose only failure was writing status.
+const reasonStatusNotWritten = "StatusNotWritten"
 
 // untilRenewal brings the next reconcile forward to the earliest certificate renewal, so that
 // a short-lived certificate is renewed on time rather than at the next steady-state look.

@@ -188,7 +188,7 @@ func disruptionOf(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership
 func (r *EtcdClusterReconciler) takeDown(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, pod *corev1.Pod) error {
 	member := pod.Labels[resources.LabelMember]
 	disrupts, why := disruptionOf(c, obs, step, member)
-	ctrl.LoggerFrom(ctx).V(1).Info("taking a member's pod down", "member", member, "action", step.Action, "evict", disrupts, "why", why)
+	ctrl.LoggerFrom(ctx).Info("taking a member's pod down", "cluster", c.Name, "member", member, "action", step.Action, "evict", disrupts, "why", why)
 	if disrupts {
 		return r.evict(ctx, pod)
 	}

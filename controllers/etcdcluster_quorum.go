@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -597,7 +598,7 @@ func keptFromRecovery(c *etcdv1alpha1.EtcdCluster, name string) bool {
 
 // announceQuorumRecovered posts the events of a recovery's progress the record shows: a
 // restore that fell back to an older snapshot, and the end.
-func (r *EtcdClusterReconciler) announceQuorumRecovered(c, before *etcdv1alpha1.EtcdCluster) {
+func (r *EtcdClusterReconciler) announceQuorumRecovered(ctx context.Context, c, before *etcdv1alpha1.EtcdCluster) {
 	qr, was := c.Status.QuorumRecovery, before.Status.QuorumRecovery
 	if qr == nil {
 		return
@@ -614,6 +615,7 @@ func (r *EtcdClusterReconciler) announceQuorumRecovered(c, before *etcdv1alpha1.
 	if b := qr.Backup; b != nil {
 		from = fmt.Sprintf("EtcdBackup %s's snapshot %s (revision %d)", b.EtcdBackup, b.SnapshotURI, b.Revision)
 	}
+	ctrl.LoggerFrom(ctx).Info("quorum recovered", "cluster", c.Name, "member", qr.Member, "from", from, "started", qr.StartTime.UTC().Format(time.RFC3339))
 	postEvent(r.Recorder, c, corev1.EventTypeNormal, "QuorumRecovered", "Recover",
 		"the cluster is available at its spec size again, recovered from %s (started %s)", from, qr.StartTime.UTC().Format(time.RFC3339))
 }

@@ -497,7 +497,7 @@ func TestRecoveryFromABackupSaysWhenItsRestoreFellBack(t *testing.T) {
 	// Once the cluster serves at its size, the recovery's end names the snapshot it came from.
 	before := c.DeepCopy()
 	c.Status.QuorumRecovery.CompletionTime = &metav1.Time{Time: time.Now()}
-	a.r.announceQuorumRecovered(c, before)
+	a.r.announceQuorumRecovered(t.Context(), c, before)
 	if said := a.events(); !strings.Contains(said, "Normal QuorumRecovered") || !strings.Contains(said, "EtcdBackup hourly's snapshot pvc://backups/hourly-older.db (revision 650)") {
 		t.Fatalf("events %q: want QuorumRecovered naming the snapshot restored", said)
 	}

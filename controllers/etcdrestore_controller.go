@@ -22,6 +22,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
+	"github.com/etcd-database/etcd-operator/internal/metrics"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 	"github.com/etcd-database/etcd-operator/internal/restoreplan"
 )
@@ -59,11 +60,16 @@ type EtcdRestoreReconciler struct {
 func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	rs := &etcdv1alpha1.EtcdRestore{}
 	if err := r.Get(ctx, req.NamespacedName, rs); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			metrics.Restores.Forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !rs.DeletionTimestamp.IsZero() {
+		metrics.Restores.Forget(req.NamespacedName)
 		return r.finalize(ctx, rs)
 	}
+	defer metrics.Restores.Record(rs)
 	if restoreFinished(rs) {
 		return ctrl.Result{}, r.cleanUp(ctx, rs) // a record; what it set up goes
 	}
@@ -82,7 +88,7 @@ func (r *EtcdRestoreReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		r.fail(rs, failed)
 		result, err = ctrl.Result{}, nil
 	}
-	// The story the events summarise, step by step: kubectl logs with --zap-log-level=debug.
+	// The story the events summarise, step by step: kubectl logs with LOG_LEVEL=debug.
 	// Every step sets the Succeeded condition, whose reason and message say what it did.
 	ctrl.LoggerFrom(ctx).V(1).WithValues(conditionSays(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded)...).
 		Info("step", "action", rs.Status.Phase, "restore", rs.Name, "mode", rs.Spec.Target.Mode, "after", result.RequeueAfter)

@@ -8,11 +8,13 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/membership"
 )
 
 // debugLog is a context whose logger keeps the V(1) lines it is given.
@@ -68,5 +70,34 @@ func TestBackupAndRestoreLogTheirSteps(t *testing.T) {
 	}
 	if !logged(*lines, `"action"="Failed"`, `"restore"="r"`, `"reason"="SourceNotFound"`) {
 		t.Errorf("no step logged for a restore whose source is missing: %q", *lines)
+	}
+}
+
+// infoLog is a context whose logger keeps the lines logged at info, and not those at debug.
+func infoLog(t *testing.T) (context.Context, *[]string) {
+	var lines []string
+	logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 0})
+	return ctrl.LoggerInto(t.Context(), logger), &lines
+}
+
+// Each step the cluster reconciler takes is logged at info with the cluster and the member, so
+// that the default log level tells the story; the waits, at every look, only at debug.
+func TestClusterStepsTakenAreLoggedAtInfo(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	r := &EtcdClusterReconciler{Recorder: events.NewFakeRecorder(10)}
+
+	ctx, lines := infoLog(t)
+	if _, err := r.act(ctx, c, &observation{}, membership.Step{Action: membership.Wait, Operation: membership.OpNone, Reason: "steady"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(*lines) > 0 {
+		t.Errorf("a wait logged at info: %q", *lines)
+	}
+	step := membership.Step{Action: membership.BeginRecovery, Member: "c-m0001", Operation: membership.OpRecoveringQuorum, Reason: "quorum is lost for good"}
+	if _, err := r.act(ctx, c, &observation{}, step); err != nil {
+		t.Fatal(err)
+	}
+	if !logged(*lines, `"step taken"`, `"cluster"="c"`, `"action"="BeginRecovery"`, `"member"="c-m0001"`, `"reason"="quorum is lost for good"`) {
+		t.Errorf("the recovery's start not logged at info with cluster and member: %q", *lines)
 	}
 }

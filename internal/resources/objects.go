@@ -273,6 +273,9 @@ func etcdArgs(c *etcdv1alpha1.EtcdCluster, m MemberSpec) []string {
 		fmt.Sprintf("--listen-peer-urls=%s://0.0.0.0:%d", scheme(c), PeerPort),
 		fmt.Sprintf("--listen-client-urls=%s://0.0.0.0:%d", scheme(c), ClientPort),
 		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", MetricsPort),
+		// The per-method gRPC latency histograms: without them etcd's slow-request alert
+		// (etcdGRPCRequestsSlow, config/prometheus) has no data and never fires.
+		"--metrics=extensive",
 		"--advertise-client-urls=" + ClientURL(c, m.Name),
 		"--initial-advertise-peer-urls=" + PeerURL(c, m.Name),
 		"--initial-cluster=" + m.InitialCluster,

@@ -82,6 +82,7 @@ func TestMemberPodRunsEtcdSafely(t *testing.T) {
 	for _, want := range []string{
 		"--name=prod-aaaaa", "--initial-cluster-state=new", "--initial-cluster-token=uid-1",
 		"--quota-backend-bytes=2147483648", "--advertise-client-urls=http://prod-aaaaa.prod-peer.db.svc:2379",
+		"--listen-metrics-urls=http://0.0.0.0:2381", "--metrics=extensive",
 	} {
 		if !slices.Contains(ctr.Args, want) {
 			t.Errorf("args lack %q: %v", want, ctr.Args)
