@@ -142,14 +142,15 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 				annotate(t, c, etcdv1alpha1.AnnotationLostMembers, strings.Join(lost, ","))
 			}
 
-			// A fresh linearizability workload from the force on, through the regrowth that
-			// follows: clients of the forced cluster must see one history. (The workload has no
-			// password; the authentication case has the writer only.)
+			// A fresh linearizability workload from the moment the forced survivor serves,
+			// through the regrowth that follows: clients of the forced cluster must see one
+			// history. (The workload has no password; the authentication case has the writer
+			// only.)
 			var workload *linearizability.Workload
 			if !tc.auth {
-				waitForWithin(t, "the survivor forced", recoveryTimeout, func(ctx context.Context) (bool, error) {
+				waitForWithin(t, "the forced survivor serving", recoveryTimeout, func(ctx context.Context) (bool, error) {
 					err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
-					return err == nil && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.ForcedTime != nil, err
+					return err == nil && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.ServedTime != nil, err
 				})
 				workload = startWorkload(t, clientServiceEndpoint(t, c))
 			}
