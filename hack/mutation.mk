@@ -33,11 +33,13 @@ $(GREMLINS): hack/tools/gremlins/go.mod
 # then ignores them (it passed a run far below them). A score must stay above its floor (a
 # score equal to it fails). A mutant's tests may take 10 times the tests' own time before it
 # counts as timed out (3 by default): on 2 shared cores the default turned most of backupplan's
-# mutants into timeouts, which count neither as killed nor as lived.
+# mutants into timeouts, which count neither as killed nor as lived. GOFLAGS=-count=1: the
+# baseline run gremlins times must not come from Go's test cache (make test has just run the
+# same tests), or every mutant, compiled afresh, times out against it.
 mutate_package = echo "==> $(1): efficacy above $(word 1,$(MUTATION_FLOORS_$(1)))%, mutant coverage above $(word 2,$(MUTATION_FLOORS_$(1)))%"; \
 	start=$$SECONDS; floors=$$(mktemp --suffix=.yaml); \
 	printf 'unleash:\n  threshold:\n    efficacy: %s\n    mutant-coverage: %s\n' $(MUTATION_FLOORS_$(1)) >$$floors; \
-	$(GREMLINS) unleash --config $$floors --output-statuses lct --timeout-coefficient 10 ./$(1) || failed="$$failed $(1)"; \
+	GOFLAGS=-count=1 $(GREMLINS) unleash --config $$floors --output-statuses lct --timeout-coefficient 10 ./$(1) || failed="$$failed $(1)"; \
 	rm -f $$floors; echo "==> $(1): $$((SECONDS - start)) s";
 
 .PHONY: mutation

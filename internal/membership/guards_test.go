@@ -99,6 +99,23 @@ func TestLearnerNotStartedIsRemovedOnlyPastItsBounds(t *testing.T) {
 	}
 }
 
+// A learner is promoted only if, voting, the healthy voters are still a quorum: exactly a
+// quorum is enough, one fewer is not.
+func TestPromotionKeepsQuorumAtItsBoundary(t *testing.T) {
+	c := healthy("c", 3)
+	c.Healthy = false
+	learner := Member{Name: "d", ID: 4, IsLearner: true, Started: true, PodExists: true, PVCExists: true, Healthy: true}
+	o := formed(leader(healthy("a", 1)), healthy("b", 2), c, learner)
+	if !promotionKeepsQuorum(o, learner) {
+		t.Errorf("a, b and the learner healthy of 4 voters (quorum 3): promotion refused")
+	}
+	learner.Healthy = false
+	o.Members[3] = learner
+	if promotionKeepsQuorum(o, learner) {
+		t.Errorf("a and b healthy of 4 voters (quorum 3): promotion allowed")
+	}
+}
+
 // The wait for a learner says what keeps its pod from starting, when something does.
 func TestLearnerWaitSaysWhyItsPodDoesNotStart(t *testing.T) {
 	o := formed(append(three(), Member{Name: "d", ID: 4, IsLearner: true, PodExists: true, PVCExists: true, PodCreated: t0,
