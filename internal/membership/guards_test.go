@@ -223,3 +223,18 @@ func TestNoSpaceDisarmBounds(t *testing.T) {
 		})
 	}
 }
+
+// A restore from the newest backup begins once quorum has been lost for spec.quorumLossRecovery.after
+// exactly, and not a moment before.
+func TestRestoreFromBackupBeginsAtAfterExactly(t *testing.T) {
+	o := lostQuorum([]string{"a", "b", "c"})
+	o.Recovery.Automatic, o.Recovery.FromBackup, o.Recovery.LatestBackup = true, true, "nightly"
+	o.Recovery.LostSince = o.Now.Add(-MinRecoveryAfter)
+	if got := Next(o); got.Action != BeginRecovery || got.Backup != "nightly" {
+		t.Errorf("lost for after exactly: Next = %+v, want BeginRecovery from nightly", got)
+	}
+	o.Recovery.LostSince = o.Now.Add(-MinRecoveryAfter + time.Nanosecond)
+	if got := Next(o); got.Action != Wait {
+		t.Errorf("lost for a nanosecond less than after: Next = %+v, want Wait", got)
+	}
+}
