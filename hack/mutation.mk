@@ -17,11 +17,11 @@ GREMLINS ?= $(LOCALBIN)/gremlins-$(GREMLINS_VERSION)
 
 # The packages and, for each, its floors in percent: efficacy, then mutant coverage. Only
 # packages whose tests need no server: internal/agent's start etcd and an S3 server per
-# test, once per mutant. The efficacy floors let one mutant more live fail the run (membership:
-# 4 live of 197; backupplan: 2 of 31), while a few killed mutants timing out on a loaded machine
-# (which leaves them out of the count) do not.
+# test, once per mutant. The floors let one mutant more live, or one more go uncovered, fail the
+# run (membership: 3 live of 270, 3 not covered of 273; backupplan: 2 live of 31), while a few
+# killed mutants timing out on a loaded machine (which leaves them out of the count) do not.
 MUTATION_PACKAGES ?= internal/membership internal/backupplan
-MUTATION_FLOORS_internal/membership := 97.5 89.1
+MUTATION_FLOORS_internal/membership := 98.7 98.6
 MUTATION_FLOORS_internal/backupplan := 92 99.9
 
 $(GREMLINS): hack/tools/gremlins/go.mod
