@@ -58,24 +58,9 @@ func TestQuorumLossBehindAPartition(t *testing.T) {
 	}
 	ctx := context.Background()
 	ns := testNamespace(t, "e2e-partition-")
-	c := &etcdv1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "split", Namespace: ns},
-		Spec: etcdv1alpha1.EtcdClusterSpec{
-			Size:    3,
-			Version: etcdVersion,
-			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
-			QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
-				Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster,
-				After:  &metav1.Duration{Duration: membership.MinRecoveryAfter},
-			},
-		},
-	}
 	// The taint eviction controller must evict nothing of the cluster itself: b's and c's
 	// evictions are the test's, a's pod must stay.
-	c.Spec.PodTemplate.Tolerations = []corev1.Toleration{
-		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-	}
+	c := forcedAfterTheFloorNeverEvicted(ns, "split", 3)
 	if err := k8sClient.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -427,23 +412,8 @@ func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
 	ctx := context.Background()
 	ns := testNamespace(t, "e2e-return-")
 	node1 := nodeOtherThan(t, node2)
-	c := &etcdv1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "return", Namespace: ns},
-		Spec: etcdv1alpha1.EtcdClusterSpec{
-			Size:    1,
-			Version: etcdVersion,
-			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
-			QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
-				Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster,
-				After:  &metav1.Duration{Duration: membership.MinRecoveryAfter},
-			},
-		},
-	}
 	// No taint eviction: the second node's pods go only with its Node object.
-	c.Spec.PodTemplate.Tolerations = []corev1.Toleration{
-		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
-	}
+	c := forcedAfterTheFloorNeverEvicted(ns, "return", 1)
 	// a on the first node, then b and c on the second: the cluster grows with one node cordoned
 	// at a time.
 	cordon(t, node2, true)
@@ -591,7 +561,30 @@ func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
 	t.Logf("linearizable: %+v", counts)
 }
 
-// nodeOtherThan is the cluster's Ready node that is not name.
+// forcedAfterTheFloorNeverEvicted is a cluster of the partition tests: quorum-loss recovery
+// policy ForceNewCluster after the 2-minute floor, and pods that tolerate a node's unreachable
+// and not-ready taints for ever, so that no taint eviction takes them, only the test.
+func forcedAfterTheFloorNeverEvicted(ns, name string, size int32) *etcdv1alpha1.EtcdCluster {
+	c := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size:    size,
+			Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+			QuorumLossRecovery: etcdv1alpha1.QuorumLossRecoverySpec{
+				Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster,
+				After:  &metav1.Duration{Duration: membership.MinRecoveryAfter},
+			},
+		},
+	}
+	c.Spec.PodTemplate.Tolerations = []corev1.Toleration{
+		{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+		{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+	}
+	return c
+}
+
+// nodeOtherThan is a node of the cluster other than name (the local cluster has two at most).
 func nodeOtherThan(t *testing.T, name string) string {
 	t.Helper()
 	nodes := &corev1.NodeList{}
