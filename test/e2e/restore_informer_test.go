@@ -5,11 +5,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -182,8 +184,9 @@ func startKubeAPIServer(t *testing.T, etcdEndpoint string) *kubeAPIServer {
 }
 
 // logWatchCache logs what the API server said of its watch cache since the last call: how many
-// of its watches on etcd ended with the compaction error, and what its ConfigMaps cache did
-// (it terminates its own watchers when it lists etcd afresh).
+// of its watches on etcd ended with the compaction error, and what it said of its ConfigMaps
+// cache (it terminates its own watchers when it lists etcd afresh; its consistency check
+// compares the cache with etcd, and only logs what it finds).
 func (s *kubeAPIServer) logWatchCache(t *testing.T) {
 	t.Helper()
 	written, err := os.ReadFile(s.logPath)
@@ -194,7 +197,7 @@ func (s *kubeAPIServer) logWatchCache(t *testing.T) {
 	s.logRead = len(written)
 	var configMaps []string
 	for _, line := range strings.Split(since, "\n") {
-		if strings.Contains(line, "cacher") && strings.Contains(line, "configmaps") {
+		if strings.Contains(line, "configmaps") && (strings.Contains(line, "cacher") || strings.Contains(line, "consistency")) {
 			configMaps = append(configMaps, line)
 		}
 	}
@@ -272,10 +275,18 @@ func startConfigMapInformer(t *testing.T, cfg *rest.Config, namespace string) *c
 	noted := rest.CopyConfig(cfg)
 	noted.Wrap(func(next http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			if strings.HasSuffix(req.URL.Path, "/configmaps") {
-				i.noteRequest(req.URL.Query())
+			if !strings.HasSuffix(req.URL.Path, "/configmaps") {
+				return next.RoundTrip(req)
 			}
-			return next.RoundTrip(req)
+			query := req.URL.Query()
+			i.noteRequest(query)
+			resp, err := next.RoundTrip(req)
+			if err == nil && query.Get("watch") != "" {
+				resp.Body = &tooOldWatch{ReadCloser: resp.Body, note: func(message string) {
+					i.note("the watch from resourceVersion %s was answered: %s", query.Get("resourceVersion"), message)
+				}}
+			}
+			return resp, err
 		})
 	})
 	clientset, err := kubernetes.NewForConfig(noted)
@@ -324,6 +335,31 @@ func startConfigMapInformer(t *testing.T, cfg *rest.Config, namespace string) *c
 		t.Fatalf("the informer did not sync within %v", readyTimeout)
 	}
 	return i
+}
+
+// tooOldResourceVersion is the message of the error a watch ends with when the API server no
+// longer has the revision it resumes from, read the same in a JSON or a protobuf stream.
+var tooOldResourceVersion = regexp.MustCompile(`too old resource version: \d+ \(\d+\)`)
+
+// tooOldWatch is a watch's response body, noting tooOldResourceVersion once if it comes.
+type tooOldWatch struct {
+	io.ReadCloser
+	tail  []byte
+	noted bool
+	note  func(message string)
+}
+
+func (w *tooOldWatch) Read(p []byte) (int, error) {
+	n, err := w.ReadCloser.Read(p)
+	if !w.noted {
+		// What ended the last read is kept, in case the message was split between two.
+		w.tail = append(w.tail[max(0, len(w.tail)-100):], p[:n]...)
+		if message := tooOldResourceVersion.Find(w.tail); message != nil {
+			w.noted = true
+			w.note(string(message))
+		}
+	}
+	return n, err
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
