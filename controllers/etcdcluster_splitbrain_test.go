@@ -288,3 +288,35 @@ func TestAMemberOnALostNodeIsReplacedWhileAQuorumServes(t *testing.T) {
 		t.Errorf("etcd calls %v: no member added in its place (status %+v)", a.etcd.Calls, c.Status.Members)
 	}
 }
+
+// A member whose node stopped answering keeps its pod's IP, and its etcd may serve there while its
+// name resolves no more (the headless Service drops a pod that is not ready). Declared lost by a
+// person, it is still probed at that IP, and answering there it holds the recovery.
+func TestADeclaredLostMemberAnsweringAtItsPodIPHoldsTheRecovery(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{Duration: 2 * time.Minute}}
+	}, nil)
+	a.reconcile(t, 1)
+	survivor, b, c := a.members[0], a.members[1], a.members[2]
+	a.onLostNode(t, b)
+	a.onLostNode(t, c)
+	a.etcd.NoQuorum = true
+	a.quorumLostFor(t, 10*time.Hour)
+	a.annotateCluster(t, etcdv1alpha1.AnnotationLostMembers, b+","+c)
+	bPod, _ := a.pod(t, b)
+	a.listening[bPod.Status.PodIP+":2380"] = true
+	survivorPod, _ := a.pod(t, survivor)
+
+	cluster := a.reconcile(t, 3)
+	if qr := cluster.Status.QuorumRecovery; qr != nil {
+		t.Fatalf("a recovery began while %s answers at its pod's IP %s: %+v", b, bPod.Status.PodIP, qr)
+	}
+	if pod, ok := a.pod(t, survivor); !ok || pod.UID != survivorPod.UID {
+		t.Fatalf("the survivor was touched")
+	}
+
+	a.listening = map[string]bool{}
+	if cluster = a.reconcile(t, 1); cluster.Status.QuorumRecovery == nil {
+		t.Fatalf("no recovery began once nothing answered: the hold above was not the answer at the pod's IP")
+	}
+}

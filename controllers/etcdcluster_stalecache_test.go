@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -50,5 +51,39 @@ func TestBootstrapRepeatedFromAStaleCacheMakesTheSameMembers(t *testing.T) {
 	}
 	if len(pods.Items) != 3 {
 		t.Fatalf("two bootstraps from a stale cache made %d member pods, want the same 3", len(pods.Items))
+	}
+}
+
+// A bootstrap is decided from the cache, and cannot be taken back: before it makes anything, the
+// API server is asked. A cluster that formed (status.clusterID), or that has member objects the
+// cache does not show yet, is not bootstrapped: a second cluster would form under its name, beside
+// or over the first.
+func TestBootstrapConfirmsFromTheAPIServerThatTheClusterNeverFormed(t *testing.T) {
+	cases := map[string]func(live *etcdv1alpha1.EtcdCluster) []client.Object{
+		"status names the cluster it formed": func(live *etcdv1alpha1.EtcdCluster) []client.Object {
+			live.Status.ClusterID = "8e9e05c52164694d"
+			return []client.Object{live}
+		},
+		"a member's claim exists": func(live *etcdv1alpha1.EtcdCluster) []client.Object {
+			return []client.Object{live, resources.MemberPVC(live, resources.MemberSpec{Name: "c-abcde"})}
+		},
+	}
+	for name, apiServerHolds := range cases {
+		t.Run(name, func(t *testing.T) {
+			cached := staleTestCluster()
+			cache := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cached.DeepCopy()).Build()
+			apiServer := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(apiServerHolds(cached.DeepCopy())...).Build()
+			r := &EtcdClusterReconciler{Client: cache, APIReader: apiServer, DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}}
+			if _, err := r.act(t.Context(), cached, &observation{}, membership.Step{Action: membership.Bootstrap, Size: 3}); err != nil {
+				t.Fatal(err)
+			}
+			pods := &corev1.PodList{}
+			if err := cache.List(t.Context(), pods); err != nil {
+				t.Fatal(err)
+			}
+			if len(pods.Items) != 0 {
+				t.Fatalf("bootstrapped %d members although the API server shows the cluster formed or with members", len(pods.Items))
+			}
+		})
 	}
 }

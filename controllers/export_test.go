@@ -10,7 +10,7 @@ import (
 )
 
 // DeleteOrphans lets the envtest suite, against a real API server, delete orphans as the
-// reconciler does, from the claims it is given as observed.
-func (r *EtcdClusterReconciler) DeleteOrphans(ctx context.Context, c *etcdv1alpha1.EtcdCluster, claims map[string]*corev1.PersistentVolumeClaim, names []string) error {
-	return r.deleteOrphans(ctx, c, &observation{pods: map[string]*corev1.Pod{}, pvcs: claims}, membership.Step{}, names)
+// reconciler does, from the pods and claims it is given as observed.
+func (r *EtcdClusterReconciler) DeleteOrphans(ctx context.Context, c *etcdv1alpha1.EtcdCluster, pods map[string]*corev1.Pod, claims map[string]*corev1.PersistentVolumeClaim, names []string) error {
+	return r.deleteOrphans(ctx, c, &observation{pods: pods, pvcs: claims}, membership.Step{}, names)
 }

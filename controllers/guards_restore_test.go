@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -168,5 +169,92 @@ func TestInPlaceCutOverStoppedHalfWayKeepsTheRestoredClaim(t *testing.T) {
 	a.reconcile(t, 2)
 	if _, ok := a.pod(t, seed); !ok {
 		t.Fatalf("the restored member %s was not started once the cut-over was complete; events:\n%s", seed, a.events())
+	}
+}
+
+// A deleted restore's clean-up deletes its staged claim as it read it: one given to the cluster
+// in the meantime (its cut-over, in a reconcile the cache had not shown) holds a member's data
+// from then on, and the delete, conditional on the claim read, leaves it.
+func TestRestoreCleanUpSparesAStagedClaimGivenSinceItWasRead(t *testing.T) {
+	rs := inPlaceRestore("gone")
+	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
+	rs.DeletionTimestamp = ptrTime(time.Now())
+	c := formedCluster(map[string]string{resources.AnnotationRestorePending: "gone"})
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	staged := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+	staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: "gone"}, nil
+	_, k8s := restoreReconciler(t, rs, c, staged)
+	givenOnTheWay := interceptor.NewClient(k8s.(client.WithWatch), interceptor.Funcs{
+		Delete: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if obj.GetName() == staged.Name {
+				claim := &corev1.PersistentVolumeClaim{}
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), claim); err != nil {
+					return err
+				}
+				patch := client.MergeFrom(claim.DeepCopy())
+				claim.Labels[resources.LabelCluster] = c.Name
+				if err := cl.Patch(ctx, claim, patch); err != nil {
+					return err
+				}
+			}
+			return cl.Delete(ctx, obj, opts...)
+		},
+	})
+	r := &EtcdRestoreReconciler{Client: cacheView(givenOnTheWay), APIReader: givenOnTheWay, AgentImage: "registry.test/agent",
+		DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}
+
+	reconcileRestore(t, r, rs)
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(staged), claim); err != nil {
+		t.Fatalf("the claim given to the cluster after the clean-up read it: %v; want it kept", err)
+	}
+	if claim.Labels[resources.LabelCluster] != c.Name {
+		t.Fatalf("claim labels %v: the interception did not give it, so the test proves nothing", claim.Labels)
+	}
+}
+
+// A restore that did not complete, deleted or failed once the cut-over began, keeps the seed
+// annotation on the cluster: it tells the cluster's reconciler to restart from the restored member
+// only, and without it the old members, stopped for the cut-over, would be started again beside
+// it.
+func TestARestoreThatDidNotCompleteKeepsTheCutOver(t *testing.T) {
+	rs := inPlaceRestore("failed")
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreFailed, Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "old"}}
+	seed := resources.SeedMemberName("c", string(rs.UID))
+	c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name, resources.AnnotationRestoreSeed: seed})
+	r, k8s := restoreReconciler(t, rs, c)
+
+	if err := r.cleanUp(t.Context(), rs); err != nil {
+		t.Fatal(err)
+	}
+	after := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), after); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := after.Annotations[resources.AnnotationRestorePending]; held {
+		t.Fatalf("the failed restore still holds the cluster: the clean-up did not run, so the test proves nothing")
+	}
+	if after.Annotations[resources.AnnotationRestoreSeed] != seed {
+		t.Fatalf("annotations %v: the cut-over to %s was taken back by a restore that did not complete", after.Annotations, seed)
+	}
+}
+
+// A restore into a new cluster, deleted, takes that cluster with it only if it never formed
+// (the restore still holds it): once it formed it holds data written since, and outlives the
+// restore.
+func TestADeletedRestoreLeavesTheClusterItCreatedOnceItFormed(t *testing.T) {
+	rs := inPlaceRestore("made")
+	rs.Spec.Target.Mode = etcdv1alpha1.RestoreNew
+	rs.Status.Phase = etcdv1alpha1.RestoreCompleted
+	rs.DeletionTimestamp = ptrTime(time.Now())
+	c := formedCluster(map[string]string{resources.AnnotationRestoredBy: rs.Name})
+	r, k8s := restoreReconciler(t, rs, c)
+
+	reconcileRestore(t, r, rs)
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(rs), &etcdv1alpha1.EtcdRestore{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the restore: %v; want it gone once its finalizer ran, or the test proves nothing", err)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), &etcdv1alpha1.EtcdCluster{}); err != nil {
+		t.Fatalf("the cluster the restore created, formed since: %v; want it kept", err)
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
@@ -328,5 +330,35 @@ func TestScaleDownUnderWhenScaledRetainKeepsTheClaim(t *testing.T) {
 	}
 	if _, member := pvc.Labels[resources.LabelCluster]; member || pvc.Labels["etcd.database.dev/retained-from"] != "c" {
 		t.Fatalf("claim labels %v: want it released from the cluster and labelled retained-from=c", pvc.Labels)
+	}
+}
+
+// A cluster whose first members never formed is reset: their pods deleted and, to be made again,
+// their claims, but only those never bound. A bound claim may hold a member's data (a volume
+// bound late, a member that started and wrote before its peers failed), and is kept.
+func TestResettingBootstrapMembersKeepsABoundClaim(t *testing.T) {
+	cluster := staleTestCluster()
+	pending := resources.MemberPVC(cluster, resources.MemberSpec{Name: "c-pending"})
+	pending.Status.Phase = corev1.ClaimPending
+	bound := resources.MemberPVC(cluster, resources.MemberSpec{Name: "c-bound"})
+	bound.Status.Phase = corev1.ClaimBound
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cluster, pending, bound).Build()
+	obs := &observation{pods: map[string]*corev1.Pod{}, pvcs: map[string]*corev1.PersistentVolumeClaim{}}
+	for name, pvc := range map[string]*corev1.PersistentVolumeClaim{"c-pending": pending, "c-bound": bound} {
+		observed := &corev1.PersistentVolumeClaim{}
+		if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(pvc), observed); err != nil {
+			t.Fatal(err)
+		}
+		obs.pvcs[name] = observed
+	}
+	r := &EtcdClusterReconciler{Client: k8s}
+	if _, err := r.act(t.Context(), cluster, obs, membership.Step{Action: membership.ResetBootstrapMembers, Members: []string{"c-pending", "c-bound"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(bound), &corev1.PersistentVolumeClaim{}); err != nil {
+		t.Fatalf("the bound claim: %v; want it kept", err)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(pending), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pending claim: %v; want it deleted", err)
 	}
 }

@@ -20,7 +20,7 @@ type BackupConfig struct {
 	Etcd etcd.Config
 	// Series is the EtcdBackup whose snapshots this run writes and prunes.
 	Series      backupplan.Series
-	Destination *storage.Destination
+	Destination BackupDestination
 	// MaxCount and MaxAge are the retention (0: no limit); applied after a verified upload.
 	MaxCount int
 	MaxAge   time.Duration
@@ -28,6 +28,18 @@ type BackupConfig struct {
 	// run's Job was made; retention never deletes it.
 	LastBackup string
 	Now        func() time.Time
+}
+
+// BackupDestination is what a run needs of where it writes: a *storage.Destination. It is an
+// interface so that a test can give a destination that fails as real storage can (an object
+// stored other than streamed) where a real server cannot be made to.
+type BackupDestination interface {
+	Prefix() string
+	URI(key string) string
+	Upload(ctx context.Context, key string, r io.Reader) error
+	Verify(ctx context.Context, key string) (storage.Artifact, error)
+	List(ctx context.Context, prefix string) ([]storage.Artifact, error)
+	Delete(ctx context.Context, key string) error
 }
 
 // BackupResult is what a run reports back to the reconciler.

@@ -1,8 +1,11 @@
 package agent_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -332,5 +335,37 @@ func TestFailedRunPrunesNothing(t *testing.T) {
 	}
 	if got := snapshotURIs(t, dest, nightly); !slices.Equal(got, older) {
 		t.Fatalf("after a failed snapshot the destination holds %v, want the older snapshots untouched: %v", got, older)
+	}
+}
+
+// storingOtherThanStreamed is a destination that stores an upload without its last byte, as a
+// truncating proxy or a faulty store would, and says nothing.
+type storingOtherThanStreamed struct{ *storage.Destination }
+
+func (d storingOtherThanStreamed) Upload(ctx context.Context, key string, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	return d.Destination.Upload(ctx, key, bytes.NewReader(data[:len(data)-1]))
+}
+
+// What the destination holds is read back and compared with what was streamed: an object that
+// differs fails the run and is deleted, never reported (and later restored) as the backup.
+func TestASnapshotStoredOtherThanStreamedFailsTheRunAndIsDeleted(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	for name, dest := range bothDestinations(t) {
+		t.Run(name, func(t *testing.T) {
+			res, err := agent.Backup(t.Context(), agent.BackupConfig{
+				Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly,
+				Destination: storingOtherThanStreamed{dest}, Now: func() time.Time { return t0 },
+			})
+			if err == nil || !strings.Contains(err.Error(), "were streamed") {
+				t.Fatalf("backup into a destination that stores a byte short: %+v, %v; want it failed", res, err)
+			}
+			if objects, _ := dest.List(t.Context(), nightly.Dir(dest.Prefix())); len(objects) != 0 {
+				t.Fatalf("the object that differs from the snapshot is left: %+v", objects)
+			}
+		})
 	}
 }

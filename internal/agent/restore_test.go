@@ -210,3 +210,19 @@ func TestFetchFallsBackToTheNewestOlderSnapshotThatExists(t *testing.T) {
 		})
 	}
 }
+
+// Only a snapshot that is not there is passed over for an older one. A source that does not
+// answer (the store down, the network cut) fails the fetch, which is tried again: a restore
+// never settles for older data, nor fails for good, because the store did not answer.
+func TestFetchDoesNotTakeAStoreThatDoesNotAnswerForASnapshotThatIsGone(t *testing.T) {
+	srv, dest, backup := backUpCluster(t, 1, 5)
+	key := strings.TrimPrefix(backup.URI, "s3://backups/etcd/")
+	srv.Stop()
+
+	_, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: key, SHA256: backup.SHA256,
+		Fallbacks: []jobspec.Snapshot{{Key: key, SHA256: backup.SHA256}}, Dir: filepath.Join(t.TempDir(), "restore")})
+	if err == nil || agent.IsPermanent(err) || strings.Contains(err.Error(), "exist") {
+		t.Fatalf("fetch from a store that does not answer: %v; want an error to try again on, not one that the snapshots are gone", err)
+	}
+	t.Logf("fetch from a store that does not answer: %v", err)
+}
