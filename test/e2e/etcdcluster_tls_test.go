@@ -33,7 +33,7 @@ func TestTLSAndAuthClusterRefusesStrangers(t *testing.T) {
 	ns := testNamespace(t, "e2e-tls-")
 	root := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "etcd-root", Namespace: ns},
-		StringData: map[string]string{"password": "correct-horse"},
+		StringData: map[string]string{"password": tlsRootPassword},
 	}
 	if err := k8sClient.Create(ctx, root); err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestTLSAndAuthClusterRefusesStrangers(t *testing.T) {
 		return putErr(ctx, endpoint, serviceAddr, tlsConfig, "root", password)
 	}
 
-	if err := put(ctx, withCert, "correct-horse"); err != nil {
+	if err := put(ctx, withCert, tlsRootPassword); err != nil {
 		t.Fatalf("root with its certificate and password was refused: %v", err)
 	}
 	// Auth is enabled once the cluster is complete and healthy: until then any password works.
@@ -87,29 +87,29 @@ func TestTLSAndAuthClusterRefusesStrangers(t *testing.T) {
 	})
 	// The same path and password without a client certificate: grpc retries the refused
 	// handshake until the deadline, so only the failure itself is asserted.
-	if err := put(ctx, withoutCert, "correct-horse"); err == nil {
+	if err := put(ctx, withoutCert, tlsRootPassword); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
-	if err := put(ctx, withCert, "correct-horse"); err != nil {
+	if err := put(ctx, withCert, tlsRootPassword); err != nil {
 		t.Fatalf("root with its certificate and password was refused once auth was on: %v", err)
 	}
 
 	// Rotating the password in the Secret changes it in etcd, and the operator, which must now
 	// authenticate with the new one, is not locked out.
-	root.StringData = map[string]string{"password": "battery-staple"}
+	root.StringData = map[string]string{"password": rotatedRootPassword}
 	if err := k8sClient.Update(ctx, root); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the rotated password accepted", func(ctx context.Context) (bool, error) {
-		return put(ctx, withCert, "battery-staple") == nil, nil
+		return put(ctx, withCert, rotatedRootPassword) == nil, nil
 	})
-	if err := put(ctx, withCert, "correct-horse"); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+	if err := put(ctx, withCert, tlsRootPassword); err == nil || !strings.Contains(err.Error(), "authentication failed") {
 		t.Fatalf("the old password after the rotation: %v, want authentication failed", err)
 	}
 	record := &corev1.Secret{}
 	waitFor(t, "the operator's record of the root password", func(ctx context.Context) (bool, error) {
 		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.RootCredentialsSecretName(c.Name)}, record)
-		return err == nil && string(record.Data[resources.RootPasswordKey]) == "battery-staple" && len(record.Data[resources.RootPendingPasswordKey]) == 0, nil
+		return err == nil && string(record.Data[resources.RootPasswordKey]) == rotatedRootPassword && len(record.Data[resources.RootPendingPasswordKey]) == 0, nil
 	})
 	// A fresh reconcile authenticates with the recorded password and still sees the cluster.
 	touch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"e2e/rotated":"true"}}}`))

@@ -345,7 +345,7 @@ func (w *failpointWalk) expectBackedUpData(t *testing.T, c *etcdv1alpha1.EtcdClu
 // after they are issued (and then every 90s), for the renewal operation to come soon.
 func (w *failpointWalk) createSecure(t *testing.T) {
 	ctx := context.Background()
-	w.rootPassword = "first-password"
+	w.rootPassword = walkFirstPassword
 	w.rootSecret = &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: w.ns},
 		StringData: map[string]string{"password": w.rootPassword},
@@ -376,7 +376,7 @@ func (w *failpointWalk) createSecure(t *testing.T) {
 
 func (w *failpointWalk) changeRootPassword(t *testing.T) {
 	old := w.rootPassword
-	w.rootPassword = "second-password"
+	w.rootPassword = walkSecondPassword
 	w.rootSecret.StringData = map[string]string{"password": w.rootPassword}
 	if err := k8sClient.Update(context.Background(), w.rootSecret); err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 			}
 			user, password := "", ""
 			if tc.auth {
-				user, password = "root", "quorum-lost"
+				user, password = "root", quorumLossRootPassword
 				root := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: ns}, StringData: map[string]string{"password": password}}
 				if err := k8sClient.Create(ctx, root); err != nil {
 					t.Fatal(err)

@@ -70,7 +70,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "client: %v\n", err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// After every test: a secret logged by any of them is found here.
+	if checked, err := operatorLogsHoldNoSecret(cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "--- FAIL: OperatorLogsHoldNoSecret: %v\n", err)
+		code = max(code, 1)
+	} else {
+		fmt.Println("ok: the operator's logs:", checked)
+	}
+	os.Exit(code)
 }
 
 func TestCRDsAreEstablished(t *testing.T) {
