@@ -122,7 +122,7 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 			w := startWriterAs(t, clientServiceEndpoint(t, c), "/e2e/quorum", user, password)
 			waitFor(t, "writes acknowledged", func(context.Context) (bool, error) { return w.ackedCount() > 50, nil })
 			w.stop()
-			time.Sleep(5 * time.Second)
+			waitMembersAtOneRevision(t, c, user, password)
 			var load *revisionWriter
 			if tc.underLoad {
 				load = startRevisionWriter(t, clientServiceEndpoint(t, c), "/e2e/load")
@@ -708,4 +708,32 @@ func (w *revisionWriter) verifyUpTo(t *testing.T, revision int64) {
 		slices.Sort(lost)
 		t.Fatalf("%d writes acknowledged at or below the survivor's revision %d are lost, first %v", len(lost), revision, lost[:min(5, len(lost))])
 	}
+}
+
+// waitMembersAtOneRevision waits until every member, asked at its pod, is at the same revision:
+// with no write in flight, every acknowledged write is then applied on each of them, as a
+// recovery that keeps one survivor's data must find it.
+func waitMembersAtOneRevision(t *testing.T, c *etcdv1alpha1.EtcdCluster, user, password string) {
+	t.Helper()
+	waitFor(t, "every member at one revision", func(ctx context.Context) (bool, error) {
+		pods := memberPods(t, c)
+		revisions := map[int64]bool{}
+		for _, pod := range pods {
+			if pod.Status.PodIP == "" {
+				return false, nil
+			}
+			url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(resources.ClientPort))
+			cl, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, Username: user, Password: password, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				return false, nil
+			}
+			st, err := cl.Status(ctx, url)
+			_ = cl.Close()
+			if err != nil {
+				return false, nil
+			}
+			revisions[st.Header.Revision] = true
+		}
+		return len(pods) == int(c.Spec.Size) && len(revisions) == 1, nil
+	})
 }
