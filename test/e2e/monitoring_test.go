@@ -338,8 +338,11 @@ func (p *prometheus) get(ctx context.Context, path string, params url.Values, da
 		Error  string          `json:"error"`
 		Data   json.RawMessage `json:"data"`
 	}
-	if err := json.Unmarshal(body, &answer); err != nil || answer.Status != "success" {
-		return fmt.Errorf("GET %s %v: %s %s (%v)", path, params, resp.Status, body, err)
+	if err := json.Unmarshal(body, &answer); err != nil {
+		return fmt.Errorf("GET %s %v: %s %s: %w", path, params, resp.Status, body, err)
+	}
+	if answer.Status != "success" {
+		return fmt.Errorf("GET %s %v: %s %s", path, params, resp.Status, body)
 	}
 	return json.Unmarshal(answer.Data, data)
 }
