@@ -38,8 +38,8 @@ var waitMembersDownFires = os.Getenv("E2E_MONITORING_MEMBERS_DOWN_FIRES") != ""
 
 const (
 	// The longest `for:` the test waits out is EtcdClusterQuorumAtRisk's 5 minutes; on top come
-	// the operator's look (30 s when steady), a scrape and an evaluation (5 s each), and a backup
-	// Job failing twice a minute apart.
+	// the operator's look (30 s when steady), a scrape and an evaluation (5 s each); the backup
+	// alerts need a failed run and twice the 1-minute schedule.
 	alertTimeout = 10 * time.Minute
 	// The member comes back at the operator's next try to make its pod, which backs off while
 	// the API server refuses it (up to minutes after a long refusal), then rejoins on its data.
@@ -53,8 +53,8 @@ const (
 // members go to 2, etcdMembersDown's expression holds, and still does once the member's target
 // is gone (pending: its `for:` is 20 minutes; with E2E_MONITORING_MEMBERS_DOWN_FIRES, until it
 // fires), and EtcdClusterQuorumAtRisk fires after its 5 minutes; once the pod may be made again,
-// the operator brings the member back and both resolve. A scheduled backup to a bucket that does not
-// exist fires EtcdBackupFailing and, past twice its schedule, EtcdBackupTooOld.
+// the operator brings the member back and both resolve. A scheduled backup to a bucket that does
+// not exist fires EtcdBackupFailing and, past twice its schedule, EtcdBackupTooOld.
 //
 // Prometheus evaluates every 5 s rather than every 30 s or minute: that only sets how soon an
 // expression is checked, while each rule's `for:` is the shipped one (checked below), so no
