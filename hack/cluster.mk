@@ -227,6 +227,47 @@ test-restore-informer: cluster-deploy envtest-assets ## Not in CI: a kube-apiser
 	$(CLUSTER_E2E_ENV) E2E_RESTORE_INFORMER=1 KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) \
 		-run '^TestAKubeAPIServerSurvivesAnInPlaceRestore$$' ./test/e2e/
 
+# A real Prometheus on the cluster (test/prometheus) with the shipped monitors' scrape
+# configuration and alert rules, built at promtool's version so that both share one module cache
+# (and, built with the same flags, one build cache).
+CLUSTER_PROMETHEUS_VERSION := $(call cluster_mod_version,hack/tools/prometheus/go.mod,github.com/prometheus/prometheus)
+ifneq ($(CLUSTER_PROMETHEUS_VERSION),$(call cluster_mod_version,hack/tools/promtool/go.mod,github.com/prometheus/prometheus))
+$(error hack/tools/prometheus and hack/tools/promtool must require the same github.com/prometheus/prometheus)
+endif
+CLUSTER_PROMETHEUS ?= $(CLUSTER_BIN)/prometheus/$(CLUSTER_PROMETHEUS_VERSION)/prometheus
+CLUSTER_PROMETHEUS_IMAGE ?= $(CLUSTER_REGISTRY)/prometheus:$(CLUSTER_PROMETHEUS_VERSION)
+
+$(CLUSTER_PROMETHEUS): hack/tools/prometheus/go.mod
+	$(call building,Prometheus (make test-monitoring),15-30 min and 1.9 GB of modules; about a minute once promtool is built)
+	cd hack/tools/prometheus && CGO_ENABLED=0 go build -o $@ github.com/prometheus/prometheus/cmd/prometheus
+
+$(call cluster_tar,$(CLUSTER_PROMETHEUS_IMAGE)): $(CLUSTER_PROMETHEUS) $(CLUSTER_IMAGEBUILDER)
+	$(CLUSTER_IMAGEBUILDER) build -tag $(CLUSTER_PROMETHEUS_IMAGE) -o $@ -add $<:/bin/prometheus \
+		-entrypoint /bin/prometheus -user 65532:65532 \
+		$(call image_labels,prometheus,Prometheus built from the Go module proxy for make test-monitoring,$(CLUSTER_PROMETHEUS_VERSION))
+
+# Applied from a copy of test/prometheus that also holds the rule file hack/alertrules writes from
+# config/prometheus/prometheusrule.yaml; the ConfigMaps' hashed names roll Prometheus when either
+# file changed.
+.PHONY: prometheus-deploy
+prometheus-deploy: $(call cluster_tar,$(CLUSTER_PROMETHEUS_IMAGE)) $(KUSTOMIZE) $(CLUSTER_KUBECTL) ## Run Prometheus on the local cluster (namespace prometheus), scraping the operator and every member with the shipped rules (make prometheus-undeploy removes it).
+	$(CLUSTER_ENV) hack/cluster/load-images.sh $(call cluster_tar,$(CLUSTER_PROMETHEUS_IMAGE))
+	dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && cp test/prometheus/* "$$dir/" && \
+		go run ./hack/alertrules config/prometheus/prometheusrule.yaml > "$$dir/rules.yaml" && \
+		(cd "$$dir" && $(KUSTOMIZE) edit set image prometheus=$(CLUSTER_PROMETHEUS_IMAGE)) && \
+		$(KUSTOMIZE) build "$$dir" | $(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) apply -f -
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n prometheus rollout status deployment/prometheus --timeout=3m
+
+.PHONY: prometheus-undeploy
+prometheus-undeploy: $(CLUSTER_KUBECTL) ## Remove what prometheus-deploy made.
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) delete --ignore-not-found -f test/prometheus/prometheus.yaml
+
+# E2E_MONITORING_MEMBERS_DOWN_FIRES=1 keeps the member down until etcdMembersDown fires too,
+# past its 20-minute for: (~25 min).
+.PHONY: test-monitoring
+test-monitoring: cluster-deploy prometheus-deploy ## Not in CI (Prometheus's first build is 15-30 min): a real Prometheus scrapes the operator and a 3-member cluster; a member kept down fires the quorum alert, which resolves once it is back; a failing scheduled backup fires the backup alerts (~8 min after the build).
+	$(CLUSTER_E2E_ENV) E2E_PROMETHEUS_NAMESPACE=prometheus go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestAlertsOnARealPrometheus$$' ./test/e2e/
+
 # The soak. DURATION of fault injection (a Go duration), then the checks; CHAOS_SEED replays a
 # run's choice of faults; CHAOS_TIMEOUT must exceed DURATION by the clusters' last settle.
 DURATION ?= 30m
