@@ -19,3 +19,6 @@ LABEL operators.operatorframework.io.test.config.v1=tests/scorecard/
 COPY bundle/manifests /manifests/
 COPY bundle/metadata /metadata/
 COPY bundle/tests/scorecard /tests/scorecard/
+
+# The OpenShift versions the bundle is for: from the one whose Kubernetes is minKubeVersion on.
+LABEL com.redhat.openshift.versions=v4.17

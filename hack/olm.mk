@@ -21,6 +21,9 @@ PACKAGE := etcd-operator
 # The channels the bundle of VERSION is in (CATALOG_TEMPLATE says; bundle/'s annotations repeat it).
 CHANNELS ?= candidate,stable
 DEFAULT_CHANNEL ?= stable
+# The OpenShift versions the bundle is for (com.redhat.openshift.versions): those whose Kubernetes
+# is at least the CSV's minKubeVersion, 1.30 (OpenShift 4.17), proven by make test-minkube.
+OPENSHIFT_VERSIONS ?= v4.17
 BUNDLE_IMG ?= $(REGISTRY)/etcd-operator-bundle:v$(VERSION)
 # The tree bundle-build takes bundle.Dockerfile and bundle/ from: this one, or a release's.
 BUNDLE_DIR ?= .
@@ -79,6 +82,8 @@ bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) $(if $(USE_IMAGE_DIGESTS),$(OLM_I
 	rm -rf bundle bundle.Dockerfile && \
 	$(KUSTOMIZE) build "$$work/config/manifests" | $(OPERATOR_SDK) generate bundle -q \
 		--package $(PACKAGE) --version $(VERSION) --channels $(CHANNELS) --default-channel $(DEFAULT_CHANNEL)
+	printf '\n  # The OpenShift versions the bundle is for: from the one whose Kubernetes is minKubeVersion on.\n  com.redhat.openshift.versions: %s\n' $(OPENSHIFT_VERSIONS) >> bundle/metadata/annotations.yaml
+	printf '\n# The OpenShift versions the bundle is for: from the one whose Kubernetes is minKubeVersion on.\nLABEL com.redhat.openshift.versions=%s\n' $(OPENSHIFT_VERSIONS) >> bundle.Dockerfile
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
 
 # The OCI labels name VERSION and IMAGE_REVISION: release-images sets them to the release's.
