@@ -725,12 +725,12 @@ func waitMembersAtOneRevision(t *testing.T, c *etcdv1alpha1.EtcdCluster, user, p
 			url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(resources.ClientPort))
 			cl, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, Username: user, Password: password, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 			if err != nil {
-				return false, nil
+				return false, nil //nolint:nilerr // a member not answering yet is asked again
 			}
 			st, err := cl.Status(ctx, url)
 			_ = cl.Close()
 			if err != nil {
-				return false, nil
+				return false, nil //nolint:nilerr // a member not answering yet is asked again
 			}
 			revisions[st.Header.Revision] = true
 		}
