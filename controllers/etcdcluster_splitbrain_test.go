@@ -59,21 +59,29 @@ func (a *scriptedCluster) annotateCluster(t *testing.T, key, value string) {
 	}
 }
 
+// nodesOfTwoStoppedAnswering is a 3-member cluster under policy ForceNewCluster whose members b and
+// c are on nodes that stopped answering, the quorum lost for 10 hours: the survivor is the first.
+func nodesOfTwoStoppedAnswering(t *testing.T) (a *scriptedCluster, survivor, b, c string) {
+	t.Helper()
+	a = newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{Duration: 2 * time.Minute}}
+	}, nil)
+	a.reconcile(t, 1)
+	survivor, b, c = a.members[0], a.members[1], a.members[2]
+	a.onLostNode(t, b)
+	a.onLostNode(t, c)
+	a.etcd.NoQuorum = true
+	a.quorumLostFor(t, 10*time.Hour)
+	return a, survivor, b, c
+}
+
 // A majority of members whose nodes stopped answering the API server is never forced out, however
 // long: their etcd may still serve the clients on their side of a partition. Status says what the
 // operator waits for and the annotation that declares them lost; once a person declares them, the
 // recovery goes on, and the pods of the members it does without are stopped before the survivor is
 // forced.
 func TestMembersWhoseNodesStoppedAnsweringAreNeverForcedOut(t *testing.T) {
-	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
-		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{Duration: 2 * time.Minute}}
-	}, nil)
-	a.reconcile(t, 1)
-	survivor, b, c := a.members[0], a.members[1], a.members[2]
-	a.onLostNode(t, b)
-	a.onLostNode(t, c)
-	a.etcd.NoQuorum = true
-	a.quorumLostFor(t, 10*time.Hour)
+	a, survivor, b, c := nodesOfTwoStoppedAnswering(t)
 	survivorPod, _ := a.pod(t, survivor)
 
 	cluster := a.reconcile(t, 3)
@@ -293,15 +301,7 @@ func TestAMemberOnALostNodeIsReplacedWhileAQuorumServes(t *testing.T) {
 // name resolves no more (the headless Service drops a pod that is not ready). Declared lost by a
 // person, it is still probed at that IP, and answering there it holds the recovery.
 func TestADeclaredLostMemberAnsweringAtItsPodIPHoldsTheRecovery(t *testing.T) {
-	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
-		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{Duration: 2 * time.Minute}}
-	}, nil)
-	a.reconcile(t, 1)
-	survivor, b, c := a.members[0], a.members[1], a.members[2]
-	a.onLostNode(t, b)
-	a.onLostNode(t, c)
-	a.etcd.NoQuorum = true
-	a.quorumLostFor(t, 10*time.Hour)
+	a, survivor, b, c := nodesOfTwoStoppedAnswering(t)
 	a.annotateCluster(t, etcdv1alpha1.AnnotationLostMembers, b+","+c)
 	bPod, _ := a.pod(t, b)
 	a.listening[bPod.Status.PodIP+":2380"] = true
