@@ -222,6 +222,11 @@ test-partition: cluster-deploy ## Not in CI: the split-brain tests, members cut 
 	$(CLUSTER_E2E_ENV) E2E_PARTITION=1 E2E_SECOND_NODE=$(CLUSTER_NODE2_NAME) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestALostNodesMembersComeBackAfterTheForce$$' ./test/e2e/; \
 		status=$$?; $(CLUSTER_ENV) hack/cluster/second-node.sh down; exit $$status
 
+.PHONY: test-e2e-extended
+test-e2e-extended: cluster-deploy ## Not in CI: the e2e cases that take a path a CI case takes too (the plain forced recovery of 3 and of 5 members), ~6 min.
+	$(CLUSTER_E2E_ENV) E2E_EXTENDED=1 go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) \
+		-run '^TestQuorumLostForGoodIsRecovered$$/^[35]_members_lose_[23],_policy_ForceNewCluster$$' ./test/e2e/
+
 .PHONY: test-restore-informer
 test-restore-informer: cluster-deploy envtest-assets ## Not in CI: a kube-apiserver started on this machine keeps its data in a cluster restored in place twice; its client-go informer lists afresh and converges with the revision bump, and is shown stuck without it.
 	$(CLUSTER_E2E_ENV) E2E_RESTORE_INFORMER=1 KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) \
