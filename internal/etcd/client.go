@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // Member is one entry of etcd's member list.
@@ -130,6 +131,11 @@ func New(cfg Config) (Client, error) {
 		DialKeepAliveTimeout: callTimeout,
 		// The manager logs through logr; clientv3's own zap logs are noise at info level.
 		Logger: zap.NewNop(),
+		// Every member is in the cluster, and gRPC would otherwise take the HTTPS_PROXY that OLM
+		// gives the operator and its Jobs for any member address NO_PROXY misses (a pod IP, a
+		// cluster domain the user did not list): a proxy that cannot reach the member, or one
+		// that should never carry etcd's traffic.
+		DialOptions: []grpc.DialOption{grpc.WithNoProxy()},
 	})
 	if errors.Is(rpctypes.Error(err), rpctypes.ErrAuthFailed) {
 		return nil, fmt.Errorf("connect to etcd %v as %s: %w", cfg.Endpoints, cfg.Username, ErrAuthFailed)
