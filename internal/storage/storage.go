@@ -55,6 +55,8 @@ type Destination struct {
 func OpenS3(ctx context.Context, cfg S3) (*Destination, error) {
 	// An unreachable server fails an attempt in seconds rather than the system's minutes;
 	// the Job's own retries then take over.
+	// The clone keeps the default transport's Proxy: behind a proxy, object storage is reached
+	// through the HTTP(S)_PROXY that OLM gives the operator and the operator gives its Jobs.
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	transport.ResponseHeaderTimeout = 2 * time.Minute
