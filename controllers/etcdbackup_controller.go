@@ -53,6 +53,7 @@ const reportGrace = 30 * time.Second
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
 
 // Reconcile records the runs that finished, then starts the run that is due, if any.
 func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -408,7 +409,7 @@ func (r *EtcdBackupReconciler) checkReady(ctx context.Context, b *etcdv1alpha1.E
 // write a snapshot onto a member's data, and hold OLM upgrades back meanwhile.
 func (r *EtcdBackupReconciler) destinationProblem(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
 	for _, check := range []func(context.Context, *etcdv1alpha1.EtcdBackup) (string, string){
-		r.credentialsProblem, r.storageCAProblem, r.claimProblem,
+		r.credentialsProblem, r.storageCAProblem, r.serviceAccountProblem, r.claimProblem,
 	} {
 		if reason, message := check(ctx, b); reason != "" {
 			return reason, message
@@ -433,6 +434,26 @@ func (r *EtcdBackupReconciler) storageCAProblem(ctx context.Context, b *etcdv1al
 		return "", ""
 	}
 	return r.secretProblem(ctx, b.Namespace, s3.CASecretName, jobspec.StorageCAKey)
+}
+
+// serviceAccountProblem: the ServiceAccount the Job is to run as exists. Without it the Job
+// controller could create no pod, and would only say so in an event on the Job.
+func (r *EtcdBackupReconciler) serviceAccountProblem(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
+	s3 := b.Spec.Destination.S3
+	if s3 == nil || s3.ServiceAccountName == "" {
+		return "", ""
+	}
+	// Only whether it exists matters: its metadata is read, nothing else.
+	sa := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: s3.ServiceAccountName}, sa); err != nil {
+		if apierrors.IsNotFound(err) {
+			return etcdv1alpha1.ReasonServiceAccountNotFound, fmt.Sprintf(
+				"ServiceAccount %s does not exist in namespace %s: create it, bound to the IAM role with access to bucket %s, or set destination.s3.credentialsSecretName",
+				s3.ServiceAccountName, b.Namespace, s3.Bucket)
+		}
+		return etcdv1alpha1.ReasonServiceAccountNotFound, fmt.Sprintf("read ServiceAccount %s: %v", s3.ServiceAccountName, err)
+	}
+	return "", ""
 }
 
 // claimProblem: the destination claim exists and is not a member's data claim.

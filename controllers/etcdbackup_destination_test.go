@@ -22,6 +22,9 @@ func TestBackupDestinationIsCheckedBeforeAnyJob(t *testing.T) {
 	s3 := func(creds, ca string) etcdv1alpha1.StorageLocation {
 		return etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{Bucket: "b", Endpoint: "https://s3", CredentialsSecretName: creds, CASecretName: ca}}
 	}
+	identity := func(serviceAccount string) etcdv1alpha1.StorageLocation {
+		return etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{Bucket: "b", Endpoint: "https://s3", ServiceAccountName: serviceAccount}}
+	}
 	secret := func(name string, keys ...string) *corev1.Secret {
 		data := map[string][]byte{}
 		for _, k := range keys {
@@ -40,13 +43,16 @@ func TestBackupDestinationIsCheckedBeforeAnyJob(t *testing.T) {
 		{"credentials Secret missing", s3("nope", ""), etcdv1alpha1.ReasonSecretNotFound, "Secret nope does not exist"},
 		{"a member's data claim", etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: memberClaim.Name}}, etcdv1alpha1.ReasonInvalidDestination, "holds the data of member c-abcde of EtcdCluster c"},
 		{"everything in place", s3("creds", "ca"), etcdv1alpha1.ReasonReady, ""},
+		{"the pod's identity, its ServiceAccount missing", identity("nobody"), etcdv1alpha1.ReasonServiceAccountNotFound, "ServiceAccount nobody does not exist in namespace ns"},
+		{"the pod's identity, its ServiceAccount there", identity("etcd-backups"), etcdv1alpha1.ReasonReady, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns"},
 				Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "c", Destination: tc.dest}}
 			k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(available, memberClaim,
 				secret("creds-half", "AWS_ACCESS_KEY_ID"), secret("creds", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
-				secret("ca-empty"), secret("ca", "ca.crt")).Build()
+				secret("ca-empty"), secret("ca", "ca.crt"),
+				&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "etcd-backups", Namespace: "ns"}}).Build()
 			r := &EtcdBackupReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent"}
 			_, ready := r.checkReady(t.Context(), b)
 			cond := meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionReady)

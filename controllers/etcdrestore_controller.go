@@ -228,6 +228,17 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 				return src, err
 			}
 		}
+		if name := s3.ServiceAccountName; name != "" {
+			// Without it the Job controller could create no pod, and would say so only in an
+			// event on the Job.
+			sa := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}}
+			if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, sa); apierrors.IsNotFound(err) {
+				return src, failed(etcdv1alpha1.ReasonSourceNotFound,
+					"ServiceAccount %s does not exist in namespace %s: create it, bound to the IAM role that can read bucket %s, or set s3.credentialsSecretName", name, rs.Namespace, s3.Bucket)
+			} else if err != nil {
+				return src, err
+			}
+		}
 	}
 	return src, nil
 }

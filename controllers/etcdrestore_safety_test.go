@@ -187,11 +187,15 @@ func TestRestoreFindsTheUsersS3Secrets(t *testing.T) {
 	}{
 		{"both present", []client.Object{usersSecret("creds"), usersSecret("ca")}, ""},
 		{"CA missing", []client.Object{usersSecret("creds")}, "Secret ca does not exist"},
+		{"the Jobs' ServiceAccount missing", []client.Object{usersSecret("creds"), usersSecret("ca")}, "ServiceAccount etcd-restores does not exist"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := inPlaceRestore("s3")
 			rs.Spec.Source.Location.StorageLocation = etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
 				Bucket: "b", Endpoint: "https://s3", CredentialsSecretName: "creds", CASecretName: "ca"}}
+			if strings.Contains(tc.wantMissing, "ServiceAccount") {
+				rs.Spec.Source.Location.S3.ServiceAccountName = "etcd-restores"
+			}
 			r, _ := restoreReconciler(t, append(tc.secrets, rs, formedCluster(nil))...)
 			got := reconcileRestore(t, r, rs)
 			cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded)

@@ -71,6 +71,9 @@ const (
 	ReasonClusterNotAvailable = "ClusterNotAvailable"
 	ReasonSecretNotFound      = "SecretNotFound"
 	ReasonClaimNotFound       = "ClaimNotFound"
+	// ReasonServiceAccountNotFound: the S3 location's serviceAccountName does not exist, and
+	// a Job running as it could not be created.
+	ReasonServiceAccountNotFound = "ServiceAccountNotFound"
 	// ReasonSecretKeysMissing: a Secret the Job reads lacks a key it needs (named).
 	ReasonSecretKeysMissing = "SecretKeysMissing"
 	// ReasonInvalidDestination: the destination cannot be written to safely (a member's claim).

@@ -56,10 +56,24 @@ type S3Location struct {
 	ForcePathStyle bool `json:"forcePathStyle,omitempty"`
 
 	// CredentialsSecretName is a Secret in the same namespace with the keys
-	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and optionally AWS_SESSION_TOKEN).
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and optionally AWS_SESSION_TOKEN). Leave
+	// it out to use the pod's own AWS identity instead: with serviceAccountName bound to an
+	// IAM role (EKS IAM roles for service accounts, OpenShift with STS), the role's web
+	// identity token; otherwise whatever the AWS SDK's default chain finds, such as the
+	// node's instance role.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	CredentialsSecretName string `json:"credentialsSecretName"`
+	// +optional
+	CredentialsSecretName string `json:"credentialsSecretName,omitempty"`
+
+	// ServiceAccountName is the ServiceAccount, in the same namespace, that the backup and
+	// restore Jobs reading and writing this bucket run as: the one bound to the IAM role with
+	// access to it. Empty means the namespace's default ServiceAccount. The Jobs never mount
+	// its Kubernetes API token; the role's token is mounted by the platform's identity webhook.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
 	// CASecretName is a Secret with a ca.crt key to trust for a server with a private CA.
 	// +kubebuilder:validation:MaxLength=253

@@ -276,7 +276,9 @@ func openStorage(ctx context.Context, loc etcdv1alpha1.StorageLocation) (*storag
 		Bucket: s3.Bucket, Prefix: s3.Prefix, Endpoint: s3.Endpoint, Region: s3.Region, ForcePathStyle: s3.ForcePathStyle,
 		AccessKeyID: os.Getenv(jobspec.AccessKeyIDEnv), SecretKey: os.Getenv(jobspec.SecretAccessKeyEnv), SessionToken: os.Getenv(jobspec.SessionTokenEnv),
 	}
-	if cfg.AccessKeyID == "" || cfg.SecretKey == "" {
+	// Without a credentials Secret the keys are left empty, and storage takes the pod's
+	// ambient AWS identity.
+	if s3.CredentialsSecretName != "" && (cfg.AccessKeyID == "" || cfg.SecretKey == "") {
 		return nil, permanentError{fmt.Errorf("Secret %s needs the keys %s and %s", s3.CredentialsSecretName, jobspec.AccessKeyIDEnv, jobspec.SecretAccessKeyEnv)}
 	}
 	if s3.CASecretName != "" {

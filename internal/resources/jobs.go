@@ -109,6 +109,14 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 	}
 
 	podLabels := agentPodLabels(LabelBackup, b.Name)
+	spec := agentJobSpec(podLabels, corev1.Container{
+		Name:         BackupContainer,
+		Image:        image,
+		Args:         []string{"agent", "backup"},
+		Env:          env,
+		VolumeMounts: mounts,
+	}, volumes)
+	spec.Template.Spec.ServiceAccountName = storageServiceAccount(b.Spec.Destination)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        BackupJobName(b.Name, scheduledFor),
@@ -116,13 +124,7 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 			Labels:      agentJobLabels(podLabels, c),
 			Annotations: map[string]string{AnnotationScheduledFor: scheduledFor.UTC().Format(time.RFC3339)},
 		},
-		Spec: agentJobSpec(podLabels, corev1.Container{
-			Name:         BackupContainer,
-			Image:        image,
-			Args:         []string{"agent", "backup"},
-			Env:          env,
-			VolumeMounts: mounts,
-		}, volumes),
+		Spec: spec,
 	}, nil
 }
 
@@ -200,6 +202,7 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 	})
 	spec := agentJobSpec(podLabels, install, volumes)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore}
+	spec.Template.Spec.ServiceAccountName = storageServiceAccount(src.Storage)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: RestoreJobName(r.Name), Namespace: r.Namespace, Labels: agentJobLabels(podLabels, c),
@@ -370,8 +373,8 @@ func agentContainer(container corev1.Container) corev1.Container {
 // never leave the Secret's namespace nor pass through the operator (which only checks that
 // the keys exist).
 func storageEnv(loc etcdv1alpha1.StorageLocation) []corev1.EnvVar {
-	if loc.S3 == nil {
-		return nil
+	if loc.S3 == nil || loc.S3.CredentialsSecretName == "" {
+		return nil // the pod's own AWS identity (storageServiceAccount)
 	}
 	secret := loc.S3.CredentialsSecretName
 	return []corev1.EnvVar{
@@ -379,6 +382,15 @@ func storageEnv(loc etcdv1alpha1.StorageLocation) []corev1.EnvVar {
 		secretEnv(jobspec.SecretAccessKeyEnv, secret, jobspec.SecretAccessKeyEnv, false),
 		secretEnv(jobspec.SessionTokenEnv, secret, jobspec.SessionTokenEnv, true),
 	}
+}
+
+// storageServiceAccount is the ServiceAccount a Job reading or writing loc runs as: the one an
+// S3 location names, bound to the IAM role whose web identity the agent takes.
+func storageServiceAccount(loc etcdv1alpha1.StorageLocation) string {
+	if loc.S3 == nil {
+		return ""
+	}
+	return loc.S3.ServiceAccountName
 }
 
 func secretEnv(name, secret, key string, optional bool) corev1.EnvVar {

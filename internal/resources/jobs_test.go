@@ -392,3 +392,32 @@ func TestRestoreJobBumpsTheRevision(t *testing.T) {
 		}
 	}
 }
+
+// A bucket reached with the pod's own AWS identity: the Jobs that read and write it run as the
+// ServiceAccount bound to the IAM role, with no keys from a Secret and still no Kubernetes API
+// token of their own.
+func TestStorageJobsRunAsTheBucketsServiceAccount(t *testing.T) {
+	loc := etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{Bucket: "snaps", ServiceAccountName: "etcd-backups"}}
+	backup, err := BackupJob(testBackup(loc), testCluster(), "registry/etcd-operator:v1", time.Now(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), "prod-seed",
+		RestoreSource{Storage: loc, Key: "k"}, "registry/etcd-operator:v1", EtcdImages{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, job := range map[string]*batchv1.Job{"backup": backup, "restore": restore} {
+		pod := job.Spec.Template.Spec
+		if pod.ServiceAccountName != "etcd-backups" || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+			t.Errorf("%s Job runs as %q, API token mounted %v", name, pod.ServiceAccountName, pod.AutomountServiceAccountToken)
+		}
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					t.Errorf("%s Job's %s takes %s from Secret %s, with no credentials Secret named", name, c.Name, e.Name, e.ValueFrom.SecretKeyRef.Name)
+				}
+			}
+		}
+	}
+}

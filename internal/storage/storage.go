@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"gocloud.dev/blob"
@@ -71,9 +72,13 @@ func OpenS3(ctx context.Context, cfg S3) (*Destination, error) {
 		transport.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
 	httpClient := &http.Client{Transport: transport}
+	creds, err := credentialsFor(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	opts := s3.Options{
 		Region:       cfg.Region,
-		Credentials:  credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretKey, cfg.SessionToken),
+		Credentials:  creds,
 		UsePathStyle: cfg.ForcePathStyle,
 		HTTPClient:   httpClient,
 		// Retries are the reconciler's business: a backup attempt fails fast and says why.
@@ -87,6 +92,22 @@ func OpenS3(ctx context.Context, cfg S3) (*Destination, error) {
 		return nil, fmt.Errorf("open bucket %s: %w", cfg.Bucket, err)
 	}
 	return &Destination{bucket: bucket, prefix: cfg.Prefix, uriBase: BucketURI(cfg.Bucket)}, nil
+}
+
+// credentialsFor is the keys cfg gives, or, with none, the ambient identity the AWS SDK's default
+// chain finds: keys in the environment, a web identity token (EKS's IAM roles for service
+// accounts, OpenShift's STS: AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE, exchanged at STS),
+// a shared profile, or the node's instance role. The chain's calls to STS take the SDK's own
+// transport, which honours the proxy variables and AWS_CA_BUNDLE.
+func credentialsFor(ctx context.Context, cfg S3) (aws.CredentialsProvider, error) {
+	if cfg.AccessKeyID != "" {
+		return credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretKey, cfg.SessionToken), nil
+	}
+	ambient, err := config.LoadDefaultConfig(ctx, config.WithRegion(cfg.Region))
+	if err != nil {
+		return nil, fmt.Errorf("the pod's AWS identity: %w", err)
+	}
+	return ambient.Credentials, nil
 }
 
 // BucketURI names a bucket in URIs: s3://bucket/, to which object keys are appended.
