@@ -143,10 +143,10 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, ext
 			// Enough for etcd to finish in-flight requests and hand off leadership.
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			SecurityContext:               restrictedPod(etcdUID),
-			Affinity:                      affinity(c),
+			Affinity:                      memberAffinity(c),
 			Tolerations:                   tmpl.Tolerations,
 			NodeSelector:                  tmpl.NodeSelector,
-			TopologySpreadConstraints:     topologySpread(c),
+			TopologySpreadConstraints:     memberTopologySpread(c),
 			PriorityClassName:             tmpl.PriorityClassName,
 			ImagePullSecrets:              tmpl.ImagePullSecrets,
 			Containers:                    []corev1.Container{etcdContainer(c, m, images, extraEnv)},
@@ -316,37 +316,6 @@ func dataVolumeSource(c *etcdv1alpha1.EtcdCluster, member string) corev1.Volume 
 	return corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(member)},
 	}}
-}
-
-// affinity defaults to a preferred anti-affinity: members spread over nodes when there are
-// enough, and still schedule when there are not (a required rule left members Pending).
-func affinity(c *etcdv1alpha1.EtcdCluster) *corev1.Affinity {
-	if c.Spec.PodTemplate.Affinity != nil {
-		return c.Spec.PodTemplate.Affinity
-	}
-	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-			Weight: 100,
-			PodAffinityTerm: corev1.PodAffinityTerm{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: Selector(c)},
-				TopologyKey:   corev1.LabelHostname,
-			},
-		}},
-	}}
-}
-
-func topologySpread(c *etcdv1alpha1.EtcdCluster) []corev1.TopologySpreadConstraint {
-	out := make([]corev1.TopologySpreadConstraint, 0, len(c.Spec.PodTemplate.TopologySpreadConstraints))
-	for _, t := range c.Spec.PodTemplate.TopologySpreadConstraints {
-		if t.LabelSelector == nil {
-			t.LabelSelector = &metav1.LabelSelector{MatchLabels: Selector(c)}
-		}
-		out = append(out, t)
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
 }
 
 // MemberPVC is the claim of one member. It is made only together with the member: a claim
