@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -402,16 +403,59 @@ func Fenced(pod *corev1.Pod) bool {
 // ClientService is what clients connect to: ready voting members whose pods no quorum recovery
 // fenced (ClientEndpointSelector).
 func ClientService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
+	var annotations map[string]string
+	if user := c.Spec.ClientService.Annotations; len(user) > 0 {
+		annotations = maps.Clone(user)
+		annotations[AnnotationUserAnnotations] = strings.Join(slices.Sorted(maps.Keys(user)), ",")
+	}
+	serviceType := c.Spec.ClientService.Type
+	if serviceType == "" {
+		serviceType = corev1.ServiceTypeClusterIP
+	}
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ClientServiceName(c.Name), Namespace: c.Namespace, Labels: ClusterLabels(c)},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ClientServiceName(c.Name), Namespace: c.Namespace, Labels: ClusterLabels(c), Annotations: annotations,
+		},
 		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
+			Type:     serviceType,
 			Selector: ClientEndpointSelector(c),
 			Ports: []corev1.ServicePort{
 				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
 			},
 		},
 	}
+}
+
+// ClientServiceUpdate is current, the client Service as it is, brought to desired
+// (ClientService): its selector, its type and the annotations from the spec, the ones that
+// left the spec removed. The rest is left as it is: the cluster IP, the node ports the API
+// server allocated, annotations and fields others set. changed is false when nothing differs.
+//
+// On a change of type to ClusterIP, the API server drops the node ports it had allocated.
+func ClientServiceUpdate(current, desired *corev1.Service) (updated *corev1.Service, changed bool) {
+	updated = current.DeepCopy()
+	updated.Spec.Selector = desired.Spec.Selector
+	updated.Spec.Type = desired.Spec.Type
+
+	annotations := maps.Clone(updated.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	if previous := annotations[AnnotationUserAnnotations]; previous != "" {
+		for _, key := range strings.Split(previous, ",") {
+			delete(annotations, key)
+		}
+	}
+	delete(annotations, AnnotationUserAnnotations)
+	maps.Copy(annotations, desired.Annotations)
+	if len(annotations) == 0 {
+		annotations = nil
+	}
+	updated.Annotations = annotations
+
+	changed = !maps.Equal(current.Spec.Selector, updated.Spec.Selector) || current.Spec.Type != updated.Spec.Type ||
+		!maps.Equal(current.Annotations, updated.Annotations)
+	return updated, changed
 }
 
 // PodDisruptionBudget allows at most one voluntary disruption, and none that would leave
