@@ -223,9 +223,10 @@ func unsupportedFeature(c *etcdv1alpha1.EtcdCluster) (string, bool) {
 	return "", false
 }
 
-// ensureServices creates the peer and client Services, and brings a client Service made by an
-// older operator, which selected every pod of the cluster, to ClientEndpointSelector. It runs
-// after ensureClientEndpointLabels: with a pod not yet labelled, the new selector would drop a
+// ensureServices creates the peer and client Services, and keeps the client Service's type and
+// annotations those of spec.clientService. It also brings a client Service made by an older
+// operator, which selected every pod of the cluster, to ClientEndpointSelector: it runs after
+// ensureClientEndpointLabels, since with a pod not yet labelled the new selector would drop a
 // serving member from the Service.
 func (r *EtcdClusterReconciler) ensureServices(ctx context.Context, c *etcdv1alpha1.EtcdCluster) error {
 	if err := r.createIfMissing(ctx, c, resources.PeerService(c)); err != nil {
@@ -239,12 +240,13 @@ func (r *EtcdClusterReconciler) ensureServices(ctx context.Context, c *etcdv1alp
 		return r.createOwned(ctx, c, desired)
 	case err != nil:
 		return fmt.Errorf("get Service %s: %w", desired.Name, err)
-	case maps.Equal(current.Spec.Selector, desired.Spec.Selector):
+	}
+	updated, changed := resources.ClientServiceUpdate(current, desired)
+	if !changed {
 		return nil
 	}
-	current.Spec.Selector = desired.Spec.Selector
-	if err := r.Update(ctx, current); err != nil {
-		return fmt.Errorf("update the selector of Service %s: %w", desired.Name, err)
+	if err := r.Update(ctx, updated); err != nil {
+		return fmt.Errorf("update Service %s: %w", desired.Name, err)
 	}
 	return nil
 }

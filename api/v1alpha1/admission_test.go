@@ -46,6 +46,8 @@ var invalidObjects = []struct {
 	{"cluster tls validity above ten years", cluster("tls: {validity: 87601h}"), "tls.validity must be at most 87600h"},
 	{"cluster quota zero", cluster("tuning: {quotaBackendBytes: 0}"), "tuning.quotaBackendBytes must be above 0"},
 	{"cluster reserved pod label", cluster("podTemplate:\n  metadata:\n    labels:\n      etcd.database.dev/member: x"), "label keys with the etcd.database.dev/ prefix are reserved for the operator"},
+	{"cluster client service ExternalName", cluster("clientService: {type: ExternalName}"), `spec.clientService.type: Unsupported value: "ExternalName"`},
+	{"cluster client service reserved annotation", cluster("clientService:\n  annotations:\n    etcd.database.dev/user-annotations: x"), "annotation keys with the etcd.database.dev/ prefix are reserved for the operator"},
 	{"cluster quorum policy unknown", cluster("quorumLossRecovery:\n  policy: Auto"), `spec.quorumLossRecovery.policy: Unsupported value: "Auto"`},
 	{"cluster defrag threshold zero", cluster("defragmentation:\n  thresholdPercent: 0"), "spec.defragmentation.thresholdPercent in body should be greater than or equal to 1"},
 	{"cluster name too long", named("EtcdCluster", strings.Repeat("a", 51), "spec: {}"), "an EtcdCluster name must be a DNS label of at most 50 characters"},

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,9 @@ var updateCases = []struct {
 	want    string // empty: the update must be accepted
 }{
 	{"cluster patch upgrade", cluster("version: 3.6.15"), setField("3.6.16", "spec", "version"), ""},
+	{"cluster client service exposed once formed", withStatus(cluster("version: 3.6.16"), "clusterID: abc"), setField("LoadBalancer", "spec", "clientService", "type"), ""},
+	{"cluster client service annotated once formed", withStatus(cluster("clientService: {type: NodePort}"), "clusterID: abc"),
+		setField(map[string]any{"example.com/owner": "team-a"}, "spec", "clientService", "annotations"), ""},
 	{"cluster minor upgrade", cluster("version: 3.6.16"), setField("3.7.3", "spec", "version"), ""},
 	{"cluster minor upgrade while running", withStatus(cluster("version: 3.6.16"), "currentVersion: 3.6.16"), setField("3.7.3", "spec", "version"), ""},
 	{"cluster patch rollback while running", withStatus(cluster("version: 3.6.16"), "currentVersion: 3.6.16"), setField("3.6.15", "spec", "version"), ""},
@@ -160,6 +164,7 @@ func TestEmptyClusterSpecGetsSafeDefaults(t *testing.T) {
 			ThresholdPercent: 50,
 			MinimumDBSize:    ptr.To(resource.MustParse("100Mi")),
 		},
+		ClientService: etcdv1alpha1.ClientServiceSpec{Type: corev1.ServiceTypeClusterIP},
 	}
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", got, want)

@@ -58,6 +58,13 @@ type EtcdClusterSpec struct {
 	// +optional
 	PodTemplate PodTemplate `json:"podTemplate,omitempty"`
 
+	// ClientService shapes the Service clients connect to, <name>-client: its type and
+	// annotations. By default it is a ClusterIP Service, reachable from inside the cluster only.
+	// +kubebuilder:default={}
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Client Service"
+	ClientService ClientServiceSpec `json:"clientService,omitempty"`
+
 	// TLS encrypts and authenticates peer and client traffic. Set it when the cluster is
 	// created: it cannot be added or removed later.
 	// +optional
@@ -165,8 +172,15 @@ type PodTemplate struct {
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
-	// Affinity replaces the default, a preferred (soft) anti-affinity that spreads members
-	// over nodes without blocking scheduling when nodes are few.
+	// Affinity of the member pods. Each part set here (nodeAffinity, podAffinity,
+	// podAntiAffinity) replaces that part of the default, which is: nodeAffinity requiring a
+	// node whose kubernetes.io/os and kubernetes.io/arch the etcd image is built for (linux;
+	// amd64, arm64), and podAntiAffinity preferring (weight 100) a node with no other member
+	// of the cluster, by kubernetes.io/hostname, so that members still schedule when nodes are
+	// fewer than members. To require one member per node, set podAntiAffinity with the same
+	// term under requiredDuringSchedulingIgnoredDuringExecution. An image of other platforms
+	// (spec.repository) needs a nodeAffinity of its own. As every podTemplate change, a change
+	// here restarts the members one at a time.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 
@@ -179,8 +193,11 @@ type PodTemplate struct {
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 
-	// TopologySpreadConstraints of the member pods. The operator fills in the label selector
-	// when one is left empty.
+	// TopologySpreadConstraints of the member pods; their label selector, when left empty,
+	// selects the cluster's members. When none is set, members spread over zones
+	// (topology.kubernetes.io/zone, maxSkew 1, whenUnsatisfiable ScheduleAnyway): the scheduler
+	// prefers the zone with the fewest members, and still schedules in a cluster of one zone.
+	// Setting any replaces that default.
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
@@ -194,6 +211,31 @@ type PodTemplate struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+}
+
+// ClientServiceSpec is what a user may set of the client Service. Both fields may change at any
+// time: the Service is updated in place, and clients inside the cluster keep its name and
+// cluster IP.
+type ClientServiceSpec struct {
+	// Type of the client Service: ClusterIP (the default) for clients inside the cluster;
+	// NodePort or LoadBalancer to expose etcd to clients outside it, on every node's port or
+	// through the cloud's load balancer. Anyone who reaches that address reaches etcd: expose
+	// a cluster only with tls and auth. With tls.provider Operator the members' certificate
+	// names the Service's in-cluster DNS names only; clients outside that verify the server's
+	// name need tls.provider Secrets with a certificate that also names the outside address.
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	// +kubebuilder:default=ClusterIP
+	// +optional
+	Type corev1.ServiceType `json:"type,omitempty"`
+
+	// Annotations of the client Service, such as a cloud's load balancer settings (internal
+	// or external, the subnets, the source ranges). Removing one here removes it from the
+	// Service; annotations that others put on the Service are left alone. Keys under
+	// etcd.database.dev/ are the operator's.
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('etcd.database.dev/'))",message="annotation keys with the etcd.database.dev/ prefix are reserved for the operator"
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // PodMetadata is the labels and annotations added to member pods.

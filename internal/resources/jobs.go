@@ -296,11 +296,9 @@ func ReadLogJob(c *etcdv1alpha1.EtcdCluster, member, node string, lostAt time.Ti
 		VolumeMounts: []corev1.VolumeMount{mount},
 	}, []corev1.Volume{volume})
 	if node != "" {
-		spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
-			}}},
-		}}
+		// Added to the platform term: a node must be both that node and of a built platform.
+		term := &spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0]
+		term.MatchFields = []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -344,6 +342,7 @@ func agentJobSpec(labels map[string]string, container corev1.Container, volumes 
 			ObjectMeta: metav1.ObjectMeta{Labels: labels},
 			Spec: corev1.PodSpec{
 				RestartPolicy:                corev1.RestartPolicyNever,
+				Affinity:                     &corev1.Affinity{NodeAffinity: PlatformNodeAffinity()},
 				AutomountServiceAccountToken: ptr.To(false),
 				EnableServiceLinks:           ptr.To(false),
 				SecurityContext:              restrictedPod(agentUID),

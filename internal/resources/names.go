@@ -66,6 +66,11 @@ const (
 	// AnnotationFenced on a member pod records when a quorum recovery took it out of the
 	// client Service's selection: it is never put back (the pod is being deleted).
 	AnnotationFenced = "etcd.database.dev/fenced"
+	// AnnotationUserAnnotations on the client Service lists, comma-separated and sorted, the
+	// keys of its annotations that came from spec.clientService.annotations: those the operator
+	// removes once they leave the spec. Any other annotation (a cloud controller's, a user's
+	// kubectl annotate) is someone else's, and kept.
+	AnnotationUserAnnotations = "etcd.database.dev/user-annotations"
 
 	managerName = "etcd-operator"
 )

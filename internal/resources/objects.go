@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -143,10 +144,10 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, ext
 			// Enough for etcd to finish in-flight requests and hand off leadership.
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			SecurityContext:               restrictedPod(etcdUID),
-			Affinity:                      affinity(c),
+			Affinity:                      memberAffinity(c),
 			Tolerations:                   tmpl.Tolerations,
 			NodeSelector:                  tmpl.NodeSelector,
-			TopologySpreadConstraints:     topologySpread(c),
+			TopologySpreadConstraints:     memberTopologySpread(c),
 			PriorityClassName:             tmpl.PriorityClassName,
 			ImagePullSecrets:              tmpl.ImagePullSecrets,
 			Containers:                    []corev1.Container{etcdContainer(c, m, images, extraEnv)},
@@ -318,37 +319,6 @@ func dataVolumeSource(c *etcdv1alpha1.EtcdCluster, member string) corev1.Volume 
 	}}
 }
 
-// affinity defaults to a preferred anti-affinity: members spread over nodes when there are
-// enough, and still schedule when there are not (a required rule left members Pending).
-func affinity(c *etcdv1alpha1.EtcdCluster) *corev1.Affinity {
-	if c.Spec.PodTemplate.Affinity != nil {
-		return c.Spec.PodTemplate.Affinity
-	}
-	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-			Weight: 100,
-			PodAffinityTerm: corev1.PodAffinityTerm{
-				LabelSelector: &metav1.LabelSelector{MatchLabels: Selector(c)},
-				TopologyKey:   corev1.LabelHostname,
-			},
-		}},
-	}}
-}
-
-func topologySpread(c *etcdv1alpha1.EtcdCluster) []corev1.TopologySpreadConstraint {
-	out := make([]corev1.TopologySpreadConstraint, 0, len(c.Spec.PodTemplate.TopologySpreadConstraints))
-	for _, t := range c.Spec.PodTemplate.TopologySpreadConstraints {
-		if t.LabelSelector == nil {
-			t.LabelSelector = &metav1.LabelSelector{MatchLabels: Selector(c)}
-		}
-		out = append(out, t)
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	return out
-}
-
 // MemberPVC is the claim of one member. It is made only together with the member: a claim
 // that goes missing later is never silently recreated, because an empty volume under an
 // existing member ID would break raft's guarantees.
@@ -433,16 +403,59 @@ func Fenced(pod *corev1.Pod) bool {
 // ClientService is what clients connect to: ready voting members whose pods no quorum recovery
 // fenced (ClientEndpointSelector).
 func ClientService(c *etcdv1alpha1.EtcdCluster) *corev1.Service {
+	var annotations map[string]string
+	if user := c.Spec.ClientService.Annotations; len(user) > 0 {
+		annotations = maps.Clone(user)
+		annotations[AnnotationUserAnnotations] = strings.Join(slices.Sorted(maps.Keys(user)), ",")
+	}
+	serviceType := c.Spec.ClientService.Type
+	if serviceType == "" {
+		serviceType = corev1.ServiceTypeClusterIP
+	}
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ClientServiceName(c.Name), Namespace: c.Namespace, Labels: ClusterLabels(c)},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ClientServiceName(c.Name), Namespace: c.Namespace, Labels: ClusterLabels(c), Annotations: annotations,
+		},
 		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
+			Type:     serviceType,
 			Selector: ClientEndpointSelector(c),
 			Ports: []corev1.ServicePort{
 				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
 			},
 		},
 	}
+}
+
+// ClientServiceUpdate is current, the client Service as it is, brought to desired
+// (ClientService): its selector, its type and the annotations from the spec, the ones that
+// left the spec removed. The rest is left as it is: the cluster IP, the node ports the API
+// server allocated, annotations and fields others set. changed is false when nothing differs.
+//
+// On a change of type to ClusterIP, the API server drops the node ports it had allocated.
+func ClientServiceUpdate(current, desired *corev1.Service) (updated *corev1.Service, changed bool) {
+	updated = current.DeepCopy()
+	updated.Spec.Selector = desired.Spec.Selector
+	updated.Spec.Type = desired.Spec.Type
+
+	annotations := maps.Clone(updated.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	if previous := annotations[AnnotationUserAnnotations]; previous != "" {
+		for _, key := range strings.Split(previous, ",") {
+			delete(annotations, key)
+		}
+	}
+	delete(annotations, AnnotationUserAnnotations)
+	maps.Copy(annotations, desired.Annotations)
+	if len(annotations) == 0 {
+		annotations = nil
+	}
+	updated.Annotations = annotations
+
+	changed = !maps.Equal(current.Spec.Selector, updated.Spec.Selector) || current.Spec.Type != updated.Spec.Type ||
+		!maps.Equal(current.Annotations, updated.Annotations)
+	return updated, changed
 }
 
 // PodDisruptionBudget allows at most one voluntary disruption, and none that would leave

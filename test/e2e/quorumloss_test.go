@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -452,9 +453,13 @@ var deadNodeTolerations = []corev1.Toleration{
 func nodeThatWillStopAnswering(t testing.TB, namespace string) string {
 	t.Helper()
 	ctx := context.Background()
+	// The labels a kubelet would give it: member pods and agent Jobs require a node of a
+	// platform their images are built for; the cluster's nodes are this machine's.
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-no-kubelet-" + namespace, Labels: map[string]string{"kubernetes.io/hostname": "e2e-no-kubelet-" + namespace}},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: deadNodeTaint, Effect: corev1.TaintEffectNoSchedule}}},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-no-kubelet-" + namespace, Labels: map[string]string{
+			corev1.LabelHostname: "e2e-no-kubelet-" + namespace, corev1.LabelArchStable: runtime.GOARCH, corev1.LabelOSStable: runtime.GOOS,
+		}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: deadNodeTaint, Effect: corev1.TaintEffectNoSchedule}}},
 	}
 	if err := k8sClient.Create(ctx, node); err != nil {
 		t.Fatal(err)
