@@ -270,8 +270,8 @@ prometheus-undeploy: $(CLUSTER_KUBECTL) ## Remove what prometheus-deploy made.
 # E2E_MONITORING_MEMBERS_DOWN_FIRES=1 keeps the member down until etcdMembersDown fires too,
 # past its 20-minute for: (~25 min).
 .PHONY: test-monitoring
-test-monitoring: cluster-deploy prometheus-deploy ## Not in CI (Prometheus's first build is 15-30 min): a real Prometheus scrapes the operator and a 3-member cluster; a member kept down fires the quorum alert, which resolves once it is back; a failing scheduled backup fires the backup alerts (~8 min after the build).
-	$(CLUSTER_E2E_ENV) E2E_PROMETHEUS_NAMESPACE=prometheus go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestAlertsOnARealPrometheus$$' ./test/e2e/
+test-monitoring: cluster-deploy prometheus-deploy ## Not in CI (Prometheus's first build is 15-30 min): a real Prometheus scrapes the operator and a 3-member cluster; a member kept down fires the quorum alert, which resolves once it is back; a failing scheduled backup fires the backup alerts; every query of the Grafana dashboard answers data (~8 + ~4 min after the build).
+	$(CLUSTER_E2E_ENV) E2E_PROMETHEUS_NAMESPACE=prometheus go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^(TestAlertsOnARealPrometheus|TestDashboardOnARealPrometheus)$$' ./test/e2e/
 
 # The soak. DURATION of fault injection (a Go duration), then the checks; CHAOS_SEED replays a
 # run's choice of faults; CHAOS_TIMEOUT must exceed DURATION by the clusters' last settle.

@@ -480,6 +480,21 @@ func TestCSVDescriptionIsInStepWithTheREADME(t *testing.T) {
 			t.Errorf("the capability %q must be stated in both the README's EtcdCluster row and the CSV description", capability)
 		}
 	}
+	// The capability level OperatorHub shows is the README's, and Deep Insights is claimed with
+	// what earns it: metrics, alerts, a dashboard and a log level a Subscription can set.
+	level := csv.Annotations["capabilities"]
+	// Both are wrapped text: compared as words, whatever the line breaks.
+	readmeWords, descriptionWords := strings.Join(strings.Fields(string(readme)), " "), strings.Join(strings.Fields(description), " ")
+	if !strings.Contains(readmeWords, "capability level "+level+".") {
+		t.Errorf("the CSV claims capability level %q; the README does not say \"capability level %s.\"", level, level)
+	}
+	if level == "Deep Insights" {
+		for _, insight := range []string{"metrics", "alert rules", "Grafana dashboard", "LOG_LEVEL"} {
+			if !strings.Contains(readmeWords, insight) || !strings.Contains(descriptionWords, insight) {
+				t.Errorf("Deep Insights: %q must be stated in both the README and the CSV description", insight)
+			}
+		}
+	}
 }
 
 func readmeStatusRow(t *testing.T, readme, kind string) string {
