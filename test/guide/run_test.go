@@ -43,29 +43,45 @@ func TestGuidePagesRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env := pageNamespace(t, root, kubeconfig, page.Name)
+			type step struct {
+				line   int
+				script string
+			}
+			var steps []step
 			for _, block := range blocks {
-				if block.Skip {
-					continue
+				if script, ok := scriptOf(block); ok {
+					steps = append(steps, step{block.Line, script})
 				}
-				var script string
-				switch block.Lang {
-				case "sh", "bash":
-					script = block.Text
-				case "yaml":
-					script = "kubectl apply -f - <<'GUIDE_EOF'\n" + block.Text + "GUIDE_EOF\n"
-				default:
-					continue
-				}
+			}
+			if len(steps) == 0 {
+				t.Skip("nothing to run")
+			}
+			env := pageNamespace(t, root, kubeconfig, page.Name)
+			for _, step := range steps {
 				start := time.Now()
-				out, err := run(root, env, script)
-				t.Logf("%s:%d (%s):\n%s", page.Name, block.Line, time.Since(start).Round(time.Second), out)
+				out, err := run(root, env, step.script)
+				t.Logf("%s:%d (%s):\n%s", page.Name, step.line, time.Since(start).Round(time.Second), out)
 				if err != nil {
-					t.Fatalf("%s:%d: %v", page.Name, block.Line, err)
+					t.Fatalf("%s:%d: %v", page.Name, step.line, err)
 				}
 			}
 		})
 	}
+}
+
+// scriptOf is what runs for a block: a shell block as it is, a yaml block applied; nothing for
+// a skipped block or another language.
+func scriptOf(block Block) (string, bool) {
+	if block.Skip {
+		return "", false
+	}
+	switch block.Lang {
+	case "sh", "bash":
+		return block.Text, true
+	case "yaml":
+		return "kubectl apply -f - <<'GUIDE_EOF'\n" + block.Text + "GUIDE_EOF\n", true
+	}
+	return "", false
 }
 
 // pageNamespace makes the page's namespace and a kubeconfig whose current context is in it,
