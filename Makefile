@@ -25,7 +25,7 @@ image_labels = -label "org.opencontainers.image.title=$(strip $(1))" \
 	-label "org.opencontainers.image.source=$(IMAGE_SOURCE)"
 OPERATOR_IMAGE_DESCRIPTION := etcd Operator: runs etcd clusters on Kubernetes and backs them up and restores them; also the agent of its backup and restore Jobs
 
-# Pinned versions (see README "Versions").
+# Pinned versions (see docs/development.md, "Versions").
 KUBERNETES_VERSION ?= v1.36.3
 # The oldest Kubernetes the bundle installs on, pinned in one place: hack/tools/kube-min/go.mod.
 # The CSV's minKubeVersion must name its minor version; test/minkube fails otherwise.
@@ -83,7 +83,7 @@ vet: ## go vet, including the build-tagged e2e tests.
 
 .PHONY: test
 # test/minkube needs the oldest supported kube-apiserver, built for it alone (~3.5 min cold): it
-# runs in `make test-minkube`, outside CI's 60-minute budget (README, "What runs where").
+# runs in `make test-minkube`, outside CI's 60-minute budget (docs/development.md, "What runs where").
 test: envtest-assets $(CONTROLLER_GEN) $(KUSTOMIZE) $(OPERATOR_SDK) $(VERSITYGW) $(LOCALBIN)/imagebuilder vet lint ## Unit and envtest tests against a real kube-apiserver and etcd, and the Grafana dashboard's queries (hack/dashboard); fails if generated files are stale. The oldest-Kubernetes part is make test-minkube.
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" CONTROLLER_GEN="$(CONTROLLER_GEN)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \

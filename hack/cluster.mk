@@ -212,6 +212,11 @@ CLUSTER_E2E_ENV = KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_OPERATOR_IMAGE=$(CLUSTER_
 test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator image built from this tree and run test/e2e.
 	$(CLUSTER_E2E_ENV) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
 
+.PHONY: test-guide
+test-guide: cluster-deploy ## Not in CI: run the README's and docs/guide's pages as written (shell blocks, YAML applied; kubectl and etcdctl on the PATH), each in a namespace e2e-guide-<page> deleted after; GUIDE_PAGES=<regexp> picks pages.
+	KUBECONFIG=$(CLUSTER_KUBECONFIG) PATH="$(dir $(CLUSTER_KUBECTL)):$(ETCD_BIN):$$PATH" GUIDE_PAGES='$(GUIDE_PAGES)' \
+		go test -tags e2e -count=1 -v -timeout 60m -run '^TestGuidePagesRun$$' ./test/guide/
+
 .PHONY: test-partition
 # The last test needs a second node, up only while it runs: the first two stop or cut off the
 # first node's members, and must find none of theirs on another node.
