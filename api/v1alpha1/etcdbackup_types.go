@@ -126,6 +126,24 @@ type BackupArtifact struct {
 	StartTime metav1.Time `json:"startTime"`
 	// CompletionTime is when the snapshot was verified in the destination.
 	CompletionTime metav1.Time `json:"completionTime"`
+	// Keyspace is what the member held when the snapshot was taken: what a restore of the
+	// snapshot must show. Absent when the member had already compacted that revision away.
+	// +optional
+	Keyspace *SnapshotKeyspace `json:"keyspace,omitempty"`
+}
+
+// SnapshotKeyspace describes the keyspace a snapshot holds, as the member it was taken from
+// reported it.
+type SnapshotKeyspace struct {
+	// Revision the keyspace is described at: the snapshot holds every write up to it.
+	Revision int64 `json:"revision"`
+	// HashKV is etcd's hash of the keyspace's history up to revision, from compactRevision on.
+	HashKV int64 `json:"hashKV"`
+	// CompactRevision is where the history was compacted when it was hashed: a restored copy
+	// is held to the same hash only when it is compacted at the same revision.
+	CompactRevision int64 `json:"compactRevision"`
+	// KeyCount is the number of keys at revision.
+	KeyCount int64 `json:"keyCount"`
 }
 
 // BackupRun is one run, successful or not.

@@ -91,18 +91,30 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 	sum := hex.EncodeToString(hash.Sum(nil))
 	if want != "" && sum != want {
 		_ = os.Remove(file)
-		return RestoreResult{}, permanentError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, want)}
+		return RestoreResult{}, unrestorableError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, want)}
 	}
 	rev, err := SnapshotRevision(file)
 	if err != nil {
 		_ = os.Remove(file)
-		return RestoreResult{}, permanentError{fmt.Errorf("%s is not a readable etcd snapshot: %w", uri, err)}
+		return RestoreResult{}, unrestorableError{fmt.Errorf("%s is not a readable etcd snapshot: %w", uri, err)}
 	}
 	result := RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}
 	if len(missing) > 0 {
 		result.Missing = missing[0]
 	}
 	return result, nil
+}
+
+// unrestorableError is a snapshot that is there but cannot be restored: it differs from its
+// record or is no etcd snapshot. Permanent, as any retry would find the same bytes.
+type unrestorableError struct{ error }
+
+func (e unrestorableError) Unwrap() error { return permanentError{e.error} }
+
+// IsUnrestorable says whether err is for a snapshot that is there but cannot be restored.
+func IsUnrestorable(err error) bool {
+	var u unrestorableError
+	return errors.As(err, &u)
 }
 
 // openFirstThatExists opens cfg.Key or, if it no longer exists, the first of cfg.Fallbacks
