@@ -53,13 +53,15 @@ type FetchConfig struct {
 	// of an operator before this one): the first that does is fetched, and the result's URI
 	// says which.
 	Fallbacks []jobspec.Snapshot
+	// KeepDir empties Dir rather than removing it: a mounted volume's root cannot be removed.
+	KeepDir bool
 }
 
 // Fetch downloads the snapshot into cfg.Dir/snapshot.db, checking its sha256 on the way, and
 // reads the revision it holds. Anything a failed attempt left in the staging directory is
 // removed first, so a retried Job starts clean.
 func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
-	if err := os.RemoveAll(cfg.Dir); err != nil {
+	if err := emptyDir(cfg.Dir, cfg.KeepDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("empty the staging directory: %w", err)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
@@ -103,6 +105,26 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 		result.Missing = missing[0]
 	}
 	return result, nil
+}
+
+// emptyDir removes dir, or only what it holds when keep is set.
+func emptyDir(dir string, keep bool) error {
+	if !keep {
+		return os.RemoveAll(dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // unrestorableError is a snapshot that is there but cannot be restored: it differs from its
