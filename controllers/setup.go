@@ -46,10 +46,11 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		&EtcdBackupReconciler{
 			Client:     mgr.GetClient(),
 			APIReader:  mgr.GetAPIReader(),
-			Recorder:   mgr.GetEventRecorder("etcdbackup-controller"),
-			AgentImage: opts.AgentImage,
-			PodEnv:     opts.PodEnv,
-			Now:        time.Now,
+			Recorder:      mgr.GetEventRecorder("etcdbackup-controller"),
+			AgentImage:    opts.AgentImage,
+			DefaultImages: opts.DefaultEtcdImages,
+			PodEnv:        opts.PodEnv,
+			Now:           time.Now,
 		},
 		&EtcdRestoreReconciler{
 			Client:        mgr.GetClient(),

@@ -10,6 +10,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.suspend) || !self.suspend",message="suspend applies to scheduled backups only: set schedule too"
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(oldSelf.schedule)",message="a one-shot EtcdBackup cannot become scheduled, nor the other way round; create a new EtcdBackup"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.schedule) || self == oldSelf",message="a one-shot EtcdBackup is an immutable record; create a new EtcdBackup"
+// +kubebuilder:validation:XValidation:rule="!has(self.verify) || !has(self.verify.everyNthRun) || self.verify.everyNthRun <= (has(self.historyLimit) ? self.historyLimit : 10)",message="verify.everyNthRun must be at most historyLimit (10 unless set): status remembers only that many runs"
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.verify) || self.verify.policy != 'EveryNthRun'",message="verify.policy EveryNthRun applies to scheduled backups only: a one-shot backup has one run; use Always"
 type EtcdBackupSpec struct {
 	// ClusterName is the EtcdCluster, in the same namespace, to back up.
@@ -94,7 +95,8 @@ type BackupVerification struct {
 	// +optional
 	Policy VerifyPolicy `json:"policy,omitempty"`
 	// EveryNthRun is how many completed runs apart verified snapshots are, with policy
-	// EveryNthRun.
+	// EveryNthRun; at most spec.historyLimit, the runs status remembers. A snapshot retention
+	// deletes before it is verified does not count as verified.
 	// +kubebuilder:validation:Minimum=2
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
@@ -174,7 +176,7 @@ type BackupArtifact struct {
 }
 
 // VerificationResult is what a verification found.
-// +kubebuilder:validation:Enum=Verified;Failed
+// +kubebuilder:validation:Enum=Verified;Failed;NotRun
 type VerificationResult string
 
 const (
@@ -183,6 +185,10 @@ const (
 	// SnapshotFailed: the snapshot does not restore, or not to what was recorded. No restore
 	// picks it, and one that names it is refused.
 	SnapshotFailed VerificationResult = "Failed"
+	// SnapshotNotVerified: the verification could not be carried out (a destination the Job
+	// cannot read, a pod that did not start); the snapshot is neither proven nor failed, and
+	// the next run's snapshot is verified instead.
+	SnapshotNotVerified VerificationResult = "NotRun"
 )
 
 // SnapshotVerification is one verification of a snapshot.
