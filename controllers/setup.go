@@ -44,8 +44,8 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			AgentImage:    opts.AgentImage,
 		},
 		&EtcdBackupReconciler{
-			Client:     mgr.GetClient(),
-			APIReader:  mgr.GetAPIReader(),
+			Client:        mgr.GetClient(),
+			APIReader:     mgr.GetAPIReader(),
 			Recorder:      mgr.GetEventRecorder("etcdbackup-controller"),
 			AgentImage:    opts.AgentImage,
 			DefaultImages: opts.DefaultEtcdImages,
