@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -138,11 +139,8 @@ func (r *EtcdBackupReconciler) startVerification(ctx context.Context, b *etcdv1a
 
 // snapshotKey is the key, after the destination's prefix, of a snapshot URI in it.
 func snapshotKey(dest etcdv1alpha1.StorageLocation, uri string) (string, bool) {
-	base := agent.LocationURIBase(dest)
-	if len(uri) <= len(base) || uri[:len(base)] != base {
-		return "", false
-	}
-	return uri[len(base):], true
+	key, ok := strings.CutPrefix(uri, agent.LocationURIBase(dest))
+	return key, ok && key != ""
 }
 
 // verificationOutcome reads what a verify Job found, once it has finished (or its pod did not

@@ -131,7 +131,7 @@ func emptyDir(dir string, keep bool) error {
 // record or is no etcd snapshot. Permanent, as any retry would find the same bytes.
 type unrestorableError struct{ error }
 
-func (e unrestorableError) Unwrap() error { return permanentError{e.error} }
+func (e unrestorableError) Unwrap() error { return permanentError(e) }
 
 // IsUnrestorable says whether err is for a snapshot that is there but cannot be restored.
 func IsUnrestorable(err error) bool {
