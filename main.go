@@ -225,6 +225,10 @@ func runAgent(args []string) int {
 		return agent.RunBackupJob(ctx)
 	case len(args) == 1 && args[0] == "restore-fetch":
 		return agent.RunRestoreFetch(ctx)
+	case len(args) == 1 && args[0] == "verify-fetch":
+		return agent.RunVerifyFetch(ctx)
+	case len(args) == 1 && args[0] == "verify":
+		return agent.RunVerify(ctx)
 	case len(args) == 1 && args[0] == "restore-install":
 		return agent.RunRestoreInstall()
 	case len(args) == 1 && args[0] == "preserve-data":
@@ -232,7 +236,7 @@ func runAgent(args []string) int {
 	case len(args) == 1 && args[0] == "read-log":
 		return agent.RunReadLog()
 	default:
-		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|preserve-data|read-log")
+		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|verify-fetch|verify|preserve-data|read-log")
 		return 2
 	}
 }

@@ -36,6 +36,9 @@ type EtcdBackupReconciler struct {
 	Recorder  events.EventRecorder
 	// AgentImage is the operator's own image, which the Jobs run.
 	AgentImage string
+	// DefaultImages are the etcd images of clusters whose spec.repository is empty: a verify
+	// Job restores with the cluster's own etcd version.
+	DefaultImages resources.EtcdImages
 	// PodEnv is added to the agent's container (OLM's proxy settings).
 	PodEnv []corev1.EnvVar
 	Now    func() time.Time
@@ -115,6 +118,9 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 			// gofail: var backupFinishedJobDeleted struct{}
 		}
 	}
+	if err := r.reconcileVerification(ctx, b, before); err != nil {
+		return ctrl.Result{}, err
+	}
 	if active := activeJob(jobs, finished); active != nil {
 		b.Status.ActiveJob, b.Status.Phase = active.Name, etcdv1alpha1.BackupRunning
 		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionUnknown, etcdv1alpha1.ReasonRunning, "Job %s is taking a snapshot", active.Name)
@@ -148,7 +154,10 @@ func (r *EtcdBackupReconciler) ownedJobs(ctx context.Context, b *etcdv1alpha1.Et
 	if err := r.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingLabels{resources.LabelBackup: b.Name}); err != nil {
 		return nil, fmt.Errorf("list backup Jobs: %w", err)
 	}
-	jobs := slices.DeleteFunc(list.Items, func(j batchv1.Job) bool { return !metav1.IsControlledBy(&j, b) })
+	jobs := slices.DeleteFunc(list.Items, func(j batchv1.Job) bool {
+		_, verifies := j.Labels[resources.LabelVerify]
+		return verifies || !metav1.IsControlledBy(&j, b)
+	})
 	slices.SortFunc(jobs, func(x, y batchv1.Job) int { return x.CreationTimestamp.Compare(y.CreationTimestamp.Time) })
 	return jobs, nil
 }
@@ -242,6 +251,7 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 		URI: res.URI, SizeBytes: res.SizeBytes, SHA256: res.SHA256, Revision: res.Revision,
 		EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID,
 		StartTime: metav1.NewTime(res.StartTime), CompletionTime: metav1.NewTime(res.CompletionTime),
+		Keyspace: res.Keyspace,
 	}
 	// What the run's Job was told to keep: runs of one EtcdBackup never overlap, so status
 	// has named no other snapshot since it was made.

@@ -39,7 +39,8 @@ func TestFinishedRunIsRecordedBeforeItsJobIsDeleted(t *testing.T) {
 	if err := ctrl.SetControllerReference(backup, job, testScheme(t)); err != nil {
 		t.Fatal(err)
 	}
-	report := agent.Report{Backup: &agent.BackupResult{URI: "pvc://backups/ns/c/once_backup-uid/x.db", SizeBytes: 10, SHA256: "abc", Revision: 7}}
+	report := agent.Report{Backup: &agent.BackupResult{URI: "pvc://backups/ns/c/once_backup-uid/x.db", SizeBytes: 10, SHA256: "abc", Revision: 7,
+		Keyspace: &etcdv1alpha1.SnapshotKeyspace{Revision: 7, HashKV: 12345, CompactRevision: 3, KeyCount: 4}}}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "once-run-pod", Namespace: "ns", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
 		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: resources.BackupContainer,
@@ -75,6 +76,9 @@ func TestFinishedRunIsRecordedBeforeItsJobIsDeleted(t *testing.T) {
 	}
 	if got.Status.LastBackup == nil || got.Status.LastBackup.URI != report.Backup.URI || len(got.Status.History) != 1 {
 		t.Fatalf("status after the retry: last %+v, history %+v", got.Status.LastBackup, got.Status.History)
+	}
+	if k := got.Status.LastBackup.Keyspace; k == nil || *k != *report.Backup.Keyspace {
+		t.Fatalf("status records the snapshot's keyspace as %+v, the agent reported %+v", k, report.Backup.Keyspace)
 	}
 	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(job), &batchv1.Job{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the recorded run's Job: %v, want it deleted", err)

@@ -49,8 +49,9 @@ type quorumRecoveryObservation struct {
 	preserveJob    *batchv1.Job
 	preserved      *agent.PreservedData
 	preserveFailed string
-	// latestBackup is the EtcdBackup of the cluster with the newest completed snapshot, and
-	// that snapshot, looked up under policy FromLatestBackup only; nil if there is none.
+	// latestBackup is the EtcdBackup of the cluster with the newest completed snapshot that
+	// did not fail verification (newestRestorable), looked up under policy FromLatestBackup
+	// only; nil if there is none.
 	latestBackup *etcdv1alpha1.EtcdBackup
 	// restore is the EtcdRestore a recovery from a backup under way is carried out by, if it
 	// exists.
@@ -281,8 +282,9 @@ func (r *EtcdClusterReconciler) readLogs(ctx context.Context, c *etcdv1alpha1.Et
 	return errors.Join(errs...)
 }
 
-// latestBackup is the EtcdBackup of the cluster whose last completed snapshot is the newest,
-// or nil if none has one.
+// latestBackup is the EtcdBackup of the cluster whose newest snapshot that did not fail
+// verification is the newest, or nil if none has one: a snapshot that failed is never
+// restored.
 func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*etcdv1alpha1.EtcdBackup, error) {
 	backups := &etcdv1alpha1.EtcdBackupList{}
 	if err := r.List(ctx, backups, client.InNamespace(c.Namespace)); err != nil {
@@ -291,10 +293,11 @@ func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha
 	var latest *etcdv1alpha1.EtcdBackup
 	for i := range backups.Items {
 		b := &backups.Items[i]
-		if b.Spec.ClusterName != c.Name || b.Status.LastBackup == nil {
+		newest := newestRestorable(b)
+		if b.Spec.ClusterName != c.Name || newest == nil {
 			continue
 		}
-		if latest == nil || b.Status.LastBackup.StartTime.After(latest.Status.LastBackup.StartTime.Time) {
+		if latest == nil || newest.StartTime.After(newestRestorable(latest).StartTime.Time) {
 			latest = b
 		}
 	}
@@ -530,7 +533,7 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 	}
 	if b := obs.recovery.latestBackup; step.Backup != "" && b != nil && b.Name == step.Backup {
 		qr.Backup = &etcdv1alpha1.RecoveryBackupStatus{
-			EtcdBackup: b.Name, SnapshotURI: b.Status.LastBackup.URI, Revision: b.Status.LastBackup.Revision,
+			EtcdBackup: b.Name, SnapshotURI: newestRestorable(b).URI, Revision: newestRestorable(b).Revision,
 			EtcdRestore: resources.QuorumRecoveryRestoreName(c.Name, now),
 		}
 	}

@@ -195,9 +195,13 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 			return src, err
 		}
 		artifact := chooseArtifact(backup, ref.URI)
+		if failedVerification(artifact) {
+			return src, failed(etcdv1alpha1.ReasonSnapshotFailedVerification, "snapshot %s of EtcdBackup %s failed verification (%s): it is never restored; name another snapshot, or leave uri empty for the newest that did not fail",
+				artifact.URI, ref.Name, artifact.Verification.Message)
+		}
 		if artifact == nil {
 			if ref.URI == "" {
-				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s has no completed snapshot", ref.Name)
+				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s has no completed snapshot that did not fail verification", ref.Name)
 			}
 			return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s has no completed snapshot %s in its status", ref.Name, ref.URI)
 		}
@@ -243,9 +247,13 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 	return src, nil
 }
 
-// chooseArtifact is the backup's latest snapshot, or the one with the given URI.
+// chooseArtifact is the backup's newest snapshot that did not fail verification, or the one
+// with the given URI.
 func chooseArtifact(b *etcdv1alpha1.EtcdBackup, uri string) *etcdv1alpha1.BackupArtifact {
-	if uri == "" || (b.Status.LastBackup != nil && b.Status.LastBackup.URI == uri) {
+	if uri == "" {
+		return newestRestorable(b)
+	}
+	if b.Status.LastBackup != nil && b.Status.LastBackup.URI == uri {
 		return b.Status.LastBackup
 	}
 	for _, run := range b.Status.History {
@@ -256,11 +264,34 @@ func chooseArtifact(b *etcdv1alpha1.EtcdBackup, uri string) *etcdv1alpha1.Backup
 	return nil
 }
 
-// olderArtifacts are the snapshots b's status names that were taken before a, newest first.
+// failedVerification says whether a verification found a unrestorable: no restore picks it,
+// and one that names it is refused.
+func failedVerification(a *etcdv1alpha1.BackupArtifact) bool {
+	return a != nil && a.Verification != nil && a.Verification.Result == etcdv1alpha1.SnapshotFailed
+}
+
+// newestRestorable is the newest snapshot b's status names that did not fail verification, or
+// nil: status.lastBackup unless it failed, else the newest in the history that did not.
+func newestRestorable(b *etcdv1alpha1.EtcdBackup) *etcdv1alpha1.BackupArtifact {
+	var newest *etcdv1alpha1.BackupArtifact
+	candidates := []*etcdv1alpha1.BackupArtifact{b.Status.LastBackup}
+	for i := range b.Status.History {
+		candidates = append(candidates, b.Status.History[i].Artifact)
+	}
+	for _, a := range candidates {
+		if a != nil && !failedVerification(a) && (newest == nil || a.StartTime.After(newest.StartTime.Time)) {
+			newest = a
+		}
+	}
+	return newest
+}
+
+// olderArtifacts are the snapshots b's status names that were taken before a and did not fail
+// verification, newest first.
 func olderArtifacts(b *etcdv1alpha1.EtcdBackup, a *etcdv1alpha1.BackupArtifact) []*etcdv1alpha1.BackupArtifact {
 	var older []*etcdv1alpha1.BackupArtifact
 	for _, run := range b.Status.History {
-		if o := run.Artifact; o != nil && o.StartTime.Before(&a.StartTime) && !slices.ContainsFunc(older, func(x *etcdv1alpha1.BackupArtifact) bool { return x.URI == o.URI }) {
+		if o := run.Artifact; o != nil && !failedVerification(o) && o.StartTime.Before(&a.StartTime) && !slices.ContainsFunc(older, func(x *etcdv1alpha1.BackupArtifact) bool { return x.URI == o.URI }) {
 			older = append(older, o)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // invalidObjects is the admission contract: each object must be refused by the API server with
@@ -68,6 +70,11 @@ var invalidObjects = []struct {
 	{"backup pvc path escapes", backup("clusterName: e\ndestination:\n  pvc: {claimName: b, subPath: a/../../etc}"), "pvc.subPath must be a relative path without '..'"},
 	{"backup retention without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nretention: {maxCount: 3}"), "retention applies to scheduled backups only: set schedule too"},
 	{"backup suspend without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nsuspend: true"), "suspend applies to scheduled backups only: set schedule too"},
+	{"backup verify every nth without n", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nverify: {policy: EveryNthRun}"), "verify.everyNthRun is set with policy EveryNthRun, and only then"},
+	{"backup verify n with always", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nverify: {policy: Always, everyNthRun: 3}"), "verify.everyNthRun is set with policy EveryNthRun, and only then"},
+	{"backup verify every nth one-shot", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {policy: EveryNthRun, everyNthRun: 3}"), "verify.policy EveryNthRun applies to scheduled backups only"},
+	{"backup verify n past history", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nverify: {policy: EveryNthRun, everyNthRun: 11}"), "verify.everyNthRun must be at most historyLimit"},
+	{"backup verify policy unknown", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {policy: Sometimes}"), "spec.verify.policy: Unsupported value"},
 	{"backup schedule not cron", scheduled("every hour"), "schedule must be five cron fields separated by single spaces"},
 	{"backup schedule with six fields", scheduled("0 0 * * * *"), "schedule must be five cron fields separated by single spaces"},
 	{"backup schedule with time zone", scheduled("TZ=Europe/Paris 0 3 * * *"), "schedule must be five cron fields separated by single spaces"},
@@ -156,4 +163,15 @@ func TestRepositoryPinnedByDigestIsAccepted(t *testing.T) {
 func TestPlainHTTPEndpointIsAcceptedWhenOptedIn(t *testing.T) {
 	create(t, object(t, backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000', allowPlainHTTP: true}")))
 	create(t, object(t, backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'https://minio:9000'}")))
+}
+
+// spec.verify: {} verifies every run (Always is its default); EveryNthRun within the history
+// a scheduled backup keeps is accepted.
+func TestBackupVerifyIsAcceptedAndDefaultsToAlways(t *testing.T) {
+	empty := object(t, backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {}"))
+	create(t, empty)
+	if policy, _, _ := unstructured.NestedString(empty.Object, "spec", "verify", "policy"); policy != "Always" {
+		t.Errorf("verify: {} has policy %q, want the default Always", policy)
+	}
+	create(t, object(t, backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nhistoryLimit: 20\nverify: {policy: EveryNthRun, everyNthRun: 20}")))
 }

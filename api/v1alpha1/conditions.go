@@ -12,6 +12,9 @@ const (
 	ConditionSucceeded = "Succeeded"
 	// ConditionReady (EtcdBackup): the cluster and destination can be backed up to.
 	ConditionReady = "Ready"
+	// ConditionVerified (EtcdBackup): the last verification restored a snapshot and found
+	// what its backup recorded.
+	ConditionVerified = "Verified"
 )
 
 // Condition reasons of EtcdCluster. The operations (ScalingUp, Upgrading, ...) are also the
@@ -62,6 +65,21 @@ const (
 	ReasonCertificateError  = "CertificateError"
 	ReasonInvalidSpec       = "InvalidSpec"
 	ReasonNotYetImplemented = "NotYetImplemented"
+)
+
+// Condition reasons of an EtcdBackup's verification.
+const (
+	ReasonVerifying = "Verifying"
+	// ReasonSnapshotVerified: the snapshot restored and matched its record.
+	ReasonSnapshotVerified = "SnapshotVerified"
+	// ReasonVerificationFailed: the snapshot does not restore, or restores to other data than
+	// recorded; no restore picks it.
+	ReasonVerificationFailed = "VerificationFailed"
+	// ReasonVerificationNotRun: the verify Job could not check the snapshot (a destination it
+	// cannot read, a pod that did not start); the snapshot is neither proven nor failed.
+	ReasonVerificationNotRun = "VerificationNotRun"
+	// ReasonSnapshotFailedVerification (EtcdRestore): the snapshot named failed verification.
+	ReasonSnapshotFailedVerification = "SnapshotFailedVerification"
 )
 
 // Condition reasons of EtcdBackup and EtcdRestore.

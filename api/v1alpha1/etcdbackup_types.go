@@ -10,6 +10,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.suspend) || !self.suspend",message="suspend applies to scheduled backups only: set schedule too"
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(oldSelf.schedule)",message="a one-shot EtcdBackup cannot become scheduled, nor the other way round; create a new EtcdBackup"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.schedule) || self == oldSelf",message="a one-shot EtcdBackup is an immutable record; create a new EtcdBackup"
+// +kubebuilder:validation:XValidation:rule="!has(self.verify) || !has(self.verify.everyNthRun) || self.verify.everyNthRun <= (has(self.historyLimit) ? self.historyLimit : 10)",message="verify.everyNthRun must be at most historyLimit (10 unless set): status remembers only that many runs"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.verify) || self.verify.policy != 'EveryNthRun'",message="verify.policy EveryNthRun applies to scheduled backups only: a one-shot backup has one run; use Always"
 type EtcdBackupSpec struct {
 	// ClusterName is the EtcdCluster, in the same namespace, to back up.
 	// +kubebuilder:validation:MinLength=1
@@ -55,12 +57,50 @@ type EtcdBackupSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Suspend",xDescriptors="urn:alm:descriptor:com.tectonic.ui:booleanSwitch"
 	Suspend bool `json:"suspend,omitempty"`
 
+	// Verify proves snapshots restorable: after a run, a Job reads the snapshot back from the
+	// destination, restores it with the cluster's own etcd version in a scratch directory,
+	// starts etcd on it alone and checks its revision, key count and hash against what the
+	// backup recorded. A snapshot that fails is never picked by a restore. Verifying needs
+	// scratch space on the node as large as the database, and the time of a restore. Without
+	// it, no snapshot is verified.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Verify"
+	Verify *BackupVerification `json:"verify,omitempty"`
+
 	// HistoryLimit is how many runs status.history keeps.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=10
 	// +optional
 	HistoryLimit int32 `json:"historyLimit,omitempty"`
+}
+
+// VerifyPolicy says which runs' snapshots are verified.
+// +kubebuilder:validation:Enum=Always;Never;EveryNthRun
+type VerifyPolicy string
+
+const (
+	VerifyAlways      VerifyPolicy = "Always"
+	VerifyNever       VerifyPolicy = "Never"
+	VerifyEveryNthRun VerifyPolicy = "EveryNthRun"
+)
+
+// BackupVerification says which snapshots are verified.
+//
+// +kubebuilder:validation:XValidation:rule="(self.policy == 'EveryNthRun') == has(self.everyNthRun)",message="verify.everyNthRun is set with policy EveryNthRun, and only then"
+type BackupVerification struct {
+	// Policy: Always verifies every run's snapshot, EveryNthRun the snapshot of every
+	// everyNthRun-th completed run (the first included), Never none.
+	// +kubebuilder:default=Always
+	// +optional
+	Policy VerifyPolicy `json:"policy,omitempty"`
+	// EveryNthRun is how many completed runs apart verified snapshots are, with policy
+	// EveryNthRun; at most spec.historyLimit, the runs status remembers. A snapshot retention
+	// deletes before it is verified does not count as verified.
+	// +kubebuilder:validation:Minimum=2
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	EveryNthRun int32 `json:"everyNthRun,omitempty"`
 }
 
 // BackupRetention bounds the snapshots kept in the destination, applied by each run once its
@@ -126,6 +166,63 @@ type BackupArtifact struct {
 	StartTime metav1.Time `json:"startTime"`
 	// CompletionTime is when the snapshot was verified in the destination.
 	CompletionTime metav1.Time `json:"completionTime"`
+	// Keyspace is what the member held when the snapshot was taken: what a restore of the
+	// snapshot must show. Absent when the member had already compacted that revision away.
+	// +optional
+	Keyspace *SnapshotKeyspace `json:"keyspace,omitempty"`
+	// Verification is the outcome of the snapshot's verification, once verified.
+	// +optional
+	Verification *SnapshotVerification `json:"verification,omitempty"`
+}
+
+// VerificationResult is what a verification found.
+// +kubebuilder:validation:Enum=Verified;Failed;NotRun
+type VerificationResult string
+
+const (
+	// SnapshotVerified: the snapshot restored and matched its record.
+	SnapshotVerified VerificationResult = "Verified"
+	// SnapshotFailed: the snapshot does not restore, or not to what was recorded. No restore
+	// picks it, and one that names it is refused.
+	SnapshotFailed VerificationResult = "Failed"
+	// SnapshotNotVerified: the verification could not be carried out (a destination the Job
+	// cannot read, a pod that did not start); the snapshot is neither proven nor failed, and
+	// the next run's snapshot is verified instead.
+	SnapshotNotVerified VerificationResult = "NotRun"
+)
+
+// SnapshotVerification is one verification of a snapshot.
+type SnapshotVerification struct {
+	// URI of the snapshot verified.
+	URI string `json:"uri"`
+	// Result of the verification.
+	Result VerificationResult `json:"result"`
+	// Revision the restored snapshot was at.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// Time the verification ended.
+	Time metav1.Time `json:"time"`
+	// Duration of the restore and the checks, a measure of how long restoring this snapshot
+	// takes.
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+	// Message says what was checked, or how the snapshot failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// SnapshotKeyspace describes the keyspace a snapshot holds, as the member it was taken from
+// reported it.
+type SnapshotKeyspace struct {
+	// Revision the keyspace is described at: the snapshot holds every write up to it.
+	Revision int64 `json:"revision"`
+	// HashKV is etcd's hash of the keyspace's history up to revision, from compactRevision on.
+	HashKV int64 `json:"hashKV"`
+	// CompactRevision is where the history was compacted when it was hashed: a restored copy
+	// is held to the same hash only when it is compacted at the same revision.
+	CompactRevision int64 `json:"compactRevision"`
+	// KeyCount is the number of keys at revision.
+	KeyCount int64 `json:"keyCount"`
 }
 
 // BackupRun is one run, successful or not.
@@ -167,6 +264,11 @@ type EtcdBackupStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Backup"
 	LastBackup *BackupArtifact `json:"lastBackup,omitempty"`
 
+	// LastVerified is the newest verification of one of this EtcdBackup's snapshots.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Verified"
+	LastVerified *SnapshotVerification `json:"lastVerified,omitempty"`
+
 	// ActiveJob is the agent Job of the run under way.
 	// +optional
 	ActiveJob string `json:"activeJob,omitempty"`
@@ -185,7 +287,8 @@ type EtcdBackupStatus struct {
 	// +kubebuilder:validation:MaxItems=100
 	History []BackupRun `json:"history,omitempty"`
 
-	// Conditions: Succeeded (the last run), Ready (the destination and cluster can be used).
+	// Conditions: Succeeded (the last run), Ready (the destination and cluster can be used),
+	// Verified (the last verification).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/storage"
@@ -36,7 +38,7 @@ type BackupConfig struct {
 type BackupDestination interface {
 	Prefix() string
 	URI(key string) string
-	Upload(ctx context.Context, key string, r io.Reader) error
+	UploadWithMetadata(ctx context.Context, key string, r io.Reader, metadata map[string]string) error
 	Verify(ctx context.Context, key string) (storage.Artifact, error)
 	List(ctx context.Context, prefix string) ([]storage.Artifact, error)
 	Delete(ctx context.Context, key string) error
@@ -53,6 +55,9 @@ type BackupResult struct {
 	ClusterID      string    `json:"clusterID"`
 	StartTime      time.Time `json:"startTime"`
 	CompletionTime time.Time `json:"completionTime"`
+	// Keyspace is what the member held at the start of the snapshot, to check a restore of it
+	// against; nil when the member had compacted that revision away meanwhile.
+	Keyspace *etcdv1alpha1.SnapshotKeyspace `json:"keyspace,omitempty"`
 	// Pruned are the URIs of the snapshots retention deleted, newest first.
 	Pruned []string `json:"pruned,omitempty"`
 	// PrunedCount is how many more, older than those in Pruned, were deleted but are not
@@ -80,6 +85,10 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		return BackupResult{}, err
 	}
 	key := backupplan.ObjectName(cfg.Destination.Prefix(), cfg.Series, start, status.Revision)
+	keyspace, err := describeKeyspace(ctx, cl, source, status.Revision)
+	if err != nil {
+		return BackupResult{}, err
+	}
 
 	pr, pw := io.Pipe()
 	streamed := make(chan etcd.SnapshotInfo, 1)
@@ -88,7 +97,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		streamed <- info
 		_ = pw.CloseWithError(err) // an error here fails the upload, which aborts it
 	}()
-	uploadErr := cfg.Destination.Upload(ctx, key, pr)
+	uploadErr := cfg.Destination.UploadWithMetadata(ctx, key, pr, KeyspaceMetadata(keyspace))
 	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the snapshot stream if the upload failed
 	info := <-streamed
 	if uploadErr != nil {
@@ -109,13 +118,53 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		URI: cfg.Destination.URI(key), SizeBytes: stored.SizeBytes, SHA256: stored.SHA256,
 		Revision: info.Revision, EtcdVersion: info.EtcdVersion,
 		Member: etcd.FormatID(info.MemberID), ClusterID: etcd.FormatID(info.ClusterID),
-		StartTime: start, CompletionTime: cfg.Now(),
+		StartTime: start, CompletionTime: cfg.Now(), Keyspace: keyspace,
 	}
 	result.Pruned, err = prune(ctx, cfg, key)
 	if err != nil {
 		result.PruneError = err.Error()
 	}
 	return result, nil
+}
+
+// describeKeyspace is the digest of the source's keyspace at the revision the snapshot is about
+// to be taken at, asked just before it is: the snapshot then holds every write the digest
+// covers, and the digest can travel with the object, in its metadata. A compaction between
+// the digest and the snapshot leaves the snapshot compacted further than the digest says; the
+// verification compares the hash only when the compact revisions match, and the key count at
+// the revision either way. A revision already compacted away leaves nothing to record, which
+// is no reason to fail the backup.
+func describeKeyspace(ctx context.Context, cl etcd.Client, source string, revision int64) (*etcdv1alpha1.SnapshotKeyspace, error) {
+	d, err := cl.KeyspaceAt(ctx, source, revision)
+	if errors.Is(err, etcd.ErrCompacted) {
+		return nil, nil //nolint:nilerr // a snapshot without a digest is still a snapshot
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &etcdv1alpha1.SnapshotKeyspace{Revision: d.Revision, HashKV: int64(d.Hash), CompactRevision: d.CompactRevision, KeyCount: d.Keys}, nil
+}
+
+// The object metadata a snapshot's keyspace digest is stored under, next to the snapshot,
+// for whoever finds the object without its EtcdBackup.
+const (
+	metaRevision        = "etcd-revision"
+	metaHashKV          = "etcd-hashkv"
+	metaCompactRevision = "etcd-compact-revision"
+	metaKeyCount        = "etcd-key-count"
+)
+
+// KeyspaceMetadata renders a keyspace digest as object metadata; nil without one.
+func KeyspaceMetadata(k *etcdv1alpha1.SnapshotKeyspace) map[string]string {
+	if k == nil {
+		return nil
+	}
+	return map[string]string{
+		metaRevision:        strconv.FormatInt(k.Revision, 10),
+		metaHashKV:          strconv.FormatInt(k.HashKV, 10),
+		metaCompactRevision: strconv.FormatInt(k.CompactRevision, 10),
+		metaKeyCount:        strconv.FormatInt(k.KeyCount, 10),
+	}
 }
 
 // pickSource is the client URL of the healthy voting member with the highest revision:

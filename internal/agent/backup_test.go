@@ -342,12 +342,12 @@ func TestFailedRunPrunesNothing(t *testing.T) {
 // truncating proxy or a faulty store would, and says nothing.
 type storingOtherThanStreamed struct{ *storage.Destination }
 
-func (d storingOtherThanStreamed) Upload(ctx context.Context, key string, r io.Reader) error {
+func (d storingOtherThanStreamed) UploadWithMetadata(ctx context.Context, key string, r io.Reader, metadata map[string]string) error {
 	data, err := io.ReadAll(r)
 	if err != nil {
 		return err
 	}
-	return d.Destination.Upload(ctx, key, bytes.NewReader(data[:len(data)-1]))
+	return d.Destination.UploadWithMetadata(ctx, key, bytes.NewReader(data[:len(data)-1]), metadata)
 }
 
 // What the destination holds is read back and compared with what was streamed: an object that

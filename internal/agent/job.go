@@ -28,8 +28,12 @@ type Report struct {
 	Restore   *RestoreResult `json:"restore,omitempty"`
 	Preserved *PreservedData `json:"preserved,omitempty"`
 	Log       *LogState      `json:"log,omitempty"`
+	Verify    *VerifyResult  `json:"verify,omitempty"`
 	Error     string         `json:"error,omitempty"`
 	Permanent bool           `json:"permanent,omitempty"`
+	// Unrestorable: the snapshot is there but cannot be restored (it differs from its sha256,
+	// or is no etcd snapshot).
+	Unrestorable bool `json:"unrestorable,omitempty"`
 }
 
 // maxReportBytes is what the kubelet keeps of a termination message.
@@ -91,6 +95,58 @@ func RunRestoreFetch(ctx context.Context) int {
 		report.Restore = &result
 	}
 	return finish(report)
+}
+
+// RunVerifyFetch is `manager agent verify-fetch`: download and check the snapshot into the
+// verify Job's scratch directory.
+func RunVerifyFetch(ctx context.Context) int {
+	report := Report{}
+	result, err := verifyFetchFromEnvironment(ctx)
+	if err != nil {
+		report.Error, report.Permanent, report.Unrestorable = err.Error(), isPermanent(err), IsUnrestorable(err)
+	} else {
+		report.Restore = &result
+	}
+	return finish(report)
+}
+
+// verifyReady bounds the wait for the restored member, which replays nothing but may open a
+// large database.
+const verifyReady = 5 * time.Minute
+
+// RunVerify is `manager agent verify`: compare the member serving the restored snapshot with
+// what its backup recorded. A snapshot that does not match fails the Job permanently.
+func RunVerify(ctx context.Context) int {
+	report := Report{}
+	cfg, err := readJobConfig()
+	var result VerifyResult
+	if err == nil {
+		result, err = VerifyRestored(ctx, VerifyConfig{
+			Etcd: etcd.Config{Endpoints: cfg.Endpoints}, Revision: cfg.Revision, Keyspace: cfg.Keyspace, Ready: verifyReady,
+		})
+	}
+	switch {
+	case err != nil:
+		report.Error, report.Permanent = err.Error(), isPermanent(err)
+	case result.Mismatch != "":
+		report.Verify, report.Error, report.Permanent, report.Unrestorable = &result, result.Mismatch, true, true
+	default:
+		report.Verify = &result
+	}
+	return finish(report)
+}
+
+func verifyFetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
+	cfg, err := readJobConfig()
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	source, err := openStorage(ctx, cfg.Storage)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	defer source.Close()
+	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: jobspec.VerifyScratchDir, KeepDir: true})
 }
 
 // RunRestoreInstall is `manager agent restore-install`: move the restored data into place.

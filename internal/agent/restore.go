@@ -53,13 +53,15 @@ type FetchConfig struct {
 	// of an operator before this one): the first that does is fetched, and the result's URI
 	// says which.
 	Fallbacks []jobspec.Snapshot
+	// KeepDir empties Dir rather than removing it: a mounted volume's root cannot be removed.
+	KeepDir bool
 }
 
 // Fetch downloads the snapshot into cfg.Dir/snapshot.db, checking its sha256 on the way, and
 // reads the revision it holds. Anything a failed attempt left in the staging directory is
 // removed first, so a retried Job starts clean.
 func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
-	if err := os.RemoveAll(cfg.Dir); err != nil {
+	if err := emptyDir(cfg.Dir, cfg.KeepDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("empty the staging directory: %w", err)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
@@ -91,18 +93,50 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 	sum := hex.EncodeToString(hash.Sum(nil))
 	if want != "" && sum != want {
 		_ = os.Remove(file)
-		return RestoreResult{}, permanentError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, want)}
+		return RestoreResult{}, unrestorableError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, want)}
 	}
 	rev, err := SnapshotRevision(file)
 	if err != nil {
 		_ = os.Remove(file)
-		return RestoreResult{}, permanentError{fmt.Errorf("%s is not a readable etcd snapshot: %w", uri, err)}
+		return RestoreResult{}, unrestorableError{fmt.Errorf("%s is not a readable etcd snapshot: %w", uri, err)}
 	}
 	result := RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}
 	if len(missing) > 0 {
 		result.Missing = missing[0]
 	}
 	return result, nil
+}
+
+// emptyDir removes dir, or only what it holds when keep is set.
+func emptyDir(dir string, keep bool) error {
+	if !keep {
+		return os.RemoveAll(dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unrestorableError is a snapshot that is there but cannot be restored: it differs from its
+// record or is no etcd snapshot. Permanent, as any retry would find the same bytes.
+type unrestorableError struct{ error }
+
+func (e unrestorableError) Unwrap() error { return permanentError(e) }
+
+// IsUnrestorable says whether err is for a snapshot that is there but cannot be restored.
+func IsUnrestorable(err error) bool {
+	var u unrestorableError
+	return errors.As(err, &u)
 }
 
 // openFirstThatExists opens cfg.Key or, if it no longer exists, the first of cfg.Fallbacks

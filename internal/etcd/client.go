@@ -93,6 +93,9 @@ type Client interface {
 	Defragment(ctx context.Context, clientURL string) error
 	// Snapshot streams a snapshot of the member serving clientURL into w.
 	Snapshot(ctx context.Context, clientURL string, w io.Writer) (SnapshotInfo, error)
+	// KeyspaceAt is the digest of the keyspace of the member serving clientURL at revision;
+	// ErrCompacted once that revision is compacted away.
+	KeyspaceAt(ctx context.Context, clientURL string, revision int64) (KeyspaceDigest, error)
 	// DisarmNoSpace clears the NOSPACE alarm of every member, letting writes through again.
 	DisarmNoSpace(ctx context.Context) error
 	// Close releases the connections.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -62,4 +64,51 @@ func (e *client) Snapshot(ctx context.Context, clientURL string, w io.Writer) (S
 		SizeBytes:      n,
 		SHA256:         hex.EncodeToString(hash.Sum(nil)),
 	}, nil
+}
+
+// KeyspaceDigest identifies a member's keyspace at a revision, to check a restored copy
+// against.
+type KeyspaceDigest struct {
+	Revision int64
+	// Hash is etcd's HashKV: a hash of every version of every key from CompactRevision up to
+	// Revision. Two stores with the same history agree on it only when compacted at the same
+	// revision, so it is compared only together with CompactRevision.
+	Hash            uint32
+	CompactRevision int64
+	// Keys is how many keys the keyspace held at Revision.
+	Keys int64
+}
+
+// ErrCompacted is returned by KeyspaceAt for a revision the member has compacted away.
+var ErrCompacted = errors.New("the revision has been compacted")
+
+// KeyspaceAt asks the member serving clientURL for the digest of its keyspace at revision:
+// its HashKV and the number of keys then. Both calls go to that member alone, as Snapshot's
+// stream does, so that the digest describes the store the snapshot is taken from.
+func (e *client) KeyspaceAt(ctx context.Context, clientURL string, revision int64) (KeyspaceDigest, error) {
+	// HashKV reads the whole store: far longer than a membership call.
+	ctx, cancel := context.WithTimeout(ctx, defragmentTimeout)
+	defer cancel()
+	conn, err := e.c.Dial(clientURL)
+	if err != nil {
+		return KeyspaceDigest{}, fmt.Errorf("dial %s: %w", clientURL, err)
+	}
+	defer conn.Close()
+	m := clientv3.NewMaintenanceFromMaintenanceClient(pb.NewMaintenanceClient(conn), e.c)
+	hash, err := m.HashKV(ctx, clientURL, revision)
+	if errors.Is(rpctypes.Error(err), rpctypes.ErrCompacted) {
+		return KeyspaceDigest{}, fmt.Errorf("hash the keyspace of %s at revision %d: %w", clientURL, revision, ErrCompacted)
+	}
+	if err != nil {
+		return KeyspaceDigest{}, fmt.Errorf("hash the keyspace of %s at revision %d: %w", clientURL, revision, err)
+	}
+	kv := clientv3.NewKVFromKVClient(pb.NewKVClient(conn), e.c)
+	count, err := kv.Get(ctx, "", clientv3.WithFromKey(), clientv3.WithCountOnly(), clientv3.WithRev(revision), clientv3.WithSerializable())
+	if errors.Is(rpctypes.Error(err), rpctypes.ErrCompacted) {
+		return KeyspaceDigest{}, fmt.Errorf("count the keys of %s at revision %d: %w", clientURL, revision, ErrCompacted)
+	}
+	if err != nil {
+		return KeyspaceDigest{}, fmt.Errorf("count the keys of %s at revision %d: %w", clientURL, revision, err)
+	}
+	return KeyspaceDigest{Revision: revision, Hash: hash.Hash, CompactRevision: hash.CompactRevision, Keys: count.Count}, nil
 }

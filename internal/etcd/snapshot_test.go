@@ -5,11 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
@@ -62,5 +65,43 @@ func TestSnapshotAgainstRealEtcd(t *testing.T) {
 	}
 	if status.Revision != info.Revision || status.TotalKey < 500 {
 		t.Fatalf("etcdutl sees revision %d with %d keys; Snapshot reported revision %d", status.Revision, status.TotalKey, info.Revision)
+	}
+}
+
+// KeyspaceAt describes a revision the same however the keyspace moved on after it, until that
+// revision is compacted away.
+func TestKeyspaceAtAgainstRealEtcd(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	raw := servers[0].Client(t)
+	for i := range 30 {
+		if _, err := raw.Put(t.Context(), fmt.Sprintf("key-%04d", i), "value"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := etcd.New(etcd.Config{Endpoints: etcdtest.ClientURLs(servers)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	at31, err := c.KeyspaceAt(t.Context(), servers[0].ClientURL, 31)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at31.Revision != 31 || at31.Keys != 30 || at31.Hash == 0 {
+		t.Fatalf("keyspace at 31: %+v", at31)
+	}
+	for i := range 10 {
+		if _, err := raw.Put(t.Context(), fmt.Sprintf("later-%04d", i), "value"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again, err := c.KeyspaceAt(t.Context(), servers[0].ClientURL, 31); err != nil || again != at31 {
+		t.Fatalf("keyspace at 31 after more writes: %+v, %v; want %+v", again, err, at31)
+	}
+	if _, err := raw.Compact(t.Context(), 35, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.KeyspaceAt(t.Context(), servers[0].ClientURL, 31); !errors.Is(err, etcd.ErrCompacted) {
+		t.Fatalf("keyspace at a compacted revision: %v, want ErrCompacted", err)
 	}
 }

@@ -68,6 +68,11 @@ type JobConfig struct {
 	SHA256    string     `json:"sha256,omitempty"`
 	Fallbacks []Snapshot `json:"fallbacks,omitempty"`
 
+	// Verify: the snapshot's revision and keyspace as its backup recorded them (Key and SHA256
+	// name the snapshot).
+	Revision int64                          `json:"revision,omitempty"`
+	Keyspace *etcdv1alpha1.SnapshotKeyspace `json:"keyspace,omitempty"`
+
 	// Retention, applied after a verified upload.
 	MaxCount int           `json:"maxCount,omitempty"`
 	MaxAge   time.Duration `json:"maxAge,omitempty"`
@@ -96,4 +101,19 @@ const (
 	// StagedSnapshot and StagedDataDir are inside RestoreStagingDir.
 	StagedSnapshot = RestoreStagingDir + "/snapshot.db"
 	StagedDataDir  = RestoreStagingDir + "/data"
+)
+
+// A verify Job restores a snapshot into a scratch directory of its own pod (an emptyDir) and
+// serves it with etcd alone, on the pod's loopback.
+const (
+	// VerifyScratchDir holds the fetched snapshot and the data etcdutl restores from it.
+	VerifyScratchDir = "/var/lib/etcd-verify"
+	// VerifySnapshot and VerifyDataDir are inside VerifyScratchDir.
+	VerifySnapshot = VerifyScratchDir + "/snapshot.db"
+	VerifyDataDir  = VerifyScratchDir + "/data"
+	// VerifyMember is the restored member's name; VerifyClientURL and VerifyPeerURL its
+	// loopback addresses, reachable from no other pod.
+	VerifyMember    = "verify"
+	VerifyClientURL = "http://127.0.0.1:2379"
+	VerifyPeerURL   = "http://127.0.0.1:2380"
 )

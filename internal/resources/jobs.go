@@ -212,6 +212,112 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 	}, nil
 }
 
+// Containers of a verify Job, in order: two init containers, the restored member as a native
+// sidecar, and the agent's check.
+const (
+	VerifyFetchContainer   = "fetch"
+	VerifyEtcdutlContainer = "etcdutl"
+	VerifyEtcdContainer    = "etcd"
+	VerifyContainer        = "verify"
+	// LabelVerify marks a backup's verify Jobs (apart from its runs' Jobs) with the run whose
+	// snapshot they verify.
+	LabelVerify = "etcd.database.dev/verify"
+	// AnnotationSnapshotURI is the snapshot a verify Job verifies.
+	AnnotationSnapshotURI = "etcd.database.dev/snapshot-uri"
+)
+
+// VerifyJobName is the Job verifying the snapshot of the backup run whose Job was run.
+func VerifyJobName(run string) string { return jobName(run, "-verify") }
+
+// VerifySnapshot is the snapshot a verify Job checks: where it is and what was recorded of it.
+type VerifySnapshot struct {
+	Storage etcdv1alpha1.StorageLocation
+	// Key after the storage's prefix.
+	Key      string
+	Artifact etcdv1alpha1.BackupArtifact
+	// Run is the Job of the backup run that wrote it.
+	Run string
+}
+
+// VerifyJob proves the snapshot of one of b's runs restorable in a pod of its own: the agent
+// fetches it into an emptyDir, checking its sha256; the etcdutl of the cluster's own etcd
+// image restores it there (checking the snapshot's own hash: never --skip-hash-check); that
+// etcd serves it alone on the pod's loopback as a native sidecar; and the agent compares what
+// it serves with what the backup recorded. Nothing is written outside the pod.
+func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap VerifySnapshot, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+	raw, err := json.Marshal(jobspec.JobConfig{
+		Cluster: c.Name, Storage: snap.Storage, Key: snap.Key, SHA256: snap.Artifact.SHA256,
+		Endpoints: []string{jobspec.VerifyClientURL}, Revision: snap.Artifact.Revision, Keyspace: snap.Artifact.Keyspace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent configuration: %w", err)
+	}
+	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, storageEnv(snap.Storage)...)
+	env = append(env, extraEnv...)
+	volumes, mounts := storageVolumes(snap.Storage)
+	for i := range mounts {
+		mounts[i].ReadOnly = true // verifying never writes to the destination
+	}
+	volumes = append(volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	scratch := corev1.VolumeMount{Name: "scratch", MountPath: jobspec.VerifyScratchDir}
+	etcdImage := Image(c, images, c.Spec.Version)
+	initialCluster := jobspec.VerifyMember + "=" + jobspec.VerifyPeerURL
+
+	fetch := agentContainer(corev1.Container{
+		Name: VerifyFetchContainer, Image: agentImage, Args: []string{"agent", "verify-fetch"},
+		Env: env, VolumeMounts: append(mounts, scratch),
+	})
+	restore := agentContainer(corev1.Container{
+		Name: VerifyEtcdutlContainer, Image: etcdImage,
+		Command: []string{"/usr/local/bin/etcdutl"},
+		Args: []string{
+			"snapshot", "restore", jobspec.VerifySnapshot,
+			"--data-dir=" + jobspec.VerifyDataDir,
+			"--name=" + jobspec.VerifyMember,
+			"--initial-cluster=" + initialCluster,
+			"--initial-advertise-peer-urls=" + jobspec.VerifyPeerURL,
+		},
+		VolumeMounts: []corev1.VolumeMount{scratch},
+	})
+	// etcdutl writes no termination message: its last log lines say why it failed.
+	restore.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	member := agentContainer(corev1.Container{
+		Name: VerifyEtcdContainer, Image: etcdImage,
+		Command: []string{"/usr/local/bin/etcd"},
+		Args: []string{
+			"--name=" + jobspec.VerifyMember,
+			"--data-dir=" + jobspec.VerifyDataDir,
+			"--listen-client-urls=" + jobspec.VerifyClientURL,
+			"--advertise-client-urls=" + jobspec.VerifyClientURL,
+			"--listen-peer-urls=" + jobspec.VerifyPeerURL,
+			"--initial-advertise-peer-urls=" + jobspec.VerifyPeerURL,
+			"--initial-cluster=" + initialCluster,
+		},
+		VolumeMounts: []corev1.VolumeMount{scratch},
+		// A native sidecar: it starts before the check and is stopped once the check ends.
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+	})
+	// etcd holds the database in memory as it grows: no agent's limit.
+	member.Resources.Limits = nil
+	member.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	verify := agentContainer(corev1.Container{
+		Name: VerifyContainer, Image: agentImage, Args: []string{"agent", "verify"}, Env: env[:1],
+	})
+
+	podLabels := agentPodLabels(LabelBackup, b.Name)
+	podLabels[LabelVerify] = snap.Run
+	spec := agentJobSpec(podLabels, verify, volumes)
+	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore, member}
+	spec.Template.Spec.ServiceAccountName = storageServiceAccount(snap.Storage)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: VerifyJobName(snap.Run), Namespace: b.Namespace, Labels: agentJobLabels(podLabels, c),
+			Annotations: map[string]string{AnnotationSnapshotURI: snap.Artifact.URI},
+		},
+		Spec: spec,
+	}, nil
+}
+
 // PreserveDataContainer is the agent container of a preserve-data Job.
 const PreserveDataContainer = "preserve-data"
 

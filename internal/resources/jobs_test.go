@@ -407,7 +407,12 @@ func TestStorageJobsRunAsTheBucketsServiceAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, job := range map[string]*batchv1.Job{"backup": backup, "restore": restore} {
+	verify, err := VerifyJob(testBackup(loc), testCluster(), VerifySnapshot{Storage: loc, Key: "k", Run: "nightly-20261122t030000"},
+		"registry/etcd-operator:v1", EtcdImages{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, job := range map[string]*batchv1.Job{"backup": backup, "restore": restore, "verify": verify} {
 		pod := job.Spec.Template.Spec
 		if pod.ServiceAccountName != "etcd-backups" || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 			t.Errorf("%s Job runs as %q, API token mounted %v", name, pod.ServiceAccountName, pod.AutomountServiceAccountToken)
@@ -419,5 +424,61 @@ func TestStorageJobsRunAsTheBucketsServiceAccount(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The verify Job restores the snapshot in its own pod with the cluster's etcd version, always
+// checking the snapshot's hash, serves it on the pod's loopback as a native sidecar, and never
+// writes to the destination; every container is restricted.
+func TestVerifyJobRestoresInItsOwnPodAndOnlyReadsTheDestination(t *testing.T) {
+	c := testCluster()
+	b := testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}})
+	snap := VerifySnapshot{
+		Storage: b.Spec.Destination, Key: "db/prod/x.db", Run: "nightly-20261122t030000",
+		Artifact: etcdv1alpha1.BackupArtifact{URI: "pvc://backups/db/prod/x.db", SHA256: "abc", Revision: 42,
+			Keyspace: &etcdv1alpha1.SnapshotKeyspace{Revision: 42, HashKV: 7, CompactRevision: 3, KeyCount: 9}},
+	}
+	job, err := VerifyJob(b, c, snap, "registry/etcd-operator:v1", EtcdImages{Repository: "etcd"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAgentJob(t, job)
+	if job.Name != "nightly-20261122t030000-verify" || job.Labels[LabelBackup] != "nightly" || job.Labels[LabelVerify] != snap.Run ||
+		job.Annotations[AnnotationSnapshotURI] != snap.Artifact.URI {
+		t.Errorf("job %s labels %v annotations %v", job.Name, job.Labels, job.Annotations)
+	}
+	pod := job.Spec.Template.Spec
+	var names []string
+	for _, ctr := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+		names = append(names, ctr.Name)
+		sc := ctr.SecurityContext
+		if sc == nil || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || sc.Capabilities.Drop[0] != "ALL" {
+			t.Errorf("container %s is not restricted: %+v", ctr.Name, sc)
+		}
+		for _, m := range ctr.VolumeMounts {
+			if m.Name == "claim" && !m.ReadOnly {
+				t.Errorf("container %s may write to the destination", ctr.Name)
+			}
+		}
+		if slices.Contains(ctr.Args, "--skip-hash-check") {
+			t.Errorf("container %s skips the snapshot's hash check: %v", ctr.Name, ctr.Args)
+		}
+	}
+	if want := []string{VerifyFetchContainer, VerifyEtcdutlContainer, VerifyEtcdContainer, VerifyContainer}; !slices.Equal(names, want) {
+		t.Errorf("containers %v, want %v", names, want)
+	}
+	if p := pod.InitContainers[2].RestartPolicy; p == nil || *p != corev1.ContainerRestartPolicyAlways {
+		t.Errorf("the restored member must be a native sidecar, stopped once the check ends: %v", p)
+	}
+	if img := pod.InitContainers[1].Image; img != pod.InitContainers[2].Image || !strings.Contains(img, c.Spec.Version) {
+		t.Errorf("etcdutl %s and etcd %s must be the cluster's version %s", img, pod.InitContainers[2].Image, c.Spec.Version)
+	}
+	var cfg jobspec.JobConfig
+	if err := json.Unmarshal([]byte(pod.Containers[0].Env[0].Value), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Key != snap.Key || cfg.SHA256 != "abc" || cfg.Revision != 42 || cfg.Keyspace == nil || *cfg.Keyspace != *snap.Artifact.Keyspace ||
+		!slices.Equal(cfg.Endpoints, []string{jobspec.VerifyClientURL}) {
+		t.Errorf("verify configuration %+v", cfg)
 	}
 }

@@ -143,9 +143,15 @@ type Artifact struct {
 // Upload streams r to key. The object appears only when the upload completes: on any error —
 // r failing, the server going away — the upload is aborted and nothing is left under key.
 func (d *Destination) Upload(ctx context.Context, key string, r io.Reader) error {
+	return d.UploadWithMetadata(ctx, key, r, nil)
+}
+
+// UploadWithMetadata is Upload, storing metadata with the object (S3 user metadata, a
+// directory's attribute file next to it).
+func (d *Destination) UploadWithMetadata(ctx context.Context, key string, r io.Reader, metadata map[string]string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := d.bucket.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream"})
+	w, err := d.bucket.NewWriter(ctx, key, &blob.WriterOptions{ContentType: "application/octet-stream", Metadata: metadata})
 	if err != nil {
 		return describe(fmt.Errorf("start upload of %s: %w", key, err))
 	}
@@ -203,6 +209,15 @@ func (d *Destination) Verify(ctx context.Context, key string) (Artifact, error) 
 		return Artifact{}, describe(fmt.Errorf("read back %s: %w", key, err))
 	}
 	return Artifact{Key: key, SizeBytes: n, SHA256: hex.EncodeToString(hash.Sum(nil)), ModTime: r.ModTime()}, nil
+}
+
+// Metadata is the metadata key was stored with.
+func (d *Destination) Metadata(ctx context.Context, key string) (map[string]string, error) {
+	attrs, err := d.bucket.Attributes(ctx, key)
+	if err != nil {
+		return nil, describe(fmt.Errorf("read the attributes of %s: %w", key, err))
+	}
+	return attrs.Metadata, nil
 }
 
 // Open reads key.

@@ -216,6 +216,10 @@ func (c *client) Defragment(ctx context.Context, clientURL string) error {
 	return c.locked("Defragment")
 }
 
+func (c *client) KeyspaceAt(context.Context, string, int64) (etcd.KeyspaceDigest, error) {
+	return etcd.KeyspaceDigest{}, errors.New("etcdfake: keyspace digests are tested against real etcd")
+}
+
 func (c *client) DisarmNoSpace(context.Context) error { return c.locked("DisarmNoSpace") }
 
 func (c *client) Snapshot(context.Context, string, io.Writer) (etcd.SnapshotInfo, error) {

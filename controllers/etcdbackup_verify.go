@@ -1,0 +1,239 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// reconcileVerification records the verify Jobs that finished, then starts the one spec.verify
+// asks for, if any: observe (the verify Jobs), decide (snapshotToVerify), act (one Job at a
+// time), report (the snapshot's verification, status.lastVerified, the Verified condition and
+// an event). Verifying never touches the destination nor the cluster.
+func (r *EtcdBackupReconciler) reconcileVerification(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) error {
+	log := ctrl.LoggerFrom(ctx).V(1).WithValues("backup", b.Name)
+	jobs, err := r.verifyJobs(ctx, b)
+	if err != nil {
+		return err
+	}
+	var finished []*batchv1.Job
+	var running *batchv1.Job
+	for i := range jobs {
+		job := &jobs[i]
+		outcome, done, err := r.verificationOutcome(ctx, job)
+		if err != nil {
+			return err
+		}
+		if !done {
+			running = job
+			continue
+		}
+		r.recordVerification(b, outcome)
+		log.Info("step", "action", "RecordVerification", "job", job.Name, "snapshot", outcome.URI, "result", outcome.Result)
+		finished = append(finished, job)
+	}
+	if len(finished) > 0 {
+		// Record, then clean up: until status holds the outcome, the Job is its only record.
+		if err := writeStatusNow(ctx, r.Client, b, before, backupStatus); err != nil {
+			return err
+		}
+		b.DeepCopyInto(before)
+		for _, job := range finished {
+			if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("delete finished verify Job %s: %w", job.Name, err)
+			}
+		}
+	}
+	if running != nil {
+		return nil
+	}
+	run := snapshotToVerify(b)
+	if run == nil || r.AgentImage == "" {
+		return nil
+	}
+	cluster := &etcdv1alpha1.EtcdCluster{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.ClusterName}, cluster); err != nil {
+		// The cluster's version names the etcdutl to restore with; without it, wait for it.
+		return client.IgnoreNotFound(err)
+	}
+	log.Info("step", "action", "StartVerification", "run", run.Job, "snapshot", run.Artifact.URI, "reason", "spec.verify selects this run's snapshot")
+	return r.startVerification(ctx, b, cluster, run)
+}
+
+// snapshotToVerify is the completed run whose snapshot spec.verify asks to verify now, or nil:
+// the newest completed run, if its snapshot is still in status and has not been verified, and
+// the policy selects it. EveryNthRun selects it when none of the everyNthRun-1 completed runs
+// before it had its snapshot verified, so the first run is verified and then every Nth.
+func snapshotToVerify(b *etcdv1alpha1.EtcdBackup) *etcdv1alpha1.BackupRun {
+	v := b.Spec.Verify
+	if v == nil || v.Policy == etcdv1alpha1.VerifyNever {
+		return nil
+	}
+	var completed []*etcdv1alpha1.BackupRun
+	for i := range b.Status.History {
+		if b.Status.History[i].Phase == etcdv1alpha1.BackupCompleted {
+			completed = append(completed, &b.Status.History[i])
+		}
+	}
+	if len(completed) == 0 {
+		return nil
+	}
+	newest := completed[0]
+	if newest.Artifact == nil || newest.Artifact.Verification != nil {
+		return nil
+	}
+	if v.Policy == etcdv1alpha1.VerifyEveryNthRun {
+		for _, run := range completed[1:min(len(completed), int(v.EveryNthRun))] {
+			if run.Artifact != nil && run.Artifact.Verification != nil {
+				return nil
+			}
+		}
+	}
+	return newest
+}
+
+// verifyJobs are the verify Jobs of this backup.
+func (r *EtcdBackupReconciler) verifyJobs(ctx context.Context, b *etcdv1alpha1.EtcdBackup) ([]batchv1.Job, error) {
+	list := &batchv1.JobList{}
+	if err := r.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingLabels{resources.LabelBackup: b.Name}, client.HasLabels{resources.LabelVerify}); err != nil {
+		return nil, fmt.Errorf("list verify Jobs: %w", err)
+	}
+	return slices.DeleteFunc(list.Items, func(j batchv1.Job) bool { return !metav1.IsControlledBy(&j, b) || !j.DeletionTimestamp.IsZero() }), nil
+}
+
+// startVerification creates the verify Job of run's snapshot. Its name comes from the run's,
+// so a lost status write cannot start a second one.
+func (r *EtcdBackupReconciler) startVerification(ctx context.Context, b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, run *etcdv1alpha1.BackupRun) error {
+	key, ok := snapshotKey(b.Spec.Destination, run.Artifact.URI)
+	if !ok {
+		return nil
+	}
+	job, err := resources.VerifyJob(b, c, resources.VerifySnapshot{Storage: b.Spec.Destination, Key: key, Artifact: *run.Artifact, Run: run.Job}, r.AgentImage, r.DefaultImages, r.PodEnv)
+	if err != nil {
+		return err
+	}
+	if err := controllerutil.SetControllerReference(b, job, r.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create verify Job: %w", err)
+	}
+	setBackupCondition(b, etcdv1alpha1.ConditionVerified, metav1.ConditionUnknown, etcdv1alpha1.ReasonVerifying, "Job %s is restoring %s to verify it", job.Name, run.Artifact.URI)
+	postEvent(r.Recorder, b, corev1.EventTypeNormal, "VerificationStarted", "Verify", "started Job %s to restore and check %s", job.Name, run.Artifact.URI)
+	return nil
+}
+
+// snapshotKey is the key, after the destination's prefix, of a snapshot URI in it.
+func snapshotKey(dest etcdv1alpha1.StorageLocation, uri string) (string, bool) {
+	key, ok := strings.CutPrefix(uri, agent.LocationURIBase(dest))
+	return key, ok && key != ""
+}
+
+// verificationOutcome reads what a verify Job found, once it has finished (or its pod did not
+// start in time): Verified, Failed (the snapshot does not restore, or not to what was
+// recorded) or NotRun (the Job could not check it).
+func (r *EtcdBackupReconciler) verificationOutcome(ctx context.Context, job *batchv1.Job) (etcdv1alpha1.SnapshotVerification, bool, error) {
+	out := etcdv1alpha1.SnapshotVerification{URI: job.Annotations[resources.AnnotationSnapshotURI], Time: metav1.NewTime(r.Now())}
+	succeeded, finished := jobOutcome(job)
+	if !finished {
+		notStarting, _, err := jobNotStarting(ctx, r.Client, job, r.Now())
+		if err != nil || notStarting == "" {
+			return out, false, err
+		}
+		out.Result, out.Message = etcdv1alpha1.SnapshotNotVerified, notStarting
+		return out, true, nil
+	}
+	out.Time = metav1.NewTime(jobFinishTime(job))
+	terminated, err := lastPodTerminations(ctx, r.Client, job)
+	if err != nil {
+		return out, false, err
+	}
+	if restore, ok := terminated[resources.VerifyEtcdutlContainer]; ok {
+		if check, ok := terminated[resources.VerifyContainer]; ok {
+			out.Duration = &metav1.Duration{Duration: check.FinishedAt.Sub(restore.StartedAt.Time).Round(time.Second)}
+		}
+	}
+	reports := map[string]agent.Report{}
+	for _, name := range []string{resources.VerifyFetchContainer, resources.VerifyContainer} {
+		if t, ok := terminated[name]; ok && t.Message != "" {
+			if report, err := agent.DecodeReport(t.Message); err == nil {
+				reports[name] = report
+			}
+		}
+	}
+	check, fetch := reports[resources.VerifyContainer], reports[resources.VerifyFetchContainer]
+	restore, restored := terminated[resources.VerifyEtcdutlContainer]
+	switch {
+	case succeeded && check.Verify != nil:
+		out.Result, out.Revision = etcdv1alpha1.SnapshotVerified, check.Verify.Revision
+		out.Message = verifiedMessage(*check.Verify)
+	case fetch.Unrestorable:
+		out.Result, out.Message = etcdv1alpha1.SnapshotFailed, fetch.Error
+	case restored && restore.ExitCode != 0:
+		out.Result, out.Message = etcdv1alpha1.SnapshotFailed, fmt.Sprintf("etcdutl snapshot restore failed (exit code %d): %s", restore.ExitCode, restore.Message)
+	case check.Unrestorable:
+		out.Result, out.Message = etcdv1alpha1.SnapshotFailed, check.Error
+		if check.Verify != nil {
+			out.Revision = check.Verify.Revision
+		}
+	case fetch.Error != "":
+		out.Result, out.Message = etcdv1alpha1.SnapshotNotVerified, fetch.Error
+	case check.Error != "":
+		out.Result, out.Message = etcdv1alpha1.SnapshotNotVerified, check.Error
+	default:
+		out.Result, out.Message = etcdv1alpha1.SnapshotNotVerified, failureMessage(job, succeeded, agent.Report{})
+	}
+	return out, true, nil
+}
+
+func verifiedMessage(v agent.VerifyResult) string {
+	if v.HashCompared {
+		return fmt.Sprintf("restored at revision %d with %d keys and the recorded hash", v.Revision, v.KeyCount)
+	}
+	if v.KeyCount > 0 {
+		return fmt.Sprintf("restored at revision %d with %d keys; the hash was not compared (compacted since it was recorded)", v.Revision, v.KeyCount)
+	}
+	return fmt.Sprintf("restored at revision %d; nothing else was recorded to compare", v.Revision)
+}
+
+// recordVerification puts a verification on the snapshot it verified, wherever status names
+// it, and reports it.
+func (r *EtcdBackupReconciler) recordVerification(b *etcdv1alpha1.EtcdBackup, v etcdv1alpha1.SnapshotVerification) {
+	mark := func(a *etcdv1alpha1.BackupArtifact) {
+		if a != nil && a.URI == v.URI {
+			a.Verification = v.DeepCopy()
+		}
+	}
+	mark(b.Status.LastBackup)
+	for i := range b.Status.History {
+		mark(b.Status.History[i].Artifact)
+	}
+	b.Status.LastVerified = v.DeepCopy()
+	switch v.Result {
+	case etcdv1alpha1.SnapshotVerified:
+		setBackupCondition(b, etcdv1alpha1.ConditionVerified, metav1.ConditionTrue, etcdv1alpha1.ReasonSnapshotVerified, "%s %s", v.URI, v.Message)
+		postEvent(r.Recorder, b, corev1.EventTypeNormal, "SnapshotVerified", "Verify", "%s %s", v.URI, v.Message)
+	case etcdv1alpha1.SnapshotFailed:
+		setBackupCondition(b, etcdv1alpha1.ConditionVerified, metav1.ConditionFalse, etcdv1alpha1.ReasonVerificationFailed,
+			"%s failed verification and is never picked by a restore: %s", v.URI, v.Message)
+		postEvent(r.Recorder, b, corev1.EventTypeWarning, "VerificationFailed", "Verify", "%s failed verification: %s", v.URI, v.Message)
+	default:
+		setBackupCondition(b, etcdv1alpha1.ConditionVerified, metav1.ConditionFalse, etcdv1alpha1.ReasonVerificationNotRun,
+			"%s could not be verified: %s", v.URI, v.Message)
+		postEvent(r.Recorder, b, corev1.EventTypeWarning, "VerificationNotRun", "Verify", "%s could not be verified: %s", v.URI, v.Message)
+	}
+}

@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+)
+
+// A verify Job proves a stored snapshot restorable, in a scratch directory of its own pod: fetch
+// (this agent) downloads it, checking its sha256; the target etcd image's etcdutl restores it,
+// checking the snapshot's own hash; that etcd serves the restored data alone, on localhost;
+// verify (this agent) compares what it serves with what the backup recorded.
+
+// VerifyConfig is one verification of a restored snapshot.
+type VerifyConfig struct {
+	// Etcd reaches the member serving the restored snapshot.
+	Etcd etcd.Config
+	// Revision is the snapshot's recorded revision; Keyspace what the member it was taken from
+	// held (nil: nothing was recorded, and only the revision is checked).
+	Revision int64
+	Keyspace *etcdv1alpha1.SnapshotKeyspace
+	// Ready bounds the wait for the restored member to answer.
+	Ready time.Duration
+}
+
+// VerifyResult is what the restored snapshot showed.
+type VerifyResult struct {
+	// Revision and KeyCount of the restored keyspace, the key count at the recorded revision.
+	Revision int64 `json:"revision"`
+	KeyCount int64 `json:"keyCount,omitempty"`
+	// HashCompared: the restored keyspace's HashKV was held to the recorded one; it is not when
+	// nothing was recorded or the two were compacted at different revisions.
+	HashCompared bool `json:"hashCompared,omitempty"`
+	// Mismatch says how the restored snapshot differs from its record; empty, it does not.
+	Mismatch string `json:"mismatch,omitempty"`
+}
+
+// VerifyRestored compares the keyspace the restored member serves with the snapshot's record.
+// A difference is a result with a Mismatch, not an error: errors are for a check that could not
+// be made.
+func VerifyRestored(ctx context.Context, cfg VerifyConfig) (VerifyResult, error) {
+	cl, err := etcd.New(cfg.Etcd)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	defer cl.Close()
+	url := cfg.Etcd.Endpoints[0]
+	st, err := waitAnswering(ctx, cl, url, cfg.Ready)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	result := VerifyResult{Revision: st.Revision}
+	if st.Revision < cfg.Revision {
+		result.Mismatch = fmt.Sprintf("the restored keyspace is at revision %d, below the recorded %d", st.Revision, cfg.Revision)
+		return result, nil
+	}
+	want := cfg.Keyspace
+	if want == nil {
+		return result, nil
+	}
+	got, err := cl.KeyspaceAt(ctx, url, want.Revision)
+	if errors.Is(err, etcd.ErrCompacted) {
+		// Compacted past the recorded revision between the record and the snapshot: the
+		// snapshot is newer than the record, which can no longer describe it.
+		return result, nil
+	}
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	result.KeyCount = got.Keys
+	if got.Keys != want.KeyCount {
+		result.Mismatch = fmt.Sprintf("the restored keyspace holds %d keys at revision %d, the recorded %d", got.Keys, want.Revision, want.KeyCount)
+		return result, nil
+	}
+	// A compaction between the record and the snapshot changes the hash of the same data:
+	// the hashes are comparable only for the same compact revision.
+	if got.CompactRevision != want.CompactRevision {
+		return result, nil
+	}
+	result.HashCompared = true
+	if int64(got.Hash) != want.HashKV {
+		result.Mismatch = fmt.Sprintf("the restored keyspace hashes to %d at revision %d, not the recorded %d", got.Hash, want.Revision, want.HashKV)
+	}
+	return result, nil
+}
+
+// waitAnswering waits, at most ready, for the member at url to report its status: the restored
+// member starts next to the verify container and may not answer yet.
+func waitAnswering(ctx context.Context, cl etcd.Client, url string, ready time.Duration) (etcd.MemberStatus, error) {
+	deadline := time.Now().Add(ready)
+	for {
+		st, err := cl.Status(ctx, url)
+		if err == nil && len(st.Errors) == 0 {
+			return st, nil
+		}
+		if err == nil {
+			err = errors.New(st.Errors[0])
+		}
+		if time.Now().After(deadline) {
+			return etcd.MemberStatus{}, fmt.Errorf("the restored member at %s did not answer within %s: %w", url, ready, err)
+		}
+		select {
+		case <-ctx.Done():
+			return etcd.MemberStatus{}, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
