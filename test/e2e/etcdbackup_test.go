@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -146,6 +147,63 @@ func TestEtcdBackup(t *testing.T) {
 		}
 		waitJobsGone(t, b)
 		logPrinterColumns(t, f.ns)
+	})
+
+	// spec.verify: a Job restores the snapshot in a pod of its own with the cluster's etcdutl,
+	// starts etcd on it and compares it with what the backup recorded. A snapshot corrupted in
+	// the bucket after its upload fails that, and no restore takes it.
+	t.Run("proven restorable by a verify Job; a snapshot corrupted in the bucket is caught and never restored", func(t *testing.T) {
+		always := &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyAlways}
+		proven := f.createBackup(t, "proven", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("verified/", f.s3.CredentialsSecret), Verify: always})
+		waitBackupPhase(t, proven, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+		lastVerified := func(b *etcdv1alpha1.EtcdBackup) *etcdv1alpha1.SnapshotVerification {
+			waitForWithin(t, "the snapshot of "+b.Name+" verified", backupTimeout, func(ctx context.Context) (bool, error) {
+				err := k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b)
+				return err == nil && b.Status.LastVerified != nil, err
+			})
+			t.Logf("%s: lastVerified %+v", b.Name, *b.Status.LastVerified)
+			return b.Status.LastVerified
+		}
+		v := lastVerified(proven)
+		art := proven.Status.LastBackup
+		if v.Result != etcdv1alpha1.SnapshotVerified || art == nil || v.URI != art.URI || v.Revision < art.Revision || v.Duration == nil {
+			t.Fatalf("lastVerified %+v of snapshot %+v: want it Verified, at its revision or later, with a duration", *v, art)
+		}
+		if cond := meta.FindStatusCondition(proven.Status.Conditions, etcdv1alpha1.ConditionVerified); cond == nil || cond.Status != metav1.ConditionTrue {
+			t.Errorf("Verified condition %+v, want True", cond)
+		}
+
+		corrupted := f.createBackup(t, "corrupted", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("corrupted/", f.s3.CredentialsSecret),
+			Verify: &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyNever}})
+		waitBackupPhase(t, corrupted, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+		key := strings.TrimPrefix(corrupted.Status.LastBackup.URI, "s3://"+backupBucket+"/")
+		whole := f.s3.getObject(t, backupBucket, key)
+		f.s3.putObject(t, backupBucket, key, append(whole[:len(whole)/2], bytes.Repeat([]byte{0xff}, len(whole)-len(whole)/2)...))
+		patch := client.MergeFrom(corrupted.DeepCopy())
+		corrupted.Spec.Verify = always
+		if err := k8sClient.Patch(context.Background(), corrupted, patch); err != nil {
+			t.Fatal(err)
+		}
+		if v := lastVerified(corrupted); v.Result != etcdv1alpha1.SnapshotFailed {
+			t.Fatalf("lastVerified %+v of a snapshot corrupted in the bucket, want Failed", *v)
+		}
+		if cond := meta.FindStatusCondition(corrupted.Status.Conditions, etcdv1alpha1.ConditionVerified); cond == nil || cond.Status != metav1.ConditionFalse {
+			t.Errorf("Verified condition %+v, want False", cond)
+		}
+		rs := &etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "from-corrupted", Namespace: f.ns}, Spec: etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: corrupted.Name}},
+			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: "from-corrupted", Cluster: &etcdv1alpha1.EtcdClusterSpec{
+				Size: 1, Version: etcdVersion, Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("512Mi"))}}},
+		}}
+		if err := k8sClient.Create(context.Background(), rs); err != nil {
+			t.Fatal(err)
+		}
+		waitRestorePhase(t, rs, restoreTimeout)
+		if rs.Status.Phase != etcdv1alpha1.RestoreFailed {
+			t.Fatalf("a restore of the backup whose only snapshot failed verification: %+v", rs.Status)
+		}
+		t.Logf("refused: %+v", meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
+		expectNoCluster(t, f.ns, "from-corrupted")
 	})
 
 	t.Run("to a PVC, verified", func(t *testing.T) {
