@@ -61,7 +61,7 @@ var invalidObjects = []struct {
 	{"backup to both s3 and pvc", backup("clusterName: e\ndestination:\n  pvc: {claimName: b}\n  s3: {bucket: bkt, credentialsSecretName: c}"), "set exactly one of s3 or pvc"},
 	{"backup to nowhere", backup("clusterName: e\ndestination: {}"), "set exactly one of s3 or pvc"},
 	{"backup bucket name invalid", backup("clusterName: e\ndestination:\n  s3: {bucket: My_Bucket, credentialsSecretName: c}"), "spec.destination.s3.bucket in body should match"},
-	{"backup s3 without credentials", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt}"), "spec.destination.s3.credentialsSecretName: Required value"},
+	{"backup s3 service account name invalid", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, serviceAccountName: Not_A_Name}"), "spec.destination.s3.serviceAccountName in body should match"},
 	{"backup endpoint without scheme", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'minio:9000'}"), "spec.destination.s3.endpoint in body should match"},
 	{"backup endpoint plain http without opt-in", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000'}"), "an http:// endpoint sends the credentials and the snapshot"},
 	{"backup endpoint plain http opted out", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000', allowPlainHTTP: false}"), "set allowPlainHTTP: true"},
@@ -163,6 +163,13 @@ func TestRepositoryPinnedByDigestIsAccepted(t *testing.T) {
 func TestPlainHTTPEndpointIsAcceptedWhenOptedIn(t *testing.T) {
 	create(t, object(t, backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000', allowPlainHTTP: true}")))
 	create(t, object(t, backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'https://minio:9000'}")))
+}
+
+// Without a credentials Secret a bucket is reached with the pod's own AWS identity, the
+// ServiceAccount's role or the SDK's default chain.
+func TestBackupWithThePodsAWSIdentityIsAccepted(t *testing.T) {
+	create(t, object(t, backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, serviceAccountName: etcd-backups}")))
+	create(t, object(t, restore("source: {location: {s3: {bucket: bkt}, key: k}}\ntarget: {mode: InPlace, clusterName: prod}")))
 }
 
 // spec.verify: {} verifies every run (Always is its default); EveryNthRun within the history

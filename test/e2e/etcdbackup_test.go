@@ -173,13 +173,24 @@ func TestEtcdBackup(t *testing.T) {
 			t.Errorf("Verified condition %+v, want True", cond)
 		}
 
+		// Scheduled, unverified: its first run's snapshot is corrupted in the bucket, then
+		// verification is turned on and the next run put off, so that it is that snapshot the
+		// verify Job reads. (A one-shot EtcdBackup's spec cannot change.)
 		corrupted := f.createBackup(t, "corrupted", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("corrupted/", f.s3.CredentialsSecret),
-			Verify: &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyNever}})
-		waitBackupPhase(t, corrupted, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
+			Schedule: "* * * * *", Verify: &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyNever}})
+		waitForWithin(t, "the first scheduled run of corrupted", backupTimeout+time.Minute, func(ctx context.Context) (bool, error) {
+			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(corrupted), corrupted)
+			return err == nil && corrupted.Status.LastBackup != nil && corrupted.Status.ActiveJob == "", err
+		})
+		patch := client.MergeFrom(corrupted.DeepCopy())
+		corrupted.Spec.Schedule = "0 0 1 1 *"
+		if err := k8sClient.Patch(context.Background(), corrupted, patch); err != nil {
+			t.Fatal(err)
+		}
 		key := strings.TrimPrefix(corrupted.Status.LastBackup.URI, "s3://"+backupBucket+"/")
 		whole := f.s3.getObject(t, backupBucket, key)
 		f.s3.putObject(t, backupBucket, key, append(whole[:len(whole)/2], bytes.Repeat([]byte{0xff}, len(whole)-len(whole)/2)...))
-		patch := client.MergeFrom(corrupted.DeepCopy())
+		patch = client.MergeFrom(corrupted.DeepCopy())
 		corrupted.Spec.Verify = always
 		if err := k8sClient.Patch(context.Background(), corrupted, patch); err != nil {
 			t.Fatal(err)
