@@ -214,7 +214,7 @@ test-e2e: cluster-deploy ## Bring the cluster up if needed, deploy the operator 
 	$(CLUSTER_E2E_ENV) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) ./test/e2e/...
 
 .PHONY: test-guide
-test-guide: cluster-deploy ## Not in CI: run the README's and docs/guide's pages as written (shell blocks, YAML applied; kubectl and etcdctl on the PATH), each in a namespace e2e-guide-<page> deleted after; GUIDE_PAGES=<regexp> picks pages.
+test-guide: cluster-deploy ## Not in CI: run the README's and docs/guide's pages as written (shell blocks, YAML applied; kubectl, etcdctl, openssl and curl on the PATH), each in a namespace e2e-guide-<page> deleted after; GUIDE_PAGES=<regexp> picks pages.
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) PATH="$(dir $(CLUSTER_KUBECTL)):$(ETCD_BIN):$$PATH" GUIDE_PAGES='$(GUIDE_PAGES)' \
 		go test -tags e2e -count=1 -v -timeout 60m -run '^TestGuidePagesRun$$' ./test/guide/
 
