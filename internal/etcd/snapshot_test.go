@@ -21,18 +21,7 @@ import (
 // The streamed snapshot is a valid etcd database at the reported revision, and its reported
 // size and digest are those of the bytes written.
 func TestSnapshotAgainstRealEtcd(t *testing.T) {
-	servers := etcdtest.StartCluster(t, 1)
-	raw := servers[0].Client(t)
-	for i := range 500 {
-		if _, err := raw.Put(t.Context(), fmt.Sprintf("key-%04d", i), "value"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := etcd.New(etcd.Config{Endpoints: etcdtest.ClientURLs(servers)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	servers, _, c := memberWithKeys(t, 500)
 
 	var buf bytes.Buffer
 	info, err := c.Snapshot(t.Context(), servers[0].ClientURL, &buf)
@@ -71,18 +60,7 @@ func TestSnapshotAgainstRealEtcd(t *testing.T) {
 // KeyspaceAt describes a revision the same however the keyspace moved on after it, until that
 // revision is compacted away.
 func TestKeyspaceAtAgainstRealEtcd(t *testing.T) {
-	servers := etcdtest.StartCluster(t, 1)
-	raw := servers[0].Client(t)
-	for i := range 30 {
-		if _, err := raw.Put(t.Context(), fmt.Sprintf("key-%04d", i), "value"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := etcd.New(etcd.Config{Endpoints: etcdtest.ClientURLs(servers)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	servers, raw, c := memberWithKeys(t, 30)
 	at31, err := c.KeyspaceAt(t.Context(), servers[0].ClientURL, 31)
 	if err != nil {
 		t.Fatal(err)
@@ -104,4 +82,23 @@ func TestKeyspaceAtAgainstRealEtcd(t *testing.T) {
 	if _, err := c.KeyspaceAt(t.Context(), servers[0].ClientURL, 31); !errors.Is(err, etcd.ErrCompacted) {
 		t.Fatalf("keyspace at a compacted revision: %v, want ErrCompacted", err)
 	}
+}
+
+// memberWithKeys starts a one-member cluster holding n keys (revision n+1), and returns it with
+// a raw client and the package's client, closed when the test ends.
+func memberWithKeys(t *testing.T, n int) ([]*etcdtest.Server, *clientv3.Client, etcd.Client) {
+	t.Helper()
+	servers := etcdtest.StartCluster(t, 1)
+	raw := servers[0].Client(t)
+	for i := range n {
+		if _, err := raw.Put(t.Context(), fmt.Sprintf("key-%04d", i), "value"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := etcd.New(etcd.Config{Endpoints: etcdtest.ClientURLs(servers)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return servers, raw, c
 }

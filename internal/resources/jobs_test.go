@@ -276,19 +276,7 @@ func TestBackupJobNamesFitAndDifferPerRun(t *testing.T) {
 // And only voters count in the budget: a learner's pod, which the Services select, it does not.
 func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 	c := testCluster()
-	backup, err := BackupJob(testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}), c, "img", time.Now(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
-		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", EtcdImages{Repository: "etcd"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	preserve, err := PreserveDataJob(c, "prod-abcde", "img", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := agentJobsOf(t, c)
 	pdb, err := metav1.LabelSelectorAsSelector(PodDisruptionBudget(c, 3).Spec.Selector)
 	if err != nil {
 		t.Fatal(err)
@@ -307,16 +295,16 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 		if selects := sel.Matches(labels.Set(learner.Labels)); selects != (what != "budget") {
 			t.Errorf("the %s selects a learner's pod (labels %v): %t", what, learner.Labels, selects)
 		}
-		for job, tmpl := range map[string]map[string]string{
-			"backup": backup.Spec.Template.Labels, "restore": restore.Spec.Template.Labels, "preserve-data": preserve.Spec.Template.Labels,
-		} {
-			if sel.Matches(labels.Set(tmpl)) {
-				t.Errorf("the %s selects the %s Job's pods (labels %v)", what, job, tmpl)
+		for name, job := range jobs {
+			if tmpl := job.Spec.Template.Labels; sel.Matches(labels.Set(tmpl)) {
+				t.Errorf("the %s selects the %s Job's pods (labels %v)", what, name, tmpl)
 			}
 		}
 	}
-	if backup.Labels[LabelCluster] != "prod" || restore.Labels[LabelCluster] != "prod" || preserve.Labels[LabelCluster] != "prod" {
-		t.Errorf("the Jobs themselves still say which cluster they serve: %v, %v, %v", backup.Labels, restore.Labels, preserve.Labels)
+	for name, job := range jobs {
+		if job.Labels[LabelCluster] != "prod" {
+			t.Errorf("the %s Job itself still says which cluster it serves: %v", name, job.Labels)
+		}
 	}
 }
 
@@ -481,4 +469,29 @@ func TestVerifyJobRestoresInItsOwnPodAndOnlyReadsTheDestination(t *testing.T) {
 		!slices.Equal(cfg.Endpoints, []string{jobspec.VerifyClientURL}) {
 		t.Errorf("verify configuration %+v", cfg)
 	}
+}
+
+// agentJobsOf builds, for cluster c, one Job of each kind the operator starts whose pods are not
+// pinned to a node: backup, restore, preserve-data and read-log.
+func agentJobsOf(t *testing.T, c *etcdv1alpha1.EtcdCluster) map[string]*batchv1.Job {
+	t.Helper()
+	claim := etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}
+	backup, err := BackupJob(testBackup(claim), c, "img", time.Now(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
+		RestoreSource{Storage: claim}, "img", EtcdImages{Repository: "etcd"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preserve, err := PreserveDataJob(c, "prod-abcde", "img", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readLog, err := ReadLogJob(c, "prod-abcde", "", time.Now(), "img", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*batchv1.Job{"backup": backup, "restore": restore, "preserve-data": preserve, "read-log": readLog}
 }

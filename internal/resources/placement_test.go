@@ -8,8 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 )
 
 // platformTerm is the one required node selector term of a pod's affinity, or fails.
@@ -90,27 +88,9 @@ func TestTheUsersPlacementWins(t *testing.T) {
 // placed on a member's node requires both in one term (terms are alternatives).
 func TestAgentJobsRunOnBuiltPlatforms(t *testing.T) {
 	c := testCluster()
-	backup, err := BackupJob(testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}), c, "img", time.Now(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
-		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", EtcdImages{Repository: "etcd"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	preserve, err := PreserveDataJob(c, "prod-abcde", "img", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	readLog, err := ReadLogJob(c, "prod-abcde", "", time.Now(), "img", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for what, pod := range map[string]corev1.PodSpec{
-		"backup": backup.Spec.Template.Spec, "restore": restore.Spec.Template.Spec,
-		"preserve-data": preserve.Spec.Template.Spec, "read-log": readLog.Spec.Template.Spec,
-	} {
+	jobs := agentJobsOf(t, c)
+	for what, job := range jobs {
+		pod := job.Spec.Template.Spec
 		if term := platformTerm(t, what, pod.Affinity); len(term.MatchFields) != 0 {
 			t.Errorf("%s: placed on a node: %+v", what, term.MatchFields)
 		}
@@ -124,7 +104,7 @@ func TestAgentJobsRunOnBuiltPlatforms(t *testing.T) {
 	if len(term.MatchFields) != 1 || term.MatchFields[0].Key != "metadata.name" || !slices.Equal(term.MatchFields[0].Values, []string{"node-1"}) {
 		t.Errorf("read-log on node-1: fields %+v, want the node", term.MatchFields)
 	}
-	if backup.Spec.Template.Spec.Affinity.NodeAffinity == onNode.Spec.Template.Spec.Affinity.NodeAffinity {
+	if jobs["backup"].Spec.Template.Spec.Affinity.NodeAffinity == onNode.Spec.Template.Spec.Affinity.NodeAffinity {
 		t.Error("Jobs share one node affinity: placing one on a node places them all")
 	}
 }
