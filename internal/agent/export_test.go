@@ -1,7 +1,19 @@
 package agent
 
+import "testing"
+
 // IsPermanent tells the tests whether the agent would exit ExitPermanent on err.
 var IsPermanent = isPermanent
 
 // OpenStorage opens a storage location as a Job does.
 var OpenStorage = openStorage
+
+// PodPaths are the paths of a Job's pod the agent uses, as a test points them.
+type PodPaths struct{ Claim, VerifyScratch, TerminationMessage string }
+
+// UsePodPaths points the agent's paths into the test's directories until it ends.
+func UsePodPaths(t *testing.T, paths PodPaths) {
+	saved := podPaths
+	t.Cleanup(func() { podPaths = saved })
+	podPaths.claim, podPaths.verifyScratch, podPaths.terminationMessage = paths.Claim, paths.VerifyScratch, paths.TerminationMessage
+}

@@ -36,6 +36,12 @@ type Report struct {
 	Unrestorable bool `json:"unrestorable,omitempty"`
 }
 
+// podPaths are where the Job's pod mounts what the agent reads and writes; the tests point
+// them into directories of their own, to run a Job's entry point whole.
+var podPaths = struct{ claim, verifyScratch, terminationMessage string }{
+	claim: jobspec.ClaimDir, verifyScratch: jobspec.VerifyScratchDir, terminationMessage: jobspec.TerminationMessagePath,
+}
+
 // maxReportBytes is what the kubelet keeps of a termination message.
 const maxReportBytes = 4096
 
@@ -146,7 +152,7 @@ func verifyFetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer source.Close()
-	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: jobspec.VerifyScratchDir, KeepDir: true})
+	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: podPaths.verifyScratch, KeepDir: true})
 }
 
 // RunRestoreInstall is `manager agent restore-install`: move the restored data into place.
@@ -200,14 +206,14 @@ func preserveFromEnvironment() (PreservedData, error) {
 		return PreservedData{}, permanentError{fmt.Errorf("%s names no member whose data to preserve", jobspec.ConfigEnv)}
 	}
 	if cfg.Recovery == "" {
-		return PreserveData(cfg.Member, jobspec.MemberDataDir, jobspec.ClaimDir, time.Now)
+		return PreserveData(cfg.Member, jobspec.MemberDataDir, podPaths.claim, time.Now)
 	}
 	// Each recovery copies into a directory of its own: a member that survives a second loss
 	// is copied again, not answered with the first copy.
 	if cfg.Recovery != filepath.Base(cfg.Recovery) || cfg.Recovery == "." || cfg.Recovery == ".." {
 		return PreservedData{}, permanentError{fmt.Errorf("recovery %q cannot name a directory", cfg.Recovery)}
 	}
-	root := filepath.Join(jobspec.ClaimDir, cfg.Recovery)
+	root := filepath.Join(podPaths.claim, cfg.Recovery)
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return PreservedData{}, err
 	}
@@ -232,8 +238,8 @@ func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
 func finish(report Report) int {
 	msg := report.Encode()
 	fmt.Fprintln(os.Stderr, string(msg))
-	if err := os.WriteFile(jobspec.TerminationMessagePath, msg, 0o644); err != nil {
-		fmt.Fprintf(os.Stderr, "write %s: %v\n", jobspec.TerminationMessagePath, err)
+	if err := os.WriteFile(podPaths.terminationMessage, msg, 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "write %s: %v\n", podPaths.terminationMessage, err)
 	}
 	switch {
 	case report.Error == "":
@@ -324,7 +330,7 @@ func readCA(file string) (*x509.CertPool, error) {
 // openStorage opens the destination as mounted or configured in the Job.
 func openStorage(ctx context.Context, loc etcdv1alpha1.StorageLocation) (*storage.Destination, error) {
 	if loc.PVC != nil {
-		dir := filepath.Join(jobspec.ClaimDir, filepath.FromSlash(loc.PVC.SubPath))
+		dir := filepath.Join(podPaths.claim, filepath.FromSlash(loc.PVC.SubPath))
 		return storage.OpenDir(dir, ClaimURIBase(loc.PVC))
 	}
 	s3 := loc.S3

@@ -20,10 +20,24 @@ import (
 // localhost and compare it with the record. It returns the fetch's error, or the comparison.
 func verifyAsTheJobDoes(t *testing.T, dest *storage.Destination, res agent.BackupResult, keyspace *etcdv1alpha1.SnapshotKeyspace) (agent.VerifyResult, error) {
 	t.Helper()
+	restored, err := serveRestored(t, dest, res)
+	if err != nil {
+		return agent.VerifyResult{}, err
+	}
+	return agent.VerifyRestored(t.Context(), agent.VerifyConfig{
+		Etcd: etcd.Config{Endpoints: []string{restored.ClientURL}}, Revision: res.Revision, Keyspace: keyspace, Ready: 20 * time.Second,
+	})
+}
+
+// serveRestored fetches the backup's snapshot (checking its sha256), restores it with etcdutl
+// into a scratch directory and starts etcd on it alone on localhost, as a verify Job does. It
+// returns the fetch's error, or the member serving the restored snapshot.
+func serveRestored(t *testing.T, dest *storage.Destination, res agent.BackupResult) (*etcdtest.Server, error) {
+	t.Helper()
 	key := strings.TrimPrefix(res.URI, dest.URI(dest.Prefix()))
 	staging := filepath.Join(t.TempDir(), "verify")
 	if _, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: key, SHA256: res.SHA256, Dir: staging}); err != nil {
-		return agent.VerifyResult{}, err
+		return nil, err
 	}
 	scratch := etcdtest.NewServer(t, "verify")
 	restore := exec.Command(filepath.Join(filepath.Dir(etcdtest.Binary(t)), "etcdutl"), "snapshot", "restore", filepath.Join(staging, "snapshot.db"),
@@ -33,9 +47,7 @@ func verifyAsTheJobDoes(t *testing.T, dest *storage.Destination, res agent.Backu
 		t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
 	}
 	scratch.Start(t, "new", etcdtest.InitialCluster(scratch))
-	return agent.VerifyRestored(t.Context(), agent.VerifyConfig{
-		Etcd: etcd.Config{Endpoints: []string{scratch.ClientURL}}, Revision: res.Revision, Keyspace: keyspace, Ready: 20 * time.Second,
-	})
+	return scratch, nil
 }
 
 // A backup records the source's keyspace (HashKV, compact revision, key count) at the
