@@ -166,23 +166,15 @@ func (d *Destination) UploadWithMetadata(ctx context.Context, key string, r io.R
 	return d.syncToDisk(key)
 }
 
-// syncToDisk makes a directory destination's new file durable: the library renames its
-// temporary file into place without syncing, and a snapshot reported complete must survive
-// the node losing power. A key with slashes is a file in subdirectories the library may just
-// have made, so every directory from the file's up to the destination's is synced too.
+// syncToDisk makes a directory destination's new object durable: the library writes the
+// object's attribute file (its metadata: a snapshot's keyspace record, which a verification
+// holds it to) in place and renames its temporary file into place, neither synced, and a
+// snapshot reported complete must survive the node losing power, with its record.
 func (d *Destination) syncToDisk(key string) error {
 	if d.dir == "" {
 		return nil
 	}
-	file := filepath.Join(d.dir, filepath.FromSlash(key))
-	paths := []string{file}
-	for dir := filepath.Dir(file); ; dir = filepath.Dir(dir) {
-		paths = append(paths, dir)
-		if dir == filepath.Clean(d.dir) || dir == filepath.Dir(dir) {
-			break
-		}
-	}
-	for _, path := range paths {
+	for _, path := range pathsToSync(d.dir, key) {
 		f, err := os.Open(path)
 		if err != nil {
 			return fmt.Errorf("sync %s: %w", path, err)
@@ -194,6 +186,24 @@ func (d *Destination) syncToDisk(key string) error {
 		}
 	}
 	return nil
+}
+
+// attributesFileSuffix names the file next to an object in which the library keeps its
+// metadata (fileblob's ".attrs" sidecar).
+const attributesFileSuffix = ".attrs"
+
+// pathsToSync is what an upload of key into dir wrote: the object's file and its attribute
+// file, then every directory from the file's up to dir, whose entries name them. A key with
+// slashes is a file in subdirectories the library may just have made.
+func pathsToSync(dir, key string) []string {
+	file := filepath.Join(dir, filepath.FromSlash(key))
+	paths := []string{file, file + attributesFileSuffix}
+	for parent := filepath.Dir(file); ; parent = filepath.Dir(parent) {
+		paths = append(paths, parent)
+		if parent == filepath.Clean(dir) || parent == filepath.Dir(parent) {
+			return paths
+		}
+	}
 }
 
 // Verify reads key back and returns its size and sha256, as the destination really holds it.

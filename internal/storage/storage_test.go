@@ -7,6 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"io/fs"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/etcd-database/etcd-operator/internal/s3test"
@@ -122,5 +125,37 @@ func TestUnreachableServerIsTransient(t *testing.T) {
 	err := d.Upload(t.Context(), "etcd/x.db", io.LimitReader(rand.Reader, 1024))
 	if err == nil || storage.IsPermanent(err) {
 		t.Fatalf("upload to a stopped server: %v; want a transient error", err)
+	}
+}
+
+// An upload into a directory syncs everything it leaves on disk: the object, the attribute
+// file the library keeps its metadata in (a snapshot's keyspace record), and the directories
+// naming them, up to the destination's own. Before, the attribute file was not synced.
+func TestAnUploadIntoADirectorySyncsAllItWrote(t *testing.T) {
+	root := t.TempDir()
+	d, err := storage.OpenDir(root, "pvc://backups/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	key := "etcd/db/main/nightly/20260301T120000Z-r42.db"
+	if err := d.UploadWithMetadata(t.Context(), key, bytes.NewReader([]byte("snapshot")), map[string]string{"revision": "42"}); err != nil {
+		t.Fatal(err)
+	}
+	synced := storage.PathsToSync(root, key)
+	err = filepath.WalkDir(root, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(synced, path) {
+			t.Errorf("the upload wrote %s and does not sync it (it syncs %q)", path, synced)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta, err := d.Metadata(t.Context(), key); err != nil || meta["revision"] != "42" {
+		t.Fatalf("metadata read back: %v, %v", meta, err)
 	}
 }
