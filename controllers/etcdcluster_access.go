@@ -94,12 +94,28 @@ func accessErrorReason(err error) string {
 
 // etcdAccess issues or loads the certificates and reads the root credentials.
 func (r *EtcdClusterReconciler) etcdAccess(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*access, error) {
-	a := &access{}
 	tlsState, err := r.ensureCertificates(ctx, c, r.now())
 	if err != nil {
 		return nil, &accessError{reason: etcdv1alpha1.ReasonCertificateError, err: err}
 	}
-	a.tls = tlsState
+	return r.accessWith(ctx, c, tlsState)
+}
+
+// readAccess loads the certificates and reads the root credentials, and writes nothing: for
+// a reader beside the reconciler, which alone issues and renews.
+func (r *EtcdClusterReconciler) readAccess(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*access, error) {
+	if c.Spec.TLS == nil {
+		return r.accessWith(ctx, c, nil)
+	}
+	tlsState, err := r.loadTLSState(ctx, c)
+	if err != nil {
+		return nil, &accessError{reason: etcdv1alpha1.ReasonCertificateError, err: err}
+	}
+	return r.accessWith(ctx, c, tlsState)
+}
+
+func (r *EtcdClusterReconciler) accessWith(ctx context.Context, c *etcdv1alpha1.EtcdCluster, tlsState *tlsState) (*access, error) {
+	a := &access{tls: tlsState}
 	if c.Spec.Auth == nil {
 		return a, nil
 	}
@@ -142,13 +158,19 @@ func (a *access) config(endpoints []string, password string) etcd.Config {
 // once the cluster's data was restored from a snapshot taken before a rotation.
 func (r *EtcdClusterReconciler) connect(c *etcdv1alpha1.EtcdCluster, a *access, endpoints []string) (etcd.Client, string, error) {
 	key := client.ObjectKeyFromObject(c).String()
+	return a.login(c, endpoints, func(cfg etcd.Config) (etcd.Client, error) { return r.Etcd.Get(key, cfg) })
+}
+
+// login connects with dial as root with the passwords loginPasswords gives, in turn, or
+// without credentials for a cluster without spec.auth.
+func (a *access) login(c *etcdv1alpha1.EtcdCluster, endpoints []string, dial func(etcd.Config) (etcd.Client, error)) (etcd.Client, string, error) {
 	if a.root == nil {
-		cl, err := r.Etcd.Get(key, a.config(endpoints, ""))
+		cl, err := dial(a.config(endpoints, ""))
 		return cl, "", err
 	}
 	passwords := loginPasswords(a.root.known, a.root.desired)
 	for _, password := range passwords {
-		cl, err := r.Etcd.Get(key, a.config(endpoints, password))
+		cl, err := dial(a.config(endpoints, password))
 		if !errors.Is(err, etcd.ErrAuthFailed) {
 			return cl, password, err
 		}
@@ -253,4 +275,44 @@ func writeRootRecord(ctx context.Context, cl client.Client, c *etcdv1alpha1.Etcd
 		return nil, fmt.Errorf("record the root password in Secret %s: %w", updated.Name, err)
 	}
 	return updated, nil
+}
+
+// KeyspacesAt reads, live from etcd, the keyspace digest at revision of every member etcd
+// lists, by name: how a restore proves that its members serve one and the same restored store.
+// It dials a client of its own, closed on return, rather than share the reconciler's cached
+// one, which a change of members replaces.
+func (r *EtcdClusterReconciler) KeyspacesAt(ctx context.Context, c *etcdv1alpha1.EtcdCluster, revision int64) (map[string]etcd.KeyspaceDigest, error) {
+	a, err := r.readAccess(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	var endpoints []string
+	for _, m := range c.Status.Members {
+		endpoints = append(endpoints, resources.ClientURL(c, m.Name))
+	}
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("EtcdCluster %s reports no members yet", c.Name)
+	}
+	cl, _, err := a.login(c, endpoints, r.Etcd.Dial)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = cl.Close() }()
+	_, members, err := cl.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	digests := map[string]etcd.KeyspaceDigest{}
+	for _, m := range members {
+		name := memberName(c, m)
+		if !m.Started() || name == "" {
+			return nil, fmt.Errorf("member %s has not started", name)
+		}
+		d, err := cl.KeyspaceAt(ctx, m.ClientURLs[0], revision)
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %w", name, err)
+		}
+		digests[name] = d
+	}
+	return digests, nil
 }

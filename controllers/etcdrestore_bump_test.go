@@ -56,7 +56,7 @@ func completeRestoreJob(t *testing.T, k8s client.Client, job *batchv1.Job, repor
 func restoreJobOf(t *testing.T, k8s client.Client, rs *etcdv1alpha1.EtcdRestore) *batchv1.Job {
 	t.Helper()
 	job := &batchv1.Job{}
-	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job); err != nil {
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name, 0)}, job); err != nil {
 		t.Fatalf("no restore Job: %v", err)
 	}
 	return job
@@ -144,7 +144,7 @@ func TestRevisionBumpNeedsEtcd3510(t *testing.T) {
 		c.Spec.Version = "3.5.9"
 		r, k8s := restoreReconciler(t, rs, c)
 		got := reconcileRestore(t, r, rs)
-		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, &batchv1.Job{})
+		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name, 0)}, &batchv1.Job{})
 		if failed := got.Status.Phase == etcdv1alpha1.RestoreFailed; failed != tc.failed || (failed && !strings.Contains(failureOf(got), "3.5.10")) || (err == nil) == tc.failed {
 			t.Errorf("revisionBump %s on etcd 3.5.9: phase %s (%s), Job made: %t", tc.bump, got.Status.Phase, failureOf(got), err == nil)
 		}

@@ -31,12 +31,15 @@ func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.Et
 	log := ctrl.LoggerFrom(ctx).V(1).WithValues("restore", rs.Name)
 	// Read from the cache first: a finished restore is looked at on every status change of the
 	// cluster it restored, and must not send the API server a delete each time.
-	job := &batchv1.Job{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job)
-	if client.IgnoreNotFound(err) != nil {
+	jobs := &batchv1.JobList{}
+	if err := r.List(ctx, jobs, client.InNamespace(rs.Namespace), client.MatchingLabels{resources.LabelRestore: rs.Name}); err != nil {
 		return err
 	}
-	if err == nil && job.DeletionTimestamp.IsZero() {
+	for i := range jobs.Items {
+		job := &jobs.Items[i]
+		if !job.DeletionTimestamp.IsZero() || !metav1.IsControlledBy(job, rs) {
+			continue
+		}
 		log.Info("step", "action", "DeleteJob", "job", job.Name, "reason", "the restore's outcome is recorded in status")
 		if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete restore Job %s: %w", job.Name, err)

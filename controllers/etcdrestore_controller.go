@@ -21,6 +21,7 @@ import (
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/metrics"
 	"github.com/etcd-database/etcd-operator/internal/resources"
@@ -29,9 +30,10 @@ import (
 
 // EtcdRestoreReconciler restores snapshots into new EtcdClusters, or in place into existing
 // ones (etcdrestore_inplace.go). Into a new cluster, it creates the cluster held back from
-// forming, prepares its first member's data with a Job (the agent fetches and checks the
-// snapshot, the target etcd image's etcdutl restores it), then lets the cluster form from that
-// member and grow as usual.
+// forming, prepares every first member's data from the same snapshot with a Job each (the agent
+// fetches and checks the snapshot, the target etcd image's etcdutl restores it as that member
+// of a cluster of them all), then lets the cluster form from them at once, as etcd's recovery
+// guide restores a cluster.
 type EtcdRestoreReconciler struct {
 	client.Client
 	// APIReader reads what the cache does not hold: the user's Secrets a source names, and
@@ -45,6 +47,9 @@ type EtcdRestoreReconciler struct {
 	DefaultImages resources.EtcdImages
 	PodEnv        []corev1.EnvVar
 	Now           func() time.Time
+	// Keyspaces proves, before a restore completes, that every member serves the same
+	// restored store.
+	Keyspaces Keyspaces
 }
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch;update;patch
@@ -152,9 +157,9 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 		return ctrl.Result{}, failed(etcdv1alpha1.ReasonTargetExists,
 			"EtcdCluster %s already exists; a restore in mode New creates its cluster and never touches an existing one", cluster.Name)
 	case cluster.Annotations[resources.AnnotationRestorePending] != "":
-		return r.prepareSeed(ctx, rs, cluster, src)
+		return r.prepareMembers(ctx, rs, cluster, src)
 	default:
-		return r.awaitAvailable(rs, cluster)
+		return r.awaitAvailable(ctx, rs, cluster)
 	}
 }
 
@@ -334,20 +339,25 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	}
 	// gofail: var restoreTargetCreated struct{}
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
-	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its first member from %s", cluster.Name, src.uri)
+	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its members from %s", cluster.Name, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
 	return nil
 }
 
-// prepareSeed runs the Job that writes the first member's data, and lets the cluster form once
-// it has.
-func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
+// prepareMembers runs the Jobs that write every first member's data from the snapshot, and
+// lets the cluster form from them, all at once, once they have.
+func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
-	seed := resources.SeedMemberName(c.Name, string(rs.UID))
-	if err := r.ensureSeedClaim(ctx, c, seed, ""); err != nil {
+	members, err := r.restoreMembers(ctx, rs, c)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	wait, done, err := r.runSeedJob(ctx, rs, c, seed, src)
+	for _, member := range members {
+		if err := r.ensureRestoreClaim(ctx, c, member, members, ""); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	wait, done, err := r.runRestoreJobs(ctx, rs, c, members, src)
 	if err != nil {
 		var failure *restoreFailure
 		if errors.As(err, &failure) {
@@ -370,80 +380,167 @@ func (r *EtcdRestoreReconciler) prepareSeed(ctx context.Context, rs *etcdv1alpha
 		return ctrl.Result{}, fmt.Errorf("let EtcdCluster %s form: %w", c.Name, err)
 	}
 	// gofail: var restoreSeedReleased struct{}
+	grows := ""
+	if len(members) < int(c.Spec.Size) {
+		grows = fmt.Sprintf(" and grows to %d", c.Spec.Size)
+	}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
-		"member %s holds the snapshot at revision %d; the cluster forms from it and grows to %d members", seed, rs.Status.RestoredRevision, c.Spec.Size)
+		"members %s hold the snapshot at revision %d; the cluster forms from them%s", strings.Join(members, ", "), rs.Status.RestoredRevision, grows)
 	return ctrl.Result{}, nil
 }
 
-// runSeedJob runs the Job that prepares seed's data and, once it has succeeded, records what
-// it restored. It returns done once that record was there when the reconcile began, or how
-// soon to look again; a failed Job is a restoreFailure.
-func (r *EtcdRestoreReconciler) runSeedJob(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string, src snapshotSource) (time.Duration, bool, error) {
-	job := &batchv1.Job{}
-	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name)}, job)
-	if apierrors.IsNotFound(err) {
-		return 0, false, r.startJob(ctx, rs, c, seed, src)
+// restoreMembers are the members a restore into a new cluster prepares from the snapshot, each
+// with a Job of its own: those of the plan on the seed's claim once it exists, so that every
+// reconcile prepares the same ones (and a restore begun by an operator that prepared the seed
+// alone, letting the others join as learners, goes on that way); else spec.size of them, as
+// etcd's recovery guide restores every member of a cluster from the same snapshot.
+func (r *EtcdRestoreReconciler) restoreMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) ([]string, error) {
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc)
+	if client.IgnoreNotFound(err) != nil {
+		return nil, err
 	}
+	if err == nil {
+		if planned := resources.MembersOfInitialCluster(pvc.Annotations[resources.AnnotationInitialCluster]); len(planned) > 0 {
+			return planned, nil
+		}
+	}
+	return resources.RestoreMemberNames(c.Name, string(rs.UID), int(max(c.Spec.Size, 1))), nil
+}
+
+// runRestoreJobs runs the Jobs that prepare members' data, one per member, and once every one
+// has succeeded with the same snapshot, records what they restored. It returns done once that
+// record was there when the reconcile began, or how soon to look again; a failed Job, or Jobs
+// that restored different snapshots or revisions, is a restoreFailure.
+func (r *EtcdRestoreReconciler) runRestoreJobs(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, members []string, src snapshotSource) (time.Duration, bool, error) {
+	jobs, err := r.restoreJobsOf(ctx, rs, len(members))
 	if err != nil {
 		return 0, false, err
 	}
-	succeeded, finished := jobOutcome(job)
-	switch {
-	case !finished:
-		notStarting, recheck, err := jobNotStarting(ctx, r.Client, job, r.Now())
+	if slices.Contains(jobs, nil) {
+		return 0, false, r.startJobs(ctx, rs, c, members, jobs, src)
+	}
+	var (
+		wait    time.Duration
+		reports []*agent.RestoreResult
+		running []string
+	)
+	for i, job := range jobs {
+		succeeded, finished := jobOutcome(job)
+		switch {
+		case !finished:
+			notStarting, recheck, err := jobNotStarting(ctx, r.Client, job, r.Now())
+			if err != nil {
+				return 0, false, err
+			}
+			if notStarting != "" {
+				return 0, false, failed(etcdv1alpha1.ReasonJobNotStarting, "%s", notStarting)
+			}
+			running = append(running, members[i])
+			// The Job's completion wakes this reconciler; a pod that never starts does not.
+			wait = max(wait, recheck)
+			continue
+		case !succeeded:
+			return 0, false, failed(etcdv1alpha1.ReasonFailed, "%s", r.jobFailure(ctx, job))
+		}
+		report, found, err := agentReport(ctx, r.Client, job, resources.RestoreFetchContainer)
 		if err != nil {
 			return 0, false, err
 		}
-		if notStarting != "" {
-			return 0, false, failed(etcdv1alpha1.ReasonJobNotStarting, "%s", notStarting)
+		if !found || report.Restore == nil {
+			return time.Second, false, nil // the pod's status has not reached the cache yet
 		}
-		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
-		// The Job's completion wakes this reconciler; a pod that never starts does not.
-		return recheck, false, nil
-	case !succeeded:
-		return 0, false, failed(etcdv1alpha1.ReasonFailed, "%s", r.jobFailure(ctx, job))
+		reports = append(reports, report.Restore)
 	}
-	report, found, err := agentReport(ctx, r.Client, job, resources.RestoreFetchContainer)
-	if err != nil {
+	if len(running) > 0 {
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "restoring members %s from %s: %d of %d Jobs done",
+			strings.Join(running, ", "), src.uri, len(members)-len(running), len(members))
+		return wait, false, nil
+	}
+	if err := sameRestoredData(members, jobs, reports); err != nil {
 		return 0, false, err
 	}
-	if !found || report.Restore == nil {
-		return time.Second, false, nil // the pod's status has not reached the cache yet
-	}
+	restored := reports[0]
 	recorded := rs.Status.RestoredRevision != 0
-	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = report.Restore.Revision, report.Restore.SHA256
-	// From the Job, not computed again: the highest revision seen may have moved since.
-	rs.Status.RevisionBump, _ = strconv.ParseInt(job.Annotations[resources.AnnotationRevisionBump], 10, 64)
-	if report.Restore.URI != "" {
-		rs.Status.SnapshotURI = report.Restore.URI
+	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = restored.Revision, restored.SHA256
+	// From the Jobs, not computed again: the highest revision seen may have moved since.
+	rs.Status.RevisionBump = jobRevisionBump(jobs[0])
+	if restored.URI != "" {
+		rs.Status.SnapshotURI = restored.URI
 	}
-	rs.Status.MissingSnapshotURI = report.Restore.Missing
-	if !recorded && report.Restore.Missing != "" {
+	rs.Status.MissingSnapshotURI = restored.Missing
+	if !recorded && restored.Missing != "" {
 		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
-			"%s no longer exists; restored %s instead, the newest older snapshot of EtcdBackup %s that does", report.Restore.Missing, report.Restore.URI, src.backup)
+			"%s no longer exists; restored %s instead, the newest older snapshot of EtcdBackup %s that does", restored.Missing, restored.URI, src.backup)
 		postEvent(r.Recorder, rs, corev1.EventTypeWarning, "SnapshotFallback", "Restore",
 			"%s no longer exists; restoring %s (revision %d) instead, the newest older snapshot of EtcdBackup %s that does: writes after it are not restored",
-			report.Restore.Missing, report.Restore.URI, report.Restore.Revision, src.backup)
+			restored.Missing, restored.URI, restored.Revision, src.backup)
 	}
 	if !recorded {
 		// Recorded before the cluster may use the data: once it does (the cut-over, the
-		// cluster let form) nothing reads the Job's report again, and an operator stopped
+		// cluster let form) nothing reads the Jobs' reports again, and an operator stopped
 		// before this reconcile's status write would complete the restore at revision 0.
 		// The status write brings the restore back.
-		postEvent(r.Recorder, rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "member %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
-			seed, c.Name, report.Restore.URI, report.Restore.Revision, report.Restore.SHA256)
+		postEvent(r.Recorder, rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "members %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
+			strings.Join(members, ", "), c.Name, restored.URI, restored.Revision, restored.SHA256)
 		return time.Second, false, nil
 	}
 	return 0, true, nil
 }
 
-// ensureSeedClaim creates the first member's claim with a bootstrap plan of that member alone:
-// the EtcdCluster reconciler starts it on the restored data and adds the others as learners.
-// Staged for an in-place restore, the claim is labelled as the operator's and the restore's,
-// not yet as the cluster's: until the cut-over the cluster's reconciler does not see it, and
-// would otherwise delete it as an orphan.
-func (r *EtcdRestoreReconciler) ensureSeedClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed, stagedFor string) error {
-	pvc := resources.MemberPVC(c, resources.MemberSpec{Name: seed, InitialCluster: resources.InitialCluster(c, []string{seed}), State: "new"})
+// restoreJobsOf are the restore's Jobs by the index of the member each prepares; nil for one
+// not made yet.
+func (r *EtcdRestoreReconciler) restoreJobsOf(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, n int) ([]*batchv1.Job, error) {
+	jobs := make([]*batchv1.Job, n)
+	for i := range jobs {
+		job := &batchv1.Job{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name, i)}, job)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		jobs[i] = job
+	}
+	return jobs, nil
+}
+
+func jobRevisionBump(job *batchv1.Job) int64 {
+	bump, _ := strconv.ParseInt(job.Annotations[resources.AnnotationRevisionBump], 10, 64)
+	return bump
+}
+
+// sameRestoredData refuses members restored from different snapshots or with different
+// revision bumps: they would start one cluster whose members disagree on its data. Each Job
+// falls back on its own when the snapshot is missing, so a snapshot deleted while the Jobs ran
+// could split them; the bump of Jobs made in different reconciles could differ.
+func sameRestoredData(members []string, jobs []*batchv1.Job, reports []*agent.RestoreResult) error {
+	first := reports[0]
+	for i := 1; i < len(reports); i++ {
+		got := reports[i]
+		if got.URI != first.URI || got.SHA256 != first.SHA256 || got.Revision != first.Revision {
+			return failed(etcdv1alpha1.ReasonFailed,
+				"member %s was restored from %s (revision %d) but member %s from %s (revision %d): the snapshots changed while the restore ran; create the restore again",
+				members[0], first.URI, first.Revision, members[i], got.URI, got.Revision)
+		}
+		if jobRevisionBump(jobs[i]) != jobRevisionBump(jobs[0]) {
+			return failed(etcdv1alpha1.ReasonFailed, "members %s and %s were restored with revision bumps %d and %d: create the restore again",
+				members[0], members[i], jobRevisionBump(jobs[0]), jobRevisionBump(jobs[i]))
+		}
+	}
+	return nil
+}
+
+// ensureRestoreClaim creates the claim of member, one of members prepared from the snapshot,
+// with a bootstrap plan of them all: the EtcdCluster reconciler starts them together on the
+// restored data, and adds any others the spec asks for as learners. Staged for an in-place
+// restore, the claim is labelled as the operator's and the restore's, not yet as the
+// cluster's: until the cut-over the cluster's reconciler does not see it, and would otherwise
+// delete it as an orphan.
+func (r *EtcdRestoreReconciler) ensureRestoreClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, member string, members []string, stagedFor string) error {
+	pvc := resources.MemberPVC(c, resources.MemberSpec{Name: member, InitialCluster: resources.InitialCluster(c, members), State: "new"})
 	if stagedFor != "" {
 		pvc.Labels, pvc.OwnerReferences = resources.ManagedBy(), nil
 		pvc.Labels[resources.LabelRestore] = stagedFor
@@ -454,28 +551,46 @@ func (r *EtcdRestoreReconciler) ensureSeedClaim(ctx context.Context, c *etcdv1al
 	return nil
 }
 
-func (r *EtcdRestoreReconciler) startJob(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string, src snapshotSource) error {
+// startJobs creates the restore Jobs not made yet, all with one revision bump: that of a Job
+// already made, else the one computed now.
+func (r *EtcdRestoreReconciler) startJobs(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, members []string, jobs []*batchv1.Job, src snapshotSource) error {
 	if r.AgentImage == "" {
 		return failed(etcdv1alpha1.ReasonAgentImageUnknown, "the operator was started without RELATED_IMAGE_OPERATOR, the image its restore Jobs run")
 	}
-	bump, err := r.revisionBump(ctx, rs, c, src)
-	if err != nil {
-		return err
+	var made *batchv1.Job
+	for _, job := range jobs {
+		if job != nil {
+			made = job
+			break
+		}
 	}
-	src.RevisionBump = bump
-	job, err := resources.RestoreJob(rs, c, seed, src.RestoreSource, r.AgentImage, r.DefaultImages, r.PodEnv)
-	if err != nil {
-		return err
+	if made != nil {
+		src.RevisionBump = jobRevisionBump(made)
+	} else {
+		bump, err := r.revisionBump(ctx, rs, c, src)
+		if err != nil {
+			return err
+		}
+		src.RevisionBump = bump
 	}
-	if err := ctrl.SetControllerReference(rs, job, r.Scheme()); err != nil {
-		return err
+	for i, member := range members {
+		if jobs[i] != nil {
+			continue
+		}
+		job, err := resources.RestoreJob(rs, c, resources.RestoreMember{Name: member, Index: i, Members: members}, src.RestoreSource, r.AgentImage, r.DefaultImages, r.PodEnv)
+		if err != nil {
+			return err
+		}
+		if err := ctrl.SetControllerReference(rs, job, r.Scheme()); err != nil {
+			return err
+		}
+		if err := r.Create(ctx, job); client.IgnoreAlreadyExists(err) != nil {
+			return fmt.Errorf("create restore Job: %w", err)
+		}
+		// gofail: var restoreJobCreated struct{}
 	}
-	if err := r.Create(ctx, job); client.IgnoreAlreadyExists(err) != nil {
-		return fmt.Errorf("create restore Job: %w", err)
-	}
-	// gofail: var restoreJobCreated struct{}
-	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Job %s is restoring member %s from %s", job.Name, seed, src.uri)
-	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "started Job %s to restore member %s of EtcdCluster %s", job.Name, seed, c.Name)
+	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "Jobs are restoring members %s from %s", strings.Join(members, ", "), src.uri)
+	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "started Jobs to restore members %s of EtcdCluster %s", strings.Join(members, ", "), c.Name)
 	return nil
 }
 
@@ -540,14 +655,61 @@ func (r *EtcdRestoreReconciler) discardTarget(ctx context.Context, c *etcdv1alph
 	return nil
 }
 
-// awaitAvailable completes the restore once the cluster serves with all its members.
-func (r *EtcdRestoreReconciler) awaitAvailable(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
+// awaitAvailable completes the restore once the cluster serves with all its members, each the
+// same restored store.
+func (r *EtcdRestoreReconciler) awaitAvailable(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	if !servesAtSize(c) {
 		return r.awaitServing(rs, c, fmt.Sprintf("EtcdCluster %s has %d of %d members ready", c.Name, c.Status.ReadyMembers, c.Spec.Size)), nil
 	}
-	r.complete(rs, c, "")
+	agreed, wait := r.compareRestoredData(ctx, rs, c)
+	if wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	r.complete(rs, c, agreed)
 	return ctrl.Result{}, nil
+}
+
+// Keyspaces reads, live from etcd, the keyspace digest at a revision of every member of a
+// cluster, by name: EtcdClusterReconciler.KeyspacesAt, which has the cluster's certificates and
+// credentials.
+type Keyspaces func(ctx context.Context, c *etcdv1alpha1.EtcdCluster, revision int64) (map[string]etcd.KeyspaceDigest, error)
+
+// Looks again at a restored cluster whose members did not all answer, or disagree.
+const (
+	keyspaceRetry         = 5 * time.Second
+	keyspaceMismatchRetry = 30 * time.Second
+)
+
+// compareRestoredData asks every member of the serving cluster for its keyspace at the
+// revision the restored data starts from (restoreplan.Disagreement decides). It returns what
+// the completion says of it, or how soon to look again, with the condition saying why. A
+// revision compacted away by the time every member answered can no longer be compared: the
+// restore completes, and says so.
+func (r *EtcdRestoreReconciler) compareRestoredData(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (string, time.Duration) {
+	revision := rs.Status.RestoredRevision + rs.Status.RevisionBump
+	digests, err := r.Keyspaces(ctx, c, revision)
+	switch {
+	case errors.Is(err, etcd.ErrCompacted):
+		return fmt.Sprintf("; its members' data was not compared: revision %d was compacted before they all answered", revision), 0
+	case err != nil:
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
+			"EtcdCluster %s serves at its size; comparing its members' data at revision %d: %v", c.Name, revision, err)
+		return "", keyspaceRetry
+	}
+	if differs := restoreplan.Disagreement(digests, int(c.Spec.Size)); differs != "" {
+		if cond := meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded); cond == nil || cond.Reason != etcdv1alpha1.ReasonRestoredDataDiffers {
+			postEvent(r.Recorder, rs, corev1.EventTypeWarning, etcdv1alpha1.ReasonRestoredDataDiffers, "Restore",
+				"the members of EtcdCluster %s do not hold the same restored data: %s", c.Name, differs)
+		}
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoredDataDiffers,
+			"EtcdCluster %s serves at its size, but its members do not hold the same restored data: %s. The restore does not complete; see docs/guide/troubleshooting.md", c.Name, differs)
+		return "", keyspaceMismatchRetry
+	}
+	for _, d := range digests {
+		return fmt.Sprintf(", every member with HashKV %d and %d keys at revision %d", d.Hash, d.Keys, revision), 0
+	}
+	return "", 0
 }
 
 // servesAtSize: the cluster is Available with as many ready members as its spec asks for.

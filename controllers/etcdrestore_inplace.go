@@ -63,11 +63,11 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 		}
 	}
 
-	if err := r.ensureSeedClaim(ctx, c, seed, rs.Name); err != nil {
+	if err := r.ensureRestoreClaim(ctx, c, seed, []string{seed}, rs.Name); err != nil {
 		return ctrl.Result{}, err
 	}
 	// gofail: var restoreSeedClaimStaged struct{}
-	wait, done, err := r.runSeedJob(ctx, rs, c, seed, src)
+	wait, done, err := r.runRestoreJobs(ctx, rs, c, []string{seed}, src)
 	if err != nil {
 		var failure *restoreFailure
 		if errors.As(err, &failure) {
@@ -185,6 +185,10 @@ func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *et
 	if !restored || !servesAtSize(c) {
 		return r.awaitServing(rs, c, fmt.Sprintf("EtcdCluster %s is restarting from member %s: %d of %d members ready", c.Name, seed, c.Status.ReadyMembers, c.Spec.Size)), nil
 	}
-	r.complete(rs, c, ", in place under its own name and Services") // cleanUp then releases the cluster
+	agreed, wait := r.compareRestoredData(ctx, rs, c)
+	if wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	r.complete(rs, c, ", in place under its own name and Services"+agreed) // cleanUp then releases the cluster
 	return ctrl.Result{}, nil
 }

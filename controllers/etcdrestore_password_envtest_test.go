@@ -156,7 +156,8 @@ func newRestoredPasswordFixture(t *testing.T) *restoredPasswordFixture {
 	images := resources.EtcdImages{Repository: "registry.test/etcd"}
 	f.clusters = &EtcdClusterReconciler{Client: k8s, APIReader: k8s, Etcd: etcd.NewCacheWith(f.dial), Recorder: f.recorder, DefaultImages: images,
 		ProbeAddresses: func(context.Context, []string) string { return "" }}
-	f.restores = &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Recorder: f.recorder, AgentImage: "registry.test/agent", DefaultImages: images, Now: time.Now}
+	f.restores = &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Recorder: f.recorder, AgentImage: "registry.test/agent", DefaultImages: images, Now: time.Now,
+		Keyspaces: f.clusters.KeyspacesAt}
 	f.runPods(t)
 	return f
 }

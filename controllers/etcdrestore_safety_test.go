@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -47,7 +49,18 @@ func restoreReconciler(t *testing.T, objects ...client.Object) (*EtcdRestoreReco
 	t.Helper()
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).
 		WithStatusSubresource(&etcdv1alpha1.EtcdRestore{}, &etcdv1alpha1.EtcdCluster{}).Build()
-	return &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}, k8s
+	return &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now,
+		Keyspaces: sameKeyspaceEverywhere}, k8s
+}
+
+// sameKeyspaceEverywhere answers for each of a cluster's spec.size members the same keyspace
+// at the revision asked: members that hold one restored store.
+func sameKeyspaceEverywhere(_ context.Context, c *etcdv1alpha1.EtcdCluster, revision int64) (map[string]etcd.KeyspaceDigest, error) {
+	digests := map[string]etcd.KeyspaceDigest{}
+	for i := range int(c.Spec.Size) {
+		digests[fmt.Sprintf("%s-m%d", c.Name, i)] = etcd.KeyspaceDigest{Revision: revision, Hash: 42, CompactRevision: revision, Keys: 7}
+	}
+	return digests, nil
 }
 
 func reconcileRestore(t *testing.T, r *EtcdRestoreReconciler, rs *etcdv1alpha1.EtcdRestore) *etcdv1alpha1.EtcdRestore {
@@ -164,7 +177,7 @@ func TestFinishedRestoreLooksAtItsJobInTheCacheFirst(t *testing.T) {
 			deletes++
 			return cl.Delete(ctx, obj, opts...)
 		}}).Build()
-	r := &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, Now: time.Now}
+	r := &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, Now: time.Now, Keyspaces: sameKeyspaceEverywhere}
 	for range 3 {
 		reconcileRestore(t, r, rs)
 	}
@@ -221,7 +234,7 @@ func TestRestoreWhoseJobNeverStartsFailsAndReleasesTheCluster(t *testing.T) {
 	staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: rs.Name}, nil
 	created := metav1.NewTime(time.Now().Add(-agentStartDeadline - time.Minute))
 	managed := map[string]string{resources.LabelManagedBy: "etcd-operator"}
-	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", CreationTimestamp: created, Labels: managed}}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name, 0), Namespace: "ns", UID: "job-uid", CreationTimestamp: created, Labels: managed}}
 	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +375,7 @@ func TestRestoreOutcomeLostToAConflictIsRecordedBeforeItsCleanUp(t *testing.T) {
 			}
 			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		}}).Build()
-	r := &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}
+	r := &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now, Keyspaces: sameKeyspaceEverywhere}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}
 	held := func() bool {
 		t.Helper()
@@ -402,7 +415,7 @@ func TestRestoreOutcomeLostToAConflictIsRecordedBeforeItsCleanUp(t *testing.T) {
 func finishedRestoreJob(t *testing.T, rs *etcdv1alpha1.EtcdRestore, labels map[string]string) (*batchv1.Job, *corev1.Pod) {
 	t.Helper()
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name), Namespace: "ns", UID: "job-uid", Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name, 0), Namespace: "ns", UID: "job-uid", Labels: labels},
 		Status:     batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
 	}
 	if err := ctrl.SetControllerReference(rs, job, testScheme(t)); err != nil {

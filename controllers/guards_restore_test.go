@@ -149,7 +149,7 @@ func TestInPlaceCutOverStoppedHalfWayKeepsTheRestoredClaim(t *testing.T) {
 		},
 	})
 	restores := &EtcdRestoreReconciler{Client: cacheView(stopping), APIReader: stopping, AgentImage: "registry.test/agent",
-		DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}
+		DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now, Keyspaces: sameKeyspaceEverywhere}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}
 
 	if _, err := restores.Reconcile(t.Context(), req); !errors.Is(err, errStopped) {
@@ -201,7 +201,7 @@ func TestRestoreCleanUpSparesAStagedClaimGivenSinceItWasRead(t *testing.T) {
 		},
 	})
 	r := &EtcdRestoreReconciler{Client: cacheView(givenOnTheWay), APIReader: givenOnTheWay, AgentImage: "registry.test/agent",
-		DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now}
+		DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now, Keyspaces: sameKeyspaceEverywhere}
 
 	reconcileRestore(t, r, rs)
 	claim := &corev1.PersistentVolumeClaim{}

@@ -103,7 +103,7 @@ func TestRestoreOutcomeIsInItsSeriesUntilItIsDeleted(t *testing.T) {
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(rs).WithStatusSubresource(rs).Build()
 	clock := time.Now().Truncate(time.Second)
 	tick := func() time.Time { clock = clock.Add(time.Minute); return clock } // a minute per look at the clock
-	r := &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Now: tick}
+	r := &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Now: tick, Keyspaces: sameKeyspaceEverywhere}
 	reconcile := func() {
 		t.Helper()
 		if _, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}); err != nil {

@@ -31,18 +31,19 @@ type Options struct {
 
 // SetupWithManager registers every reconciler with the manager.
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	clusters := &EtcdClusterReconciler{
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Recorder:      mgr.GetEventRecorder("etcdcluster-controller"),
+		Etcd:          etcd.NewCache(),
+		DefaultImages: opts.DefaultEtcdImages,
+		PodEnv:        opts.PodEnv,
+		AgentImage:    opts.AgentImage,
+	}
 	reconcilers := []interface {
 		SetupWithManager(ctrl.Manager) error
 	}{
-		&EtcdClusterReconciler{
-			Client:        mgr.GetClient(),
-			APIReader:     mgr.GetAPIReader(),
-			Recorder:      mgr.GetEventRecorder("etcdcluster-controller"),
-			Etcd:          etcd.NewCache(),
-			DefaultImages: opts.DefaultEtcdImages,
-			PodEnv:        opts.PodEnv,
-			AgentImage:    opts.AgentImage,
-		},
+		clusters,
 		&EtcdBackupReconciler{
 			Client:        mgr.GetClient(),
 			APIReader:     mgr.GetAPIReader(),
@@ -60,6 +61,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			DefaultImages: opts.DefaultEtcdImages,
 			PodEnv:        opts.PodEnv,
 			Now:           time.Now,
+			Keyspaces:     clusters.KeyspacesAt,
 		},
 	}
 	if opts.UpgradeableCondition != nil {

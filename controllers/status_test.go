@@ -127,7 +127,7 @@ func TestRestoreObservedGenerationOnlyOnSuccess(t *testing.T) {
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
-	r := &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Now: time.Now}
+	r := &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Now: time.Now, Keyspaces: sameKeyspaceEverywhere}
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}
 	observed := func() *etcdv1alpha1.EtcdRestore {
 		t.Helper()

@@ -64,7 +64,7 @@ func TestBackupAndRestoreLogTheirSteps(t *testing.T) {
 	}
 
 	ctx, lines = debugLog(t)
-	restores := &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Now: time.Now}
+	restores := &EtcdRestoreReconciler{Client: k8s, APIReader: k8s, Now: time.Now, Keyspaces: sameKeyspaceEverywhere}
 	if _, err := restores.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(rs)}); err != nil {
 		t.Fatal(err)
 	}

@@ -111,6 +111,10 @@ const (
 	// ReasonClusterNotServing: a restore's data is installed, but its cluster has not been
 	// Available at its size for a long while; the restore no longer holds OLM upgrades back.
 	ReasonClusterNotServing = "ClusterNotServing"
+	// ReasonRestoredDataDiffers: a restored cluster serves at its size, but its members do not
+	// report the same keyspace (HashKV, compact revision, key count) at the restored revision;
+	// the restore does not complete.
+	ReasonRestoredDataDiffers = "RestoredDataDiffers"
 )
 
 // Condition reasons of EtcdRestore only.

@@ -148,14 +148,34 @@ const (
 	RestoreInstallContainer = "install"
 )
 
-// RestoreJobName is the Job preparing member's data for the restore.
-func RestoreJobName(restore string) string { return jobName(restore, "-restore") }
+// RestoreJobName is the Job preparing the data of the restore's member at index in its
+// members (resources.RestoreMemberNames); the first's keeps the name it had when a restore
+// prepared one member alone.
+func RestoreJobName(restore string, index int) string {
+	if index == 0 {
+		return jobName(restore, "-restore")
+	}
+	return jobName(restore, fmt.Sprintf("-restore-%d", index))
+}
 
-// RestoreJob prepares the data of member, the first member of cluster, on its claim: the
-// agent fetches and checks the snapshot, the etcdutl of the cluster's own etcd image restores
-// it as a one-member cluster, and the agent moves the result into the data directory. The
-// other members join the usual way, as learners.
-func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member string, src RestoreSource, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+// RestoreMember is the member a restore Job prepares, among those the restored cluster starts
+// with.
+type RestoreMember struct {
+	Name string
+	// Index of Name in Members.
+	Index int
+	// Members are the restored cluster's first members, each prepared from the same snapshot
+	// by a Job of its own: its --initial-cluster.
+	Members []string
+}
+
+// RestoreJob prepares the data of one of the members a restored cluster starts with, on its
+// claim: the agent fetches and checks the snapshot, the etcdutl of the cluster's own etcd
+// image restores it as a member of a cluster of all of them (every member's Job writes the
+// same membership, cluster ID and revision), and the agent moves the result into the data
+// directory.
+func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m RestoreMember, src RestoreSource, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+	member := m.Name
 	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
 	if err != nil {
 		return nil, fmt.Errorf("agent configuration: %w", err)
@@ -183,7 +203,7 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 			"snapshot", "restore", jobspec.StagedSnapshot,
 			"--data-dir=" + jobspec.StagedDataDir,
 			"--name=" + member,
-			"--initial-cluster=" + InitialCluster(c, []string{member}),
+			"--initial-cluster=" + InitialCluster(c, m.Members),
 			"--initial-advertise-peer-urls=" + PeerURL(c, member),
 			"--initial-cluster-token=" + string(c.UID),
 		},
@@ -205,7 +225,7 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, member
 	spec.Template.Spec.ServiceAccountName = storageServiceAccount(src.Storage)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: RestoreJobName(r.Name), Namespace: r.Namespace, Labels: agentJobLabels(podLabels, c),
+			Name: RestoreJobName(r.Name, m.Index), Namespace: r.Namespace, Labels: agentJobLabels(podLabels, c),
 			Annotations: map[string]string{AnnotationRevisionBump: strconv.FormatInt(src.RevisionBump, 10)},
 		},
 		Spec: spec,

@@ -318,7 +318,7 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
+	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
 		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", EtcdImages{Repository: "etcd"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +360,7 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 // bump is asked for, and the Job says which bump it applies.
 func TestRestoreJobBumpsTheRevision(t *testing.T) {
 	for _, bump := range []int64{0, 1_200_000} {
-		job, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), "prod-seed",
+		job, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
 			RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}, RevisionBump: bump}, "img", EtcdImages{Repository: "etcd"}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -390,7 +390,7 @@ func TestStorageJobsRunAsTheBucketsServiceAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), "prod-seed",
+	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
 		RestoreSource{Storage: loc, Key: "k"}, "registry/etcd-operator:v1", EtcdImages{}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +480,7 @@ func agentJobsOf(t *testing.T, c *etcdv1alpha1.EtcdCluster) map[string]*batchv1.
 	if err != nil {
 		t.Fatal(err)
 	}
-	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, "prod-seed",
+	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
 		RestoreSource{Storage: claim}, "img", EtcdImages{Repository: "etcd"}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -133,6 +133,20 @@ func SeedMemberName(cluster, restoreUID string) string {
 	return memberName(cluster, sum[:5])
 }
 
+// RestoreMemberNames are the n members a restore prepares from its snapshot, all at once, the
+// first of them SeedMemberName: derived from the restore's UID, as the seed is, so that every
+// reconcile of that restore prepares the very same members.
+func RestoreMemberNames(cluster, restoreUID string, n int) []string {
+	names := []string{SeedMemberName(cluster, restoreUID)}
+	for i := 1; len(names) < n; i++ {
+		sum := sha256.Sum256(fmt.Appendf(nil, "%s/member/%d", restoreUID, i))
+		if name := memberName(cluster, sum[:5]); !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
 func memberName(cluster string, random []byte) string {
 	const alphabet = "bcdfghjklmnpqrstvwxz2456789" // no vowels: no accidental words
 	b := make([]byte, len(random))

@@ -1,0 +1,227 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// newClusterRestore is a restore of a snapshot on a claim into a new cluster of size members.
+func newClusterRestore(size int32) *etcdv1alpha1.EtcdRestore {
+	rs := inPlaceRestore("copy")
+	rs.Spec.Target = etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: "copy",
+		Cluster: &etcdv1alpha1.EtcdClusterSpec{Size: size, Version: "3.6.16"}}
+	rs.Spec.RevisionBump = "5000000"
+	return rs
+}
+
+// restoreJobsOfTest are the restore's Jobs, by the index of the member each prepares.
+func restoreJobsOfTest(t *testing.T, k8s client.Client, rs *etcdv1alpha1.EtcdRestore, n int) []*batchv1.Job {
+	t.Helper()
+	jobs := make([]*batchv1.Job, n)
+	for i := range jobs {
+		jobs[i] = &batchv1.Job{}
+		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name, i)}, jobs[i]); err != nil {
+			t.Fatalf("restore Job %d: %v", i, err)
+		}
+	}
+	return jobs
+}
+
+func argOf(job *batchv1.Job, flag string) string {
+	for _, c := range job.Spec.Template.Spec.InitContainers {
+		if c.Name != resources.RestoreEtcdutlContainer {
+			continue
+		}
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// A restore into a new cluster of three prepares all three members at once from the one
+// snapshot, as etcd's recovery guide restores a cluster: a Job and a claim per member, every
+// Job restoring the same membership with the same revision bump, every claim planning the
+// same bootstrap, so that the cluster forms from them together instead of one member whose
+// peers then join as learners and receive the whole snapshot over the network. Before, one
+// seed member was restored (one Job, one claim planning a cluster of one).
+func TestARestoreIntoANewClusterPreparesEveryMemberAtOnce(t *testing.T) {
+	rs := newClusterRestore(3)
+	r, k8s := restoreReconciler(t, rs)
+	rs = reconcileRestore(t, r, rs) // creates the cluster, held
+	target := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "copy"}, target); err != nil {
+		t.Fatalf("the target cluster: %v", err)
+	}
+	rs = reconcileRestore(t, r, rs) // claims and Jobs
+
+	members := resources.RestoreMemberNames("copy", string(rs.UID), 3)
+	wantInitial := resources.InitialCluster(target, members)
+	jobs := restoreJobsOfTest(t, k8s, rs, 3)
+	for i, job := range jobs {
+		if got := argOf(job, "--name"); got != members[i] {
+			t.Errorf("Job %s restores member %q, want %s", job.Name, got, members[i])
+		}
+		if got := argOf(job, "--initial-cluster"); got != wantInitial {
+			t.Errorf("Job %s restores the membership %s, want every member's: %s", job.Name, got, wantInitial)
+		}
+		if got := argOf(job, "--bump-revision"); got != "5000000" {
+			t.Errorf("Job %s bumps by %q, want 5000000 like every other", job.Name, got)
+		}
+		if got := job.Spec.Template.Spec.Volumes[len(job.Spec.Template.Spec.Volumes)-1].PersistentVolumeClaim; got == nil || got.ClaimName != resources.PVCName(members[i]) {
+			t.Errorf("Job %s writes to claim %v, want %s", job.Name, got, resources.PVCName(members[i]))
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PVCName(members[i])}, pvc); err != nil {
+			t.Fatalf("claim of member %s: %v", members[i], err)
+		}
+		if got := pvc.Annotations[resources.AnnotationInitialCluster]; got != wantInitial || pvc.Annotations[resources.AnnotationClusterState] != "new" {
+			t.Errorf("claim %s plans the bootstrap %s (%s), want every member's, new", pvc.Name, got, pvc.Annotations[resources.AnnotationClusterState])
+		}
+	}
+
+	// Two of three Jobs done: the cluster stays held. (The third was just made: its pod has
+	// not been created yet, which is not yet a Job that does not start.)
+	jobs[1].CreationTimestamp = metav1.Now()
+	if err := k8s.Update(t.Context(), jobs[1]); err != nil {
+		t.Fatal(err)
+	}
+	report := agent.Report{Restore: &agent.RestoreResult{URI: "pvc://backups/snap.db", SizeBytes: 1, SHA256: "abc", Revision: 42}}
+	completeRestoreJob(t, k8s, jobs[0], report)
+	completeRestoreJob(t, k8s, jobs[2], report)
+	rs = reconcileRestore(t, r, rs)
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(target), target); err != nil || target.Annotations[resources.AnnotationRestorePending] == "" {
+		t.Fatalf("with one Job still running the cluster was let form (%v)", err)
+	}
+	completeRestoreJob(t, k8s, jobs[1], report)
+	rs = reconcileRestore(t, r, rs) // records what was restored
+	rs = reconcileRestore(t, r, rs) // lets the cluster form
+	if rs.Status.RestoredRevision != 42 || rs.Status.RevisionBump != 5000000 {
+		t.Errorf("restored revision %d, bump %d; want 42 and 5000000", rs.Status.RestoredRevision, rs.Status.RevisionBump)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(target), target); err != nil || target.Annotations[resources.AnnotationRestorePending] != "" {
+		t.Fatalf("every member restored, the cluster is still held (%v)", err)
+	}
+
+	// The cluster serves at its size: the restore completes once every member holds the
+	// same store, and its Jobs go.
+	target.Status = etcdv1alpha1.EtcdClusterStatus{ClusterID: "new", ReadyMembers: 3,
+		Conditions: []metav1.Condition{{Type: etcdv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "QuorumHealthy", LastTransitionTime: metav1.Now()}}}
+	if err := k8s.Status().Update(t.Context(), target); err != nil {
+		t.Fatal(err)
+	}
+	rs = reconcileRestore(t, r, rs)
+	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
+		t.Fatalf("restore %s: %s", rs.Status.Phase, conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
+	}
+	if says := conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded); !strings.Contains(says, "every member with HashKV 42") {
+		t.Errorf("the completion says %q, not what every member holds", says)
+	}
+	reconcileRestore(t, r, rs)
+	left := &batchv1.JobList{}
+	if err := k8s.List(t.Context(), left, client.InNamespace("ns")); err != nil {
+		t.Fatal(err)
+	}
+	for _, job := range left.Items {
+		if job.DeletionTimestamp.IsZero() {
+			t.Errorf("Job %s left after the restore completed", job.Name)
+		}
+	}
+}
+
+// Every Job falls back on its own to an older snapshot when the one asked for is missing: a
+// snapshot deleted while they ran could have members restored from different snapshots, which
+// would start one cluster whose members disagree on its data. The restore fails and deletes the
+// cluster it made, which never held data.
+func TestMembersRestoredFromDifferentSnapshotsNeverForm(t *testing.T) {
+	rs := newClusterRestore(3)
+	r, k8s := restoreReconciler(t, rs)
+	rs = reconcileRestore(t, r, rs)
+	rs = reconcileRestore(t, r, rs)
+	jobs := restoreJobsOfTest(t, k8s, rs, 3)
+	for i, job := range jobs {
+		result := &agent.RestoreResult{URI: "pvc://backups/snap.db", SizeBytes: 1, SHA256: "abc", Revision: 42}
+		if i == 2 {
+			result = &agent.RestoreResult{URI: "pvc://backups/older.db", SizeBytes: 1, SHA256: "def", Revision: 30, Missing: "pvc://backups/snap.db"}
+		}
+		completeRestoreJob(t, k8s, job, agent.Report{Restore: result})
+	}
+	rs = reconcileRestore(t, r, rs)
+	if rs.Status.Phase != etcdv1alpha1.RestoreFailed || !strings.Contains(conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded), "older.db") {
+		t.Fatalf("restore %s: %s; want it failed, naming the other snapshot", rs.Status.Phase, conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "copy"}, &etcdv1alpha1.EtcdCluster{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the cluster made for the restore: %v, want it deleted", err)
+	}
+}
+
+// A restore completes only once every member of its cluster serves the same restored store,
+// read live from etcd: the same HashKV, compact revision and key count at the revision the
+// restored data starts from. While one member differs, or has not answered, the restore waits
+// and says why, with a Warning event naming the members that differ.
+func TestARestoreCompletesOnlyWhenEveryMemberHoldsTheSameStore(t *testing.T) {
+	rs := newClusterRestore(3)
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, RestoredRevision: 42, RevisionBump: 5000000}
+	target := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: "ns", UID: "copy-uid", Annotations: map[string]string{resources.AnnotationRestoredBy: rs.Name}},
+		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 3, Version: "3.6.16"},
+		Status: etcdv1alpha1.EtcdClusterStatus{ClusterID: "new", ReadyMembers: 3,
+			Conditions: []metav1.Condition{{Type: etcdv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "QuorumHealthy", LastTransitionTime: metav1.Now()}}},
+	}
+	r, _ := restoreReconciler(t, rs, target)
+	recorder := events.NewFakeRecorder(10)
+	r.Recorder = recorder
+	digest := etcd.KeyspaceDigest{Hash: 42, CompactRevision: 5000042, Keys: 7}
+	var asked []int64
+	answers := map[string]etcd.KeyspaceDigest{"copy-a": digest, "copy-b": digest, "copy-c": {Hash: 43, CompactRevision: 5000042, Keys: 7}}
+	r.Keyspaces = func(_ context.Context, _ *etcdv1alpha1.EtcdCluster, revision int64) (map[string]etcd.KeyspaceDigest, error) {
+		asked = append(asked, revision)
+		return answers, nil
+	}
+
+	rs = reconcileRestore(t, r, rs)
+	cond := meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+	if rs.Status.Phase == etcdv1alpha1.RestoreCompleted || cond == nil || cond.Reason != etcdv1alpha1.ReasonRestoredDataDiffers || !strings.Contains(cond.Message, "copy-c has HashKV 43") {
+		t.Fatalf("with member copy-c's store different: restore %s, %v; want it waiting with reason %s naming copy-c", rs.Status.Phase, cond, etcdv1alpha1.ReasonRestoredDataDiffers)
+	}
+	if !slices.Equal(asked, []int64{5000042}) {
+		t.Errorf("asked for the keyspace at revisions %v, want the restored data's first, 42 + 5000000", asked)
+	}
+	select {
+	case e := <-recorder.Events:
+		if !strings.HasPrefix(e, "Warning "+etcdv1alpha1.ReasonRestoredDataDiffers) || !strings.Contains(e, "copy-c") {
+			t.Errorf("event %q, want a Warning naming copy-c", e)
+		}
+	default:
+		t.Error("no event said the members differ")
+	}
+
+	delete(answers, "copy-c")
+	rs = reconcileRestore(t, r, rs)
+	if rs.Status.Phase == etcdv1alpha1.RestoreCompleted {
+		t.Fatalf("completed with one member of three silent: %s", conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
+	}
+
+	answers["copy-c"] = digest
+	rs = reconcileRestore(t, r, rs)
+	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
+		t.Fatalf("every member the same: restore %s, %s", rs.Status.Phase, conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
+	}
+}
