@@ -33,7 +33,7 @@ type EtcdBackupSpec struct {
 	// @hourly, or @every <duration> of at least 10s such as @every 6h or @every 1h30m. Without it, the
 	// EtcdBackup takes one snapshot.
 	//
-	// The API server admits only what the operator's cron parser accepts, and no TZ= prefix.
+	// Anything else, including a TZ= prefix, is refused when the EtcdBackup is applied.
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[^[:space:]]+( [^[:space:]]+){4}$') || self.matches('^@(yearly|annually|monthly|weekly|daily|midnight|hourly)$') || self.matches('^@every ([0-9]{1,5}([.][0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$')",message="schedule must be five cron fields separated by single spaces (minute hour day-of-month month day-of-week, in UTC, without a TZ= prefix) such as '0 */6 * * *', or one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, or @every <duration> such as @every 6h or @every 1h30m"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^@every ([0-9]{1,5}([.][0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') || duration(self.substring(7)) >= duration('10s')",message="schedule: @every must be at least 10s (0s, or a few seconds, is taken for a mistake: each run starts a Job, which alone takes seconds)"
@@ -269,7 +269,7 @@ type EtcdBackupStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Verified"
 	LastVerified *SnapshotVerification `json:"lastVerified,omitempty"`
 
-	// ActiveJob is the agent Job of the run under way.
+	// ActiveJob is the Job of the run under way.
 	// +optional
 	ActiveJob string `json:"activeJob,omitempty"`
 

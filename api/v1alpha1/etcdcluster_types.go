@@ -167,9 +167,15 @@ type PodTemplate struct {
 	// +optional
 	Metadata PodMetadata `json:"metadata,omitempty"`
 
-	// Resources of the etcd container. etcd is sensitive to CPU starvation and disk latency:
-	// set requests to what it needs.
+	// Resources of the etcd container. Each value left unset has a default: a CPU request of
+	// 100m (none when a CPU limit below 100m is set) and no CPU limit, since throttling etcd
+	// stalls its heartbeats and elections; a memory request of 256Mi, or the memory limit if
+	// that is lower; and a memory limit of the backend quota (tuning.quotaBackendBytes) plus
+	// 1Gi, or the memory request if that is higher, so that a namespace whose ResourceQuota
+	// requires limits admits the members. etcd is sensitive to CPU starvation: for production,
+	// set requests to what the cluster needs. A change restarts the members one at a time.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Resources",xDescriptors="urn:alm:descriptor:com.tectonic.ui:resourceRequirements"
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// Affinity of the member pods. Each part set here (nodeAffinity, podAffinity,
@@ -260,7 +266,9 @@ const (
 	TLSProviderOperator TLSProvider = "Operator"
 	// TLSProviderSecrets: the user provides kubernetes.io/tls Secrets, each with its ca.crt.
 	TLSProviderSecrets TLSProvider = "Secrets"
-	// TLSProviderCertManager: cert-manager Certificates from a user's issuer.
+	// TLSProviderCertManager is reserved for certificates from a cert-manager issuer. This
+	// version does not support it: a cluster that asks for it is not created, and reports
+	// Degraded with reason NotYetImplemented.
 	TLSProviderCertManager TLSProvider = "CertManager"
 )
 
@@ -275,17 +283,22 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) > duration('0s')",message="tls.renewBefore must be above 0, such as 720h: certificates are renewed that long before they expire"
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.renewBefore) || duration(self.renewBefore) < duration(self.validity)",message="tls.renewBefore must be shorter than tls.validity, or every certificate would be renewed as soon as it is issued; lower tls.renewBefore or raise tls.validity"
 type TLSSpec struct {
-	// Provider of the certificates: Operator (a CA made and rotated by the operator, the
-	// default), Secrets (yours) or CertManager (your issuer).
+	// Provider of the certificates: Operator (the default: the operator makes a CA for the
+	// cluster, issues every certificate from it and renews them before they expire) or Secrets
+	// (kubernetes.io/tls Secrets you provide). CertManager is reserved for certificates from a
+	// cert-manager issuer and not supported yet: a cluster that sets it is not created, and
+	// reports Degraded with reason NotYetImplemented. The provider cannot change once set.
 	// +kubebuilder:default=Operator
 	// +optional
 	Provider TLSProvider `json:"provider,omitempty"`
 
-	// Secrets names your kubernetes.io/tls Secrets when provider is Secrets.
+	// Secrets names your kubernetes.io/tls Secrets, each with its ca.crt, when provider is
+	// Secrets.
 	// +optional
 	Secrets *TLSSecrets `json:"secrets,omitempty"`
 
-	// CertManager names the issuer when provider is CertManager.
+	// CertManager names the cert-manager issuer for provider CertManager, which is reserved
+	// and not supported yet (see provider).
 	// +optional
 	CertManager *CertManagerTLS `json:"certManager,omitempty"`
 
@@ -314,13 +327,14 @@ type TLSSecrets struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Server string `json:"server"`
-	// Client is the certificate the operator and its backup agents present to etcd.
+	// Client is the certificate the operator, and its backup and restore Jobs, present to etcd.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Client string `json:"client"`
 }
 
-// CertManagerTLS refers to a cert-manager issuer.
+// CertManagerTLS names the cert-manager issuer of provider CertManager, reserved and not
+// supported yet.
 type CertManagerTLS struct {
 	// IssuerRef is the Issuer or ClusterIssuer that signs the certificates.
 	IssuerRef IssuerReference `json:"issuerRef"`
@@ -539,10 +553,8 @@ type CertificateStatus struct {
 }
 
 // OperationStatus is the change under way: what the operator is doing, to which members, and
-// since when. It is a report, made again by every reconcile from the step it decided, not a
-// latch: each step is decided afresh from what is observed, and each is safe to take whatever
-// the spec says next (a spec edit mid-way changes the next step, never half-does one), so there
-// is no target to hold on to.
+// since when. It describes the current step only: a spec edit made mid-way changes the next
+// step, and never leaves one half done.
 type OperationStatus struct {
 	// Type is the operation, as the Progressing condition's reason names it: Bootstrapping,
 	// ScalingUp, ScalingDown, ReplacingMember, PromotingLearner, Upgrading, RollingOut,
@@ -708,7 +720,8 @@ type EtcdClusterStatus struct {
 	// +optional
 	QuorumRecovery *QuorumRecoveryStatus `json:"quorumRecovery,omitempty"`
 
-	// Operation is the change under way, if any (a report, not a latch).
+	// Operation is the change under way, if any: its type, the current step, the members it
+	// acts on and since when. Unset while no change is under way.
 	// +optional
 	Operation *OperationStatus `json:"operation,omitempty"`
 
@@ -724,14 +737,15 @@ type EtcdClusterStatus struct {
 // EtcdCluster is an etcd cluster run by the operator: one pod and one volume per member,
 // membership changed one safe step at a time.
 //
-// Member pods are named <cluster>-<5 characters> and serve as DNS labels, hence the name rule.
+// The name is a DNS label of at most 50 characters: member pods, named <cluster>-<5
+// characters>, and Services are named after it.
 //
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="an EtcdCluster name must be a DNS label of at most 50 characters (lower-case letters, digits, '-'; starting with a letter) because member pods and Services are named after it"
 //
-// A version change is judged against status.currentVersion, the lowest version a member runs,
-// not against the previous spec: an upgrade that has not started can be taken back, and two
-// quick edits cannot skip a minor version. Only a change of spec.version is judged, so that
-// the operator's status writes and unrelated edits are never refused.
+// A new spec.version is checked against status.currentVersion, the lowest version a member
+// runs, not against the previous spec.version: an upgrade that has not started can be taken
+// back, and two quick edits cannot skip a minor version. Only an update that changes
+// spec.version is checked, so that edits of other fields are never refused for the version.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || (has(oldSelf.spec.version) && self.spec.version == oldSelf.spec.version) || !has(self.status) || !has(self.status.currentVersion) || !self.status.currentVersion.matches('^[0-9]{1,4}[.][0-9]{1,4}[.]') || int(self.spec.version.split('.')[0]) * 1000 + int(self.spec.version.split('.')[1]) >= int(self.status.currentVersion.split('.')[0]) * 1000 + int(self.status.currentVersion.split('.')[1])",fieldPath=".spec.version",message="version cannot be downgraded below the running version (status.currentVersion): etcd does not roll its data back to an older format; restore a backup into a new EtcdCluster of the older version instead",messageExpression="'version cannot be downgraded below the running version ' + self.status.currentVersion + ' (status.currentVersion): etcd does not roll its data back to an older format; choose a version of the running minor version or the next one, or restore a backup into a new EtcdCluster of the older version instead'"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || (has(oldSelf.spec.version) && self.spec.version == oldSelf.spec.version) || !has(self.status) || !has(self.status.currentVersion) || !self.status.currentVersion.matches('^[0-9]{1,4}[.][0-9]{1,4}[.]') || int(self.spec.version.split('.')[0]) * 1000 + int(self.spec.version.split('.')[1]) <= int(self.status.currentVersion.split('.')[0]) * 1000 + int(self.status.currentVersion.split('.')[1]) + 1",fieldPath=".spec.version",message="version can be at most one minor version above the running version (status.currentVersion): upgrade one minor version at a time, and wait for status.currentVersion to reach it before the next",messageExpression="'version can be at most one minor version above the running version ' + self.status.currentVersion + ' (status.currentVersion): upgrade one minor version at a time, and wait for status.currentVersion to reach it before the next'"

@@ -9,7 +9,8 @@ type StorageLocation struct {
 	// +optional
 	S3 *S3Location `json:"s3,omitempty"`
 
-	// PVC is a PersistentVolumeClaim in the same namespace, mounted by the agent Job.
+	// PVC is a PersistentVolumeClaim in the same namespace, mounted by the Jobs that
+	// write and read the snapshots.
 	// +optional
 	PVC *PVCLocation `json:"pvc,omitempty"`
 }
