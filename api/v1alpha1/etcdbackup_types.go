@@ -93,6 +93,7 @@ type BackupVerification struct {
 	// everyNthRun-th completed run (the first included), Never none.
 	// +kubebuilder:default=Always
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Verify Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Always","urn:alm:descriptor:com.tectonic.ui:select:EveryNthRun","urn:alm:descriptor:com.tectonic.ui:select:Never"}
 	Policy VerifyPolicy `json:"policy,omitempty"`
 	// EveryNthRun is how many completed runs apart verified snapshots are, with policy
 	// EveryNthRun; at most spec.historyLimit, the runs status remembers. A snapshot retention
@@ -163,8 +164,10 @@ type BackupArtifact struct {
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`
 	// StartTime of the snapshot.
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Started",xDescriptors="urn:alm:descriptor:timestamp"
 	StartTime metav1.Time `json:"startTime"`
 	// CompletionTime is when the snapshot was verified in the destination.
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Completed",xDescriptors="urn:alm:descriptor:timestamp"
 	CompletionTime metav1.Time `json:"completionTime"`
 	// Keyspace is what the member held when the snapshot was taken: what a restore of the
 	// snapshot must show. Absent when the member had already compacted that revision away.
@@ -201,6 +204,7 @@ type SnapshotVerification struct {
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
 	// Time the verification ended.
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Verified At",xDescriptors="urn:alm:descriptor:timestamp"
 	Time metav1.Time `json:"time"`
 	// Duration of the restore and the checks, a measure of how long restoring this snapshot
 	// takes.
@@ -275,11 +279,12 @@ type EtcdBackupStatus struct {
 
 	// LastScheduleTime is when the last scheduled run was started.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Run",xDescriptors="urn:alm:descriptor:timestamp"
 	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
 
 	// NextScheduleTime is when the next scheduled run is due.
 	// +optional
-	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Next Run"
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Next Run",xDescriptors="urn:alm:descriptor:timestamp"
 	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
 
 	// History of recent runs, newest first, at most spec.historyLimit.

@@ -56,6 +56,7 @@ type EtcdClusterSpec struct {
 	// PodTemplate customises the member pods. The operator owns the etcd container's command,
 	// ports, probes and volumes; everything here is layered on top.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Pod Template"
 	PodTemplate PodTemplate `json:"podTemplate,omitempty"`
 
 	// ClientService shapes the Service clients connect to, <name>-client: its type and
@@ -76,6 +77,7 @@ type EtcdClusterSpec struct {
 	// clear text whenever a client authenticates (the operator warns with an AuthWithoutTLS
 	// event): use it with tls.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Authentication"
 	Auth *AuthSpec `json:"auth,omitempty"`
 
 	// Tuning passes well-understood etcd settings through to every member.
@@ -93,11 +95,13 @@ type EtcdClusterSpec struct {
 	// The default, Manual, only reports it.
 	// +kubebuilder:default={}
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Quorum Loss Recovery"
 	QuorumLossRecovery QuorumLossRecoverySpec `json:"quorumLossRecovery,omitempty"`
 
 	// Defragmentation reclaims the space etcd keeps after compaction.
 	// +kubebuilder:default={}
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Defragmentation"
 	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
 }
 
@@ -115,11 +119,13 @@ type StorageSpec struct {
 	// +kubebuilder:default="4Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0",message="storage.size must be at least 64Mi"
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Volume Size",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
 	Size *resource.Quantity `json:"size,omitempty"`
 
 	// StorageClassName of the members' claims; empty means the cluster's default class.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Storage Class",xDescriptors="urn:alm:descriptor:io.kubernetes:StorageClass"
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
 	// Ephemeral keeps member data in an emptyDir instead of a PersistentVolumeClaim. Data then
@@ -232,6 +238,7 @@ type ClientServiceSpec struct {
 	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
 	// +kubebuilder:default=ClusterIP
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Client Service Type",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:ClusterIP","urn:alm:descriptor:com.tectonic.ui:select:NodePort","urn:alm:descriptor:com.tectonic.ui:select:LoadBalancer"}
 	Type corev1.ServiceType `json:"type,omitempty"`
 
 	// Annotations of the client Service, such as a cloud's load balancer settings (internal
@@ -290,6 +297,7 @@ type TLSSpec struct {
 	// reports Degraded with reason NotYetImplemented. The provider cannot change once set.
 	// +kubebuilder:default=Operator
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="TLS Provider",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Operator","urn:alm:descriptor:com.tectonic.ui:select:Secrets"}
 	Provider TLSProvider `json:"provider,omitempty"`
 
 	// Secrets names your kubernetes.io/tls Secrets, each with its ca.crt, when provider is
@@ -321,15 +329,18 @@ type TLSSecrets struct {
 	// name (<member>.<cluster>-peer.<namespace>.svc and the wildcard *.<cluster>-peer...).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Peer Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	Peer string `json:"peer"`
 	// Server is the members' certificate for client traffic, valid for the client Service's
 	// DNS names and every member's peer DNS name.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Server Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	Server string `json:"server"`
 	// Client is the certificate the operator, and its backup and restore Jobs, present to etcd.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Client Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	Client string `json:"client"`
 }
 
@@ -368,6 +379,7 @@ type AuthSpec struct {
 	// the backup's time and sets this Secret's, with nothing for you to do.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Root Password Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	RootSecretName string `json:"rootSecretName"`
 }
 
@@ -447,6 +459,7 @@ type QuorumLossRecoverySpec struct {
 	// is always kept first.
 	// +kubebuilder:default=Manual
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Recovery Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Manual","urn:alm:descriptor:com.tectonic.ui:select:ForceNewCluster","urn:alm:descriptor:com.tectonic.ui:select:FromLatestBackup"}
 	Policy QuorumLossRecoveryPolicy `json:"policy,omitempty"`
 
 	// After is how long quorum must stay lost, counted from when the operator first found it
@@ -479,6 +492,7 @@ type DefragmentationSpec struct {
 	// Policy is Auto (default) or Disabled.
 	// +kubebuilder:default=Auto
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Defragmentation Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Auto","urn:alm:descriptor:com.tectonic.ui:select:Disabled"}
 	Policy DefragmentationPolicy `json:"policy,omitempty"`
 
 	// ThresholdPercent is the share of a member's database file that must be free space
@@ -655,7 +669,7 @@ type EtcdClusterStatus struct {
 
 	// Size is the number of members in etcd's member list, learners included.
 	// +optional
-	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Members",xDescriptors="urn:alm:descriptor:com.tectonic.ui:podCount"
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Members"
 	Size int32 `json:"size,omitempty"`
 
 	// ReadyMembers is the number of voting members that are healthy.
@@ -701,6 +715,7 @@ type EtcdClusterStatus struct {
 
 	// ClientEndpoint is the URL clients use, through the client Service.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Client Endpoint",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
 	ClientEndpoint string `json:"clientEndpoint,omitempty"`
 
 	// Certificates in use, with their expiry.

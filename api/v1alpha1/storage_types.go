@@ -65,6 +65,7 @@ type S3Location struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Credentials Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	CredentialsSecretName string `json:"credentialsSecretName,omitempty"`
 
 	// ServiceAccountName is the ServiceAccount, in the same namespace, that the backup and
@@ -79,6 +80,7 @@ type S3Location struct {
 	// CASecretName is a Secret with a ca.crt key to trust for a server with a private CA.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="CA Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	CASecretName string `json:"caSecretName,omitempty"`
 }
 
