@@ -257,7 +257,11 @@ type EtcdBackupStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Phase of the backup.
+	// Phase of the backup. A one-shot backup is Pending until its run can start, Running, then
+	// Completed or Failed for good. A scheduled one is Scheduled between runs (and while the
+	// cluster or the destination is not ready), Running during one, Suspended while
+	// spec.suspend is set, and Failed while its schedule cannot be used; each run's outcome is
+	// in history and the Succeeded condition.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Phase",xDescriptors="urn:alm:descriptor:io.kubernetes.phase"
 	Phase BackupPhase `json:"phase,omitempty"`

@@ -722,10 +722,10 @@ type EtcdClusterStatus struct {
 	// +optional
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
 
-	// QuorumLostTime is when the operator first found this formed cluster's etcd answering no
-	// member list (no quorum serving), since it last did; unset while a quorum serves. The wait
-	// of spec.quorumLossRecovery.after counts from it, and annotations given before it
-	// (recover-from, lost-members) are ignored.
+	// QuorumLostTime is when the operator first found this formed cluster without a quorum
+	// serving (etcd answered no member list), since one last served; unset while a quorum
+	// serves. The wait of spec.quorumLossRecovery.after counts from it, and the recover-from
+	// and lost-members annotations given before it are ignored.
 	// +optional
 	QuorumLostTime *metav1.Time `json:"quorumLostTime,omitempty"`
 

@@ -117,7 +117,8 @@ type RestoreTarget struct {
 	ClusterName string `json:"clusterName"`
 
 	// Cluster is the spec of the new EtcdCluster (New mode). Its version must be at least
-	// the version the snapshot was taken with.
+	// the version the snapshot was taken with, and it can be neither paused nor ephemeral: the
+	// restored data is prepared on the first member's claim, and the cluster forms from it.
 	// +optional
 	Cluster *EtcdClusterSpec `json:"cluster,omitempty"`
 }
