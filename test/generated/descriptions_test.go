@@ -39,8 +39,12 @@ func TestCRDDescriptionsReadAsUserDocumentation(t *testing.T) {
 			switch n := node.(type) {
 			case map[string]any:
 				if desc, ok := n["description"].(string); ok {
-					if text := strings.TrimSpace(desc); strings.HasSuffix(text, ":") || strings.HasSuffix(text, ",") {
-						t.Errorf("%s %s: the description ends mid-sentence: …%s", filepath.Base(file), path, text[max(0, len(text)-80):])
+					// Each paragraph: a marker between two paragraphs of a comment leaves the first
+					// one in the description, and it must not end mid-sentence either.
+					for _, paragraph := range strings.Split(desc, "\n\n") {
+						if text := strings.TrimSpace(paragraph); strings.HasSuffix(text, ":") || strings.HasSuffix(text, ",") {
+							t.Errorf("%s %s: a paragraph of the description ends mid-sentence: …%s", filepath.Base(file), path, text[max(0, len(text)-80):])
+						}
 					}
 					for _, word := range internals {
 						if strings.Contains(desc, word) {
