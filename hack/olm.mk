@@ -75,6 +75,7 @@ bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) $(if $(USE_IMAGE_DIGESTS),$(OLM_I
 	$(if $(USE_IMAGE_DIGESTS),$(olm_pin_images) &&) \
 	$(OPERATOR_SDK) generate kustomize manifests -q --package $(PACKAGE) \
 		--input-dir config/manifests --output-dir "$$work/config/manifests" && \
+	go run ./hack/csv-descriptors -csv "$$work/config/manifests/bases/$(PACKAGE).clusterserviceversion.yaml" && \
 	$(if $(OLM_RELEASES),(cd "$$work/config/manifests" && $(KUSTOMIZE) edit add patch --kind ClusterServiceVersion \
 		--patch '[{"op": "add", "path": "/metadata/annotations/olm.skipRange", "value": "$(OLM_SKIP_RANGE)"}]') &&) \
 	$(if $(USE_IMAGE_DIGESTS),(cd "$$work/config/manifests" && $(KUSTOMIZE) edit add patch --kind ClusterServiceVersion \

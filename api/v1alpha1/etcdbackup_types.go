@@ -33,7 +33,7 @@ type EtcdBackupSpec struct {
 	// @hourly, or @every <duration> of at least 10s such as @every 6h or @every 1h30m. Without it, the
 	// EtcdBackup takes one snapshot.
 	//
-	// The API server admits only what the operator's cron parser accepts, and no TZ= prefix.
+	// Anything else, including a TZ= prefix, is refused when the EtcdBackup is applied.
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[^[:space:]]+( [^[:space:]]+){4}$') || self.matches('^@(yearly|annually|monthly|weekly|daily|midnight|hourly)$') || self.matches('^@every ([0-9]{1,5}([.][0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$')",message="schedule must be five cron fields separated by single spaces (minute hour day-of-month month day-of-week, in UTC, without a TZ= prefix) such as '0 */6 * * *', or one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly, or @every <duration> such as @every 6h or @every 1h30m"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^@every ([0-9]{1,5}([.][0-9]{1,9})?(ns|us|ms|s|m|h)){1,4}$') || duration(self.substring(7)) >= duration('10s')",message="schedule: @every must be at least 10s (0s, or a few seconds, is taken for a mistake: each run starts a Job, which alone takes seconds)"
@@ -93,6 +93,7 @@ type BackupVerification struct {
 	// everyNthRun-th completed run (the first included), Never none.
 	// +kubebuilder:default=Always
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Verify Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Always","urn:alm:descriptor:com.tectonic.ui:select:EveryNthRun","urn:alm:descriptor:com.tectonic.ui:select:Never"}
 	Policy VerifyPolicy `json:"policy,omitempty"`
 	// EveryNthRun is how many completed runs apart verified snapshots are, with policy
 	// EveryNthRun; at most spec.historyLimit, the runs status remembers. A snapshot retention
@@ -163,8 +164,10 @@ type BackupArtifact struct {
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`
 	// StartTime of the snapshot.
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Started",xDescriptors="urn:alm:descriptor:timestamp"
 	StartTime metav1.Time `json:"startTime"`
 	// CompletionTime is when the snapshot was verified in the destination.
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Completed",xDescriptors="urn:alm:descriptor:timestamp"
 	CompletionTime metav1.Time `json:"completionTime"`
 	// Keyspace is what the member held when the snapshot was taken: what a restore of the
 	// snapshot must show. Absent when the member had already compacted that revision away.
@@ -201,6 +204,7 @@ type SnapshotVerification struct {
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
 	// Time the verification ended.
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Verified At",xDescriptors="urn:alm:descriptor:timestamp"
 	Time metav1.Time `json:"time"`
 	// Duration of the restore and the checks, a measure of how long restoring this snapshot
 	// takes.
@@ -253,7 +257,11 @@ type EtcdBackupStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Phase of the backup.
+	// Phase of the backup. A one-shot backup is Pending until its run can start, Running, then
+	// Completed or Failed for good. A scheduled one is Scheduled between runs (and while the
+	// cluster or the destination is not ready), Running during one, Suspended while
+	// spec.suspend is set, and Failed while its schedule cannot be used; each run's outcome is
+	// in history and the Succeeded condition.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Phase",xDescriptors="urn:alm:descriptor:io.kubernetes.phase"
 	Phase BackupPhase `json:"phase,omitempty"`
@@ -269,17 +277,18 @@ type EtcdBackupStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Verified"
 	LastVerified *SnapshotVerification `json:"lastVerified,omitempty"`
 
-	// ActiveJob is the agent Job of the run under way.
+	// ActiveJob is the Job of the run under way.
 	// +optional
 	ActiveJob string `json:"activeJob,omitempty"`
 
 	// LastScheduleTime is when the last scheduled run was started.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Run",xDescriptors="urn:alm:descriptor:timestamp"
 	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
 
 	// NextScheduleTime is when the next scheduled run is due.
 	// +optional
-	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Next Run"
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Next Run",xDescriptors="urn:alm:descriptor:timestamp"
 	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
 
 	// History of recent runs, newest first, at most spec.historyLimit.

@@ -56,6 +56,7 @@ type EtcdClusterSpec struct {
 	// PodTemplate customises the member pods. The operator owns the etcd container's command,
 	// ports, probes and volumes; everything here is layered on top.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Pod Template"
 	PodTemplate PodTemplate `json:"podTemplate,omitempty"`
 
 	// ClientService shapes the Service clients connect to, <name>-client: its type and
@@ -76,6 +77,7 @@ type EtcdClusterSpec struct {
 	// clear text whenever a client authenticates (the operator warns with an AuthWithoutTLS
 	// event): use it with tls.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Authentication"
 	Auth *AuthSpec `json:"auth,omitempty"`
 
 	// Tuning passes well-understood etcd settings through to every member.
@@ -93,11 +95,13 @@ type EtcdClusterSpec struct {
 	// The default, Manual, only reports it.
 	// +kubebuilder:default={}
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Quorum Loss Recovery"
 	QuorumLossRecovery QuorumLossRecoverySpec `json:"quorumLossRecovery,omitempty"`
 
 	// Defragmentation reclaims the space etcd keeps after compaction.
 	// +kubebuilder:default={}
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Defragmentation"
 	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
 }
 
@@ -115,11 +119,13 @@ type StorageSpec struct {
 	// +kubebuilder:default="4Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0",message="storage.size must be at least 64Mi"
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Volume Size",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
 	Size *resource.Quantity `json:"size,omitempty"`
 
 	// StorageClassName of the members' claims; empty means the cluster's default class.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Storage Class",xDescriptors="urn:alm:descriptor:io.kubernetes:StorageClass"
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
 	// Ephemeral keeps member data in an emptyDir instead of a PersistentVolumeClaim. Data then
@@ -167,9 +173,15 @@ type PodTemplate struct {
 	// +optional
 	Metadata PodMetadata `json:"metadata,omitempty"`
 
-	// Resources of the etcd container. etcd is sensitive to CPU starvation and disk latency:
-	// set requests to what it needs.
+	// Resources of the etcd container. Each value left unset has a default: a CPU request of
+	// 100m (none when a CPU limit below 100m is set) and no CPU limit, since throttling etcd
+	// stalls its heartbeats and elections; a memory request of 256Mi, or the memory limit if
+	// that is lower; and a memory limit of the backend quota (tuning.quotaBackendBytes) plus
+	// 1Gi, or the memory request if that is higher, so that a namespace whose ResourceQuota
+	// requires limits admits the members. etcd is sensitive to CPU starvation: for production,
+	// set requests to what the cluster needs. A change restarts the members one at a time.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Resources",xDescriptors="urn:alm:descriptor:com.tectonic.ui:resourceRequirements"
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// Affinity of the member pods. Each part set here (nodeAffinity, podAffinity,
@@ -226,6 +238,7 @@ type ClientServiceSpec struct {
 	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
 	// +kubebuilder:default=ClusterIP
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Client Service Type",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:ClusterIP","urn:alm:descriptor:com.tectonic.ui:select:NodePort","urn:alm:descriptor:com.tectonic.ui:select:LoadBalancer"}
 	Type corev1.ServiceType `json:"type,omitempty"`
 
 	// Annotations of the client Service, such as a cloud's load balancer settings (internal
@@ -260,7 +273,9 @@ const (
 	TLSProviderOperator TLSProvider = "Operator"
 	// TLSProviderSecrets: the user provides kubernetes.io/tls Secrets, each with its ca.crt.
 	TLSProviderSecrets TLSProvider = "Secrets"
-	// TLSProviderCertManager: cert-manager Certificates from a user's issuer.
+	// TLSProviderCertManager is reserved for certificates from a cert-manager issuer. This
+	// version does not support it: a cluster that asks for it is not created, and reports
+	// Degraded with reason NotYetImplemented.
 	TLSProviderCertManager TLSProvider = "CertManager"
 )
 
@@ -275,17 +290,23 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) > duration('0s')",message="tls.renewBefore must be above 0, such as 720h: certificates are renewed that long before they expire"
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.renewBefore) || duration(self.renewBefore) < duration(self.validity)",message="tls.renewBefore must be shorter than tls.validity, or every certificate would be renewed as soon as it is issued; lower tls.renewBefore or raise tls.validity"
 type TLSSpec struct {
-	// Provider of the certificates: Operator (a CA made and rotated by the operator, the
-	// default), Secrets (yours) or CertManager (your issuer).
+	// Provider of the certificates: Operator (the default: the operator makes a CA for the
+	// cluster, issues every certificate from it and renews them before they expire) or Secrets
+	// (kubernetes.io/tls Secrets you provide). CertManager is reserved for certificates from a
+	// cert-manager issuer and not supported yet: a cluster that sets it is not created, and
+	// reports Degraded with reason NotYetImplemented. The provider cannot change once set.
 	// +kubebuilder:default=Operator
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="TLS Provider",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Operator","urn:alm:descriptor:com.tectonic.ui:select:Secrets"}
 	Provider TLSProvider `json:"provider,omitempty"`
 
-	// Secrets names your kubernetes.io/tls Secrets when provider is Secrets.
+	// Secrets names your kubernetes.io/tls Secrets, each with its ca.crt, when provider is
+	// Secrets.
 	// +optional
 	Secrets *TLSSecrets `json:"secrets,omitempty"`
 
-	// CertManager names the issuer when provider is CertManager.
+	// CertManager names the cert-manager issuer for provider CertManager, which is reserved
+	// and not supported yet (see provider).
 	// +optional
 	CertManager *CertManagerTLS `json:"certManager,omitempty"`
 
@@ -308,19 +329,23 @@ type TLSSecrets struct {
 	// name (<member>.<cluster>-peer.<namespace>.svc and the wildcard *.<cluster>-peer...).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Peer Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	Peer string `json:"peer"`
 	// Server is the members' certificate for client traffic, valid for the client Service's
 	// DNS names and every member's peer DNS name.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Server Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	Server string `json:"server"`
-	// Client is the certificate the operator and its backup agents present to etcd.
+	// Client is the certificate the operator, and its backup and restore Jobs, present to etcd.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Client Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	Client string `json:"client"`
 }
 
-// CertManagerTLS refers to a cert-manager issuer.
+// CertManagerTLS names the cert-manager issuer of provider CertManager, reserved and not
+// supported yet.
 type CertManagerTLS struct {
 	// IssuerRef is the Issuer or ClusterIssuer that signs the certificates.
 	IssuerRef IssuerReference `json:"issuerRef"`
@@ -354,6 +379,7 @@ type AuthSpec struct {
 	// the backup's time and sets this Secret's, with nothing for you to do.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Root Password Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	RootSecretName string `json:"rootSecretName"`
 }
 
@@ -433,6 +459,7 @@ type QuorumLossRecoverySpec struct {
 	// is always kept first.
 	// +kubebuilder:default=Manual
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Recovery Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Manual","urn:alm:descriptor:com.tectonic.ui:select:ForceNewCluster","urn:alm:descriptor:com.tectonic.ui:select:FromLatestBackup"}
 	Policy QuorumLossRecoveryPolicy `json:"policy,omitempty"`
 
 	// After is how long quorum must stay lost, counted from when the operator first found it
@@ -465,6 +492,7 @@ type DefragmentationSpec struct {
 	// Policy is Auto (default) or Disabled.
 	// +kubebuilder:default=Auto
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Defragmentation Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Auto","urn:alm:descriptor:com.tectonic.ui:select:Disabled"}
 	Policy DefragmentationPolicy `json:"policy,omitempty"`
 
 	// ThresholdPercent is the share of a member's database file that must be free space
@@ -539,10 +567,8 @@ type CertificateStatus struct {
 }
 
 // OperationStatus is the change under way: what the operator is doing, to which members, and
-// since when. It is a report, made again by every reconcile from the step it decided, not a
-// latch: each step is decided afresh from what is observed, and each is safe to take whatever
-// the spec says next (a spec edit mid-way changes the next step, never half-does one), so there
-// is no target to hold on to.
+// since when. It describes the current step only: a spec edit made mid-way changes the next
+// step, and never leaves one half done.
 type OperationStatus struct {
 	// Type is the operation, as the Progressing condition's reason names it: Bootstrapping,
 	// ScalingUp, ScalingDown, ReplacingMember, PromotingLearner, Upgrading, RollingOut,
@@ -643,7 +669,7 @@ type EtcdClusterStatus struct {
 
 	// Size is the number of members in etcd's member list, learners included.
 	// +optional
-	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Members",xDescriptors="urn:alm:descriptor:com.tectonic.ui:podCount"
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Members"
 	Size int32 `json:"size,omitempty"`
 
 	// ReadyMembers is the number of voting members that are healthy.
@@ -689,16 +715,17 @@ type EtcdClusterStatus struct {
 
 	// ClientEndpoint is the URL clients use, through the client Service.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Client Endpoint",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
 	ClientEndpoint string `json:"clientEndpoint,omitempty"`
 
 	// Certificates in use, with their expiry.
 	// +optional
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
 
-	// QuorumLostTime is when the operator first found this formed cluster's etcd answering no
-	// member list (no quorum serving), since it last did; unset while a quorum serves. The wait
-	// of spec.quorumLossRecovery.after counts from it, and annotations given before it
-	// (recover-from, lost-members) are ignored.
+	// QuorumLostTime is when the operator first found this formed cluster without a quorum
+	// serving (etcd answered no member list), since one last served; unset while a quorum
+	// serves. The wait of spec.quorumLossRecovery.after counts from it, and the recover-from
+	// and lost-members annotations given before it are ignored.
 	// +optional
 	QuorumLostTime *metav1.Time `json:"quorumLostTime,omitempty"`
 
@@ -708,7 +735,8 @@ type EtcdClusterStatus struct {
 	// +optional
 	QuorumRecovery *QuorumRecoveryStatus `json:"quorumRecovery,omitempty"`
 
-	// Operation is the change under way, if any (a report, not a latch).
+	// Operation is the change under way, if any: its type, the current step, the members it
+	// acts on and since when. Unset while no change is under way.
 	// +optional
 	Operation *OperationStatus `json:"operation,omitempty"`
 
@@ -724,14 +752,15 @@ type EtcdClusterStatus struct {
 // EtcdCluster is an etcd cluster run by the operator: one pod and one volume per member,
 // membership changed one safe step at a time.
 //
-// Member pods are named <cluster>-<5 characters> and serve as DNS labels, hence the name rule.
+// The name is a DNS label of at most 50 characters: member pods, named <cluster>-<5
+// characters>, and Services are named after it.
 //
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="an EtcdCluster name must be a DNS label of at most 50 characters (lower-case letters, digits, '-'; starting with a letter) because member pods and Services are named after it"
 //
-// A version change is judged against status.currentVersion, the lowest version a member runs,
-// not against the previous spec: an upgrade that has not started can be taken back, and two
-// quick edits cannot skip a minor version. Only a change of spec.version is judged, so that
-// the operator's status writes and unrelated edits are never refused.
+// A new spec.version is checked against status.currentVersion, the lowest version a member
+// runs, not against the previous spec.version: an upgrade that has not started can be taken
+// back, and two quick edits cannot skip a minor version. Only an update that changes
+// spec.version is checked, so that edits of other fields are never refused for the version.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || (has(oldSelf.spec.version) && self.spec.version == oldSelf.spec.version) || !has(self.status) || !has(self.status.currentVersion) || !self.status.currentVersion.matches('^[0-9]{1,4}[.][0-9]{1,4}[.]') || int(self.spec.version.split('.')[0]) * 1000 + int(self.spec.version.split('.')[1]) >= int(self.status.currentVersion.split('.')[0]) * 1000 + int(self.status.currentVersion.split('.')[1])",fieldPath=".spec.version",message="version cannot be downgraded below the running version (status.currentVersion): etcd does not roll its data back to an older format; restore a backup into a new EtcdCluster of the older version instead",messageExpression="'version cannot be downgraded below the running version ' + self.status.currentVersion + ' (status.currentVersion): etcd does not roll its data back to an older format; choose a version of the running minor version or the next one, or restore a backup into a new EtcdCluster of the older version instead'"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.version) || (has(oldSelf.spec.version) && self.spec.version == oldSelf.spec.version) || !has(self.status) || !has(self.status.currentVersion) || !self.status.currentVersion.matches('^[0-9]{1,4}[.][0-9]{1,4}[.]') || int(self.spec.version.split('.')[0]) * 1000 + int(self.spec.version.split('.')[1]) <= int(self.status.currentVersion.split('.')[0]) * 1000 + int(self.status.currentVersion.split('.')[1]) + 1",fieldPath=".spec.version",message="version can be at most one minor version above the running version (status.currentVersion): upgrade one minor version at a time, and wait for status.currentVersion to reach it before the next",messageExpression="'version can be at most one minor version above the running version ' + self.status.currentVersion + ' (status.currentVersion): upgrade one minor version at a time, and wait for status.currentVersion to reach it before the next'"

@@ -106,6 +106,7 @@ const (
 type RestoreTarget struct {
 	// Mode is New (create a new EtcdCluster) or InPlace (replace an existing cluster's data,
 	// losing everything written after the snapshot). There is no default: say which.
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Mode",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:New","urn:alm:descriptor:com.tectonic.ui:select:InPlace"}
 	Mode RestoreMode `json:"mode"`
 
 	// ClusterName of the EtcdCluster to create (New, the name must be free) or to restore
@@ -116,7 +117,8 @@ type RestoreTarget struct {
 	ClusterName string `json:"clusterName"`
 
 	// Cluster is the spec of the new EtcdCluster (New mode). Its version must be at least
-	// the version the snapshot was taken with.
+	// the version the snapshot was taken with, and it can be neither paused nor ephemeral: the
+	// restored data is prepared on the first member's claim, and the cluster forms from it.
 	// +optional
 	Cluster *EtcdClusterSpec `json:"cluster,omitempty"`
 }
@@ -187,6 +189,7 @@ type EtcdRestoreStatus struct {
 
 	// StartTime of the restore.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Started",xDescriptors="urn:alm:descriptor:timestamp"
 	StartTime *metav1.Time `json:"startTime,omitempty"`
 
 	// InstallTime is when the restored data was handed to the cluster: the cut-over of an
@@ -197,6 +200,7 @@ type EtcdRestoreStatus struct {
 
 	// CompletionTime is when the restored cluster became Available, or the restore failed.
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Completed",xDescriptors="urn:alm:descriptor:timestamp"
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 
 	// Conditions: Succeeded.

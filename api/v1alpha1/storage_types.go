@@ -9,7 +9,8 @@ type StorageLocation struct {
 	// +optional
 	S3 *S3Location `json:"s3,omitempty"`
 
-	// PVC is a PersistentVolumeClaim in the same namespace, mounted by the agent Job.
+	// PVC is a PersistentVolumeClaim in the same namespace, mounted by the Jobs that
+	// write and read the snapshots.
 	// +optional
 	PVC *PVCLocation `json:"pvc,omitempty"`
 }
@@ -64,6 +65,7 @@ type S3Location struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Credentials Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	CredentialsSecretName string `json:"credentialsSecretName,omitempty"`
 
 	// ServiceAccountName is the ServiceAccount, in the same namespace, that the backup and
@@ -78,6 +80,7 @@ type S3Location struct {
 	// CASecretName is a Secret with a ca.crt key to trust for a server with a private CA.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="CA Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	CASecretName string `json:"caSecretName,omitempty"`
 }
 
