@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,10 +23,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
 	"github.com/etcd-database/etcd-operator/internal/restoreplan"
 )
 
-// A restore takes a Job, a one-member start and two learners joining.
+// A restore takes a Job per member and the members' start together (in place: one member's
+// start and two learners joining).
 const restoreTimeout = 5 * time.Minute
 
 // Back up a dataset, write more, and restore into new clusters: exactly the backed-up keys at
@@ -61,6 +64,21 @@ func TestEtcdRestore(t *testing.T) {
 		}
 		if restored.Status.ReadyMembers != 3 {
 			t.Errorf("restored cluster has %d ready members, want 3", restored.Status.ReadyMembers)
+		}
+		// Every member restored at once from the snapshot: the members are those the restore
+		// prepared, none joined as a learner; and each reported the same keyspace.
+		var members []string
+		for _, m := range restored.Status.Members {
+			members = append(members, m.Name)
+		}
+		slices.Sort(members)
+		prepared := resources.RestoreMemberNames(restored.Name, string(rs.UID), 3)
+		slices.Sort(prepared)
+		if !slices.Equal(members, prepared) {
+			t.Errorf("restored cluster's members %v, want the three the restore prepared %v", members, prepared)
+		}
+		if says := meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded); says == nil || !strings.Contains(says.Message, "every member with HashKV") {
+			t.Errorf("the completion %v does not say every member reported the same keyspace", says)
 		}
 		if rs.Status.RevisionBump < restoreplan.MinAutoBump {
 			t.Errorf("bumped by %d, want at least %d (spec.revisionBump Auto)", rs.Status.RevisionBump, restoreplan.MinAutoBump)
