@@ -305,6 +305,8 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&batchv1.Job{}).
+		// A quorum-loss recovery from a backup completes with its EtcdRestore.
+		Owns(&etcdv1alpha1.EtcdRestore{}).
 		// Claims are owned only when the retention policy deletes them, so they are matched
 		// by label instead.
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabelledObject)).

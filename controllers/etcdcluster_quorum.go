@@ -516,9 +516,17 @@ func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step me
 	if obs.reachable && qr.ServedTime == nil && (qr.Backup != nil || slices.ContainsFunc(obs.members, func(m etcd.Member) bool { return m.Name == qr.Member })) {
 		qr.ServedTime = ptrTime(now)
 	}
-	if obs.reachable && qr.ServedTime != nil && !forced && int(c.Status.ReadyMembers) == int(c.Spec.Size) && obs.voters() == int(c.Spec.Size) {
+	if obs.reachable && qr.ServedTime != nil && !forced && int(c.Status.ReadyMembers) == int(c.Spec.Size) && obs.voters() == int(c.Spec.Size) &&
+		recoveryRestoreFinished(qr, obs.recovery.restore) {
 		qr.CompletionTime = ptrTime(now)
 	}
+}
+
+// recoveryRestoreFinished: a recovery from a backup is carried out by its EtcdRestore, which
+// completes only once every member holds the same restored data; until it has finished, the
+// recovery has not either. One deleted by a person leaves nothing to wait for.
+func recoveryRestoreFinished(qr *etcdv1alpha1.QuorumRecoveryStatus, rs *etcdv1alpha1.EtcdRestore) bool {
+	return qr.Backup == nil || rs == nil || restoreFinished(rs)
 }
 
 // beganRecovery is the record of a recovery begun by step: from the member it names, or from

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
@@ -551,5 +552,30 @@ func TestAMemberARecoveryDidWithoutKeepsItsClaim(t *testing.T) {
 	}
 	if pvc.Labels[resources.LabelCluster] != "" || pvc.Labels["etcd.database.dev/retained-from"] != c.Name {
 		t.Errorf("claim labels %v: want it released from the cluster and labelled retained-from=%s", pvc.Labels, c.Name)
+	}
+}
+
+// A quorum-loss recovery from a backup completes only once its EtcdRestore has: the cluster
+// serving at its size is not enough, as the restore still compares its members' data (before,
+// the recovery said completed while the restore went on, seen in the e2e test).
+func TestARecoveryFromABackupCompletesWithItsRestore(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{Spec: etcdv1alpha1.EtcdClusterSpec{Size: 3}}
+	c.Status.ReadyMembers = 3
+	served := metav1.Now()
+	c.Status.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{StartTime: served, ServedTime: &served,
+		Backup: &etcdv1alpha1.RecoveryBackupStatus{EtcdBackup: "hourly", EtcdRestore: "c-qr-1"}}
+	rs := &etcdv1alpha1.EtcdRestore{Status: etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring}}
+	obs := &observation{reachable: true, pods: map[string]*corev1.Pod{},
+		members: []etcd.Member{{ID: 1, Name: "a"}, {ID: 2, Name: "b"}, {ID: 3, Name: "c"}}}
+	obs.recovery.restore = rs
+
+	recordQuorumRecovery(c, obs, membership.Step{Action: membership.Wait}, time.Now())
+	if c.Status.QuorumRecovery.CompletionTime != nil {
+		t.Fatal("the recovery completed while its EtcdRestore was still restoring")
+	}
+	rs.Status.Phase = etcdv1alpha1.RestoreCompleted
+	recordQuorumRecovery(c, obs, membership.Step{Action: membership.Wait}, time.Now())
+	if c.Status.QuorumRecovery.CompletionTime == nil {
+		t.Fatal("the recovery did not complete with its EtcdRestore")
 	}
 }
