@@ -23,10 +23,10 @@ import (
 const (
 	etcdVersion     = "3.6.16"
 	etcdNextVersion = "3.7.3"
-	// Five members join one at a time; in CI up to five tests make clusters at once on two
-	// cores, and under that load the local-path provisioner took 90 s for one claim's volume
-	// (a scale from 3 to 5 in CI's run of 2026-11-26: its two learners, each on a new claim,
-	// took 3.3 and over 2 minutes, past the 6 minutes this was).
+	// Five members join one at a time; in CI up to four tests make clusters at once on two
+	// cores. Under five at once the local-path provisioner took 90 s for one claim's volume (a
+	// scale from 3 to 5 in CI's run of 2026-11-26: its two learners, each on a new claim, took
+	// 3.3 and over 2 minutes, past the 6 minutes this was).
 	memberTimeout = 9 * time.Minute
 )
 
