@@ -141,8 +141,9 @@ type Observed struct {
 	// AwaitingRestore names the EtcdRestore preparing the first member's data: until it has,
 	// the cluster must not form, or it would form empty.
 	AwaitingRestore string
-	// RestoreSeed is, during an in-place restore, the member whose claim holds the restored
-	// data: the old members are stopped, and the cluster forms again from it alone.
+	// RestoreSeed is, during an in-place restore, the first of the members whose claims hold
+	// the restored data; its claim's plan (BootstrapPlan) names them all. The old members are
+	// stopped, and the cluster forms again from the restored members alone (restore.go).
 	RestoreSeed string
 	// AuthPending: the spec asks for authentication and etcd does not have it on yet.
 	AuthPending bool
@@ -399,40 +400,6 @@ func Next(o Observed) Step {
 		return step
 	}
 	return Step{Action: Wait, Reason: "cluster matches its spec"}
-}
-
-// restoreInPlace replaces a cluster's data with the restored seed's: every old member is
-// stopped first — clients see the cluster unavailable, never a mix of old and restored data —
-// then the seed starts alone. Once it serves, the usual steps take over: the old members are
-// orphans (their claims go), and new members join as learners up to the desired size.
-func restoreInPlace(o Observed) (Step, bool) {
-	seed, ok := index(o.Members)[o.RestoreSeed]
-	if o.Reachable && seed.InEtcd() {
-		return Step{}, false // the restored cluster serves: every other member is new, or an orphan
-	}
-	old := filter(o.Members, func(m Member) bool { return m.PodExists && m.Name != o.RestoreSeed })
-	running := names(old, func(m Member) bool { return !m.PodTerminating })
-	if len(running) > 0 {
-		return Step{Action: StopMembers, Members: running, Operation: OpRestoring,
-			Reason: "stopping the cluster to replace its data with the restored snapshot"}, true
-	}
-	// A pod on a node that stopped answering never ends while the node is gone; the restored seed
-	// forms a cluster of its own (a new cluster ID), which an old member, should it still run
-	// there, cannot join. It is not waited for.
-	ending := names(old, func(m Member) bool { return m.NodeLostSince.IsZero() })
-	if len(ending) > 0 {
-		return Step{Action: Wait, Operation: OpRestoring, Members: ending, Reason: "waiting for the old members to stop"}, true
-	}
-	switch {
-	case !ok || !seed.PVCExists:
-		return Step{Action: Wait, Operation: OpRestoring, Reason: "waiting for the restored member's claim"}, true
-	case !seed.PodExists:
-		return Step{Action: CreateBootstrapMembers, Members: []string{o.RestoreSeed}, Operation: OpRestoring,
-			Reason: "starting the restored member alone"}, true
-	case !o.Reachable:
-		return Step{Action: Wait, Operation: OpRestoring, Reason: "waiting for the restored member to serve"}, true
-	}
-	return Step{}, false
 }
 
 func nextBootstrapStep(o Observed) Step {

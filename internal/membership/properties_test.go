@@ -122,6 +122,15 @@ func drawObserved(t *rapid.T, reachable *bool) Observed {
 	o.DataSurvivesPod = !oneIn(t, 5, "ephemeral")
 	o.Paused = oneIn(t, 20, "paused")
 	o.RestoreSeed = seldomName("restoreSeed")
+	if o.RestoreSeed != "" && rapid.Bool().Draw(t, "restoredTogether") {
+		// The seed's claim plans the members restored with it, some of the others.
+		o.BootstrapPlan = []string{o.RestoreSeed}
+		for _, name := range names {
+			if name != o.RestoreSeed && rapid.Bool().Draw(t, "restored."+name) {
+				o.BootstrapPlan = append(o.BootstrapPlan, name)
+			}
+		}
+	}
 	if oneIn(t, 10, "awaitingRestore") {
 		o.AwaitingRestore = "r"
 	}
@@ -265,15 +274,27 @@ func TestPropertyNoRestoreOverDataWhileReachable(t *testing.T) {
 			if !o.EverFormed {
 				return
 			}
-			if o.RestoreSeed == "" || !slices.Equal(step.Members, []string{o.RestoreSeed}) {
-				t.Fatalf("a formed cluster's bootstrap members created, not the restored seed alone: %+v", step)
+			// The restored members: those the seed's claim plans, or the seed alone.
+			restored := []string{o.RestoreSeed}
+			if slices.Contains(o.BootstrapPlan, o.RestoreSeed) {
+				restored = o.BootstrapPlan
 			}
-			// Only a pod on a node that stopped answering may be left: it never ends, and the seed
-			// forms a cluster it cannot join.
+			notRestored := func(name string) bool { return !slices.Contains(restored, name) }
+			if o.RestoreSeed == "" || len(step.Members) == 0 || slices.ContainsFunc(step.Members, notRestored) {
+				t.Fatalf("a formed cluster's bootstrap members created, not restored members (%v): %+v", restored, step)
+			}
+			// Only a pod on a node that stopped answering may be left: it never ends, and the
+			// restored members form a cluster it cannot join.
 			if running := names(o.Members, func(m Member) bool {
-				return m.PodExists && m.Name != o.RestoreSeed && (m.NodeLostSince.IsZero() || !m.PodTerminating)
+				return m.PodExists && notRestored(m.Name) && (m.NodeLostSince.IsZero() || !m.PodTerminating)
 			}); len(running) > 0 {
-				t.Fatalf("the restored seed starts while the pods of %v are left", running)
+				t.Fatalf("the restored members start while the pods of %v are left", running)
+			}
+			if unclaimed := names(o.Members, func(m Member) bool { return !notRestored(m.Name) && !m.PVCExists }); len(unclaimed) > 0 {
+				t.Fatalf("the restored members start before the claims of %v are theirs", unclaimed)
+			}
+			if missing := slices.DeleteFunc(slices.Clone(restored), func(name string) bool { return slices.ContainsFunc(o.Members, func(m Member) bool { return m.Name == name }) }); len(missing) > 0 {
+				t.Fatalf("the restored members start before the claims of %v are theirs", missing)
 			}
 		}
 		if step.Action == BeginRecovery && step.Backup != "" {
