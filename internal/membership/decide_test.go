@@ -98,15 +98,15 @@ func TestNext(t *testing.T) {
 			Step{Action: Wait}},
 		{"in place: the restored members start together", Observed{DesiredSize: 3, DataSurvivesPod: true, EverFormed: true, RestoreSeed: "seed",
 			BootstrapPlan: []string{"seed", "r1", "r2"},
-			Members: []Member{{Name: "a", PVCExists: true}, {Name: "seed", PVCExists: true}, {Name: "r1", PVCExists: true}, {Name: "r2", PVCExists: true}}},
+			Members:       []Member{{Name: "a", PVCExists: true}, {Name: "seed", PVCExists: true}, {Name: "r1", PVCExists: true}, {Name: "r2", PVCExists: true}}},
 			Step{Action: CreateBootstrapMembers, Members: []string{"seed", "r1", "r2"}}},
 		{"in place: no restored member starts before every restored claim is the cluster's", Observed{DesiredSize: 3, DataSurvivesPod: true, EverFormed: true, RestoreSeed: "seed",
 			BootstrapPlan: []string{"seed", "r1", "r2"},
-			Members: []Member{{Name: "a", PVCExists: true}, {Name: "seed", PVCExists: true}, {Name: "r1", PVCExists: true}}},
+			Members:       []Member{{Name: "a", PVCExists: true}, {Name: "seed", PVCExists: true}, {Name: "r1", PVCExists: true}}},
 			Step{Action: Wait, Members: []string{"r2"}}},
 		{"in place: a restored member's pod is not stopped as an old member's", Observed{DesiredSize: 3, DataSurvivesPod: true, EverFormed: true, RestoreSeed: "seed",
 			BootstrapPlan: []string{"seed", "r1", "r2"},
-			Members: []Member{{Name: "seed", PVCExists: true, PodExists: true}, {Name: "r1", PVCExists: true, PodExists: true}, {Name: "r2", PVCExists: true}}},
+			Members:       []Member{{Name: "seed", PVCExists: true, PodExists: true}, {Name: "r1", PVCExists: true, PodExists: true}, {Name: "r2", PVCExists: true}}},
 			Step{Action: CreateBootstrapMembers, Members: []string{"r2"}}},
 		{"in place: once the seed serves, the old claims go", func() Observed {
 			o := formed(leader(healthy("seed", 9)), Member{Name: "a", PVCExists: true})

@@ -293,7 +293,9 @@ func TestPropertyNoRestoreOverDataWhileReachable(t *testing.T) {
 			if unclaimed := names(o.Members, func(m Member) bool { return !notRestored(m.Name) && !m.PVCExists }); len(unclaimed) > 0 {
 				t.Fatalf("the restored members start before the claims of %v are theirs", unclaimed)
 			}
-			if missing := slices.DeleteFunc(slices.Clone(restored), func(name string) bool { return slices.ContainsFunc(o.Members, func(m Member) bool { return m.Name == name }) }); len(missing) > 0 {
+			if missing := slices.DeleteFunc(slices.Clone(restored), func(name string) bool {
+				return slices.ContainsFunc(o.Members, func(m Member) bool { return m.Name == name })
+			}); len(missing) > 0 {
 				t.Fatalf("the restored members start before the claims of %v are theirs", missing)
 			}
 		}
