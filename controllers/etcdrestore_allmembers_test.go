@@ -225,3 +225,92 @@ func TestARestoreCompletesOnlyWhenEveryMemberHoldsTheSameStore(t *testing.T) {
 		t.Fatalf("every member the same: restore %s, %s", rs.Status.Phase, conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
 	}
 }
+
+// An in-place restore of a cluster of three stages all three restored members at once, while
+// the old cluster serves: a claim and a Job each, the claims the restore's and not yet the
+// cluster's, every one planning the same bootstrap. At the cut-over every claim becomes the
+// cluster's, so that its reconciler starts the three together. A restore that fails before the
+// cut-over deletes every claim it staged. Before, one seed member was staged and the others
+// joined the restored cluster as learners, receiving the whole snapshot from it.
+func TestAnInPlaceRestorePreparesEveryMemberAtOnce(t *testing.T) {
+	rs := inPlaceRestore("all")
+	rs.Spec.RevisionBump = "5000000"
+	c := formedCluster(nil)
+	c.Spec.Size, c.Status.ReadyMembers, c.Status.ClusterID = 3, 3, "old"
+	r, k8s := restoreReconciler(t, rs, c)
+	rs = reconcileRestore(t, r, rs) // holds the cluster, stages the claims, starts the Jobs
+
+	members := resources.RestoreMemberNames(c.Name, string(rs.UID), 3)
+	wantInitial := resources.InitialCluster(c, members)
+	staged := func(member string) *corev1.PersistentVolumeClaim {
+		t.Helper()
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PVCName(member)}, pvc); err != nil {
+			t.Fatalf("claim of member %s: %v", member, err)
+		}
+		return pvc
+	}
+	jobs := restoreJobsOfTest(t, k8s, rs, 3)
+	for i, job := range jobs {
+		if got := argOf(job, "--name"); got != members[i] {
+			t.Errorf("Job %s restores member %q, want %s", job.Name, got, members[i])
+		}
+		if got := argOf(job, "--initial-cluster"); got != wantInitial {
+			t.Errorf("Job %s restores the membership %s, want every restored member's: %s", job.Name, got, wantInitial)
+		}
+		pvc := staged(members[i])
+		if pvc.Labels[resources.LabelCluster] != "" || pvc.Labels[resources.LabelRestore] != rs.Name {
+			t.Errorf("claim %s is labelled %v before the cut-over, want the restore's and not the cluster's", pvc.Name, pvc.Labels)
+		}
+		if got := pvc.Annotations[resources.AnnotationInitialCluster]; got != wantInitial {
+			t.Errorf("claim %s plans the bootstrap %s, want every restored member's: %s", pvc.Name, got, wantInitial)
+		}
+	}
+
+	report := agent.Report{Restore: &agent.RestoreResult{URI: "pvc://backups/snap.db", SizeBytes: 1, SHA256: "abc", Revision: 42}}
+	for _, job := range jobs {
+		completeRestoreJob(t, k8s, job, report)
+	}
+	rs = reconcileRestore(t, r, rs) // records what was restored
+	reconcileRestore(t, r, rs)      // cuts over
+	live := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(c), live); err != nil {
+		t.Fatal(err)
+	}
+	if live.Annotations[resources.AnnotationRestoreSeed] != members[0] {
+		t.Fatalf("cluster annotations %v: want the cut-over to seed %s", live.Annotations, members[0])
+	}
+	for _, member := range members {
+		if pvc := staged(member); pvc.Labels[resources.LabelCluster] != c.Name {
+			t.Errorf("after the cut-over claim %s is labelled %v, want the cluster's", pvc.Name, pvc.Labels)
+		}
+	}
+}
+
+// A failed in-place restore leaves the cluster as it was: every claim it staged goes.
+func TestAFailedInPlaceRestoreDeletesEveryClaimItStaged(t *testing.T) {
+	rs := inPlaceRestore("fails")
+	rs.Spec.RevisionBump = "5000000"
+	c := formedCluster(nil)
+	c.Spec.Size, c.Status.ReadyMembers, c.Status.ClusterID = 3, 3, "old"
+	r, k8s := restoreReconciler(t, rs, c)
+	rs = reconcileRestore(t, r, rs)
+	jobs := restoreJobsOfTest(t, k8s, rs, 3)
+	jobs[1].Status = batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue}}}
+	if err := k8s.Status().Update(t.Context(), jobs[1]); err != nil {
+		t.Fatal(err)
+	}
+	rs = reconcileRestore(t, r, rs)
+	if rs.Status.Phase != etcdv1alpha1.RestoreFailed {
+		t.Fatalf("restore %s with a Job failed: %s", rs.Status.Phase, conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
+	}
+	claims := &corev1.PersistentVolumeClaimList{}
+	if err := k8s.List(t.Context(), claims, client.InNamespace("ns")); err != nil {
+		t.Fatal(err)
+	}
+	for _, pvc := range claims.Items {
+		if pvc.DeletionTimestamp.IsZero() {
+			t.Errorf("claim %s staged by the failed restore is left", pvc.Name)
+		}
+	}
+}

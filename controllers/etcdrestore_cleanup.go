@@ -24,8 +24,8 @@ const restoreFinalizer = "etcd.database.dev/restore-cleanup"
 // Every restore of a cluster is recorded (status) before what it set up is taken down (cleanUp),
 // and what it set up is taken down by the restore itself, also when it is deleted (finalize).
 
-// cleanUp takes down what a finished restore set up, once its outcome is in status: its Job, its
-// hold on the cluster, and a staged claim the cluster never took. It is idempotent, and runs on
+// cleanUp takes down what a finished restore set up, once its outcome is in status: its Jobs, its
+// hold on the cluster, and staged claims the cluster never took. It is idempotent, and runs on
 // every look at a finished restore, so that a cleanup cut short is completed.
 func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) error {
 	log := ctrl.LoggerFrom(ctx).V(1).WithValues("restore", rs.Name)
@@ -57,7 +57,7 @@ func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.Et
 	if err := r.releaseCluster(ctx, rs, c, seed); err != nil {
 		return err
 	}
-	return r.deleteStagedClaim(ctx, c, seed)
+	return r.deleteStagedClaims(ctx, rs, c)
 }
 
 // releaseCluster removes this restore's hold on the cluster. The seed annotation, which drives
@@ -84,19 +84,23 @@ func (r *EtcdRestoreReconciler) releaseCluster(ctx context.Context, rs *etcdv1al
 	return nil
 }
 
-// deleteStagedClaim deletes the restore's staged claim if the cluster never took it: a claim
-// labelled as the cluster's holds a member's data and is never deleted here.
-func (r *EtcdRestoreReconciler) deleteStagedClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
-	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
-		return client.IgnoreNotFound(err)
+// deleteStagedClaims deletes the restore's staged claims the cluster never took: a claim
+// labelled as the cluster's holds a member's data and is never deleted here. Read live, and
+// deleted only as read: a claim given since is spared.
+func (r *EtcdRestoreReconciler) deleteStagedClaims(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) error {
+	staged := &corev1.PersistentVolumeClaimList{}
+	if err := r.APIReader.List(ctx, staged, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelRestore: rs.Name}); err != nil {
+		return err
 	}
-	if claimGiven(c, pvc) {
-		return nil
-	}
-	err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete staged claim %s: %w", pvc.Name, err)
+	for i := range staged.Items {
+		pvc := &staged.Items[i]
+		if claimGiven(c, pvc) {
+			continue
+		}
+		err := r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete staged claim %s: %w", pvc.Name, err)
+		}
 	}
 	return nil
 }
@@ -173,7 +177,7 @@ func (r *EtcdRestoreReconciler) finalize(ctx context.Context, rs *etcdv1alpha1.E
 			"EtcdCluster %s is being restarted from the restored data; the EtcdRestore goes once it serves", c.Name)
 		log.Info("step", "action", "DeletionWaits", "cluster", c.Name, "reason", "the cluster is being restarted from the restored data")
 		before := rs.DeepCopy()
-		result, err := r.awaitRestoredInPlace(ctx, rs, c, seed)
+		result, err := r.awaitRestoredInPlace(ctx, rs, c)
 		if err == nil {
 			err = writeStatusNow(ctx, r.Client, rs, before, restoreStatus)
 		}

@@ -389,15 +389,17 @@ func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1al
 	return ctrl.Result{}, nil
 }
 
-// restoreMembers are the members a restore into a new cluster prepares from the snapshot, each
-// with a Job of its own: those of the plan on the seed's claim once it exists, so that every
-// reconcile prepares the same ones (and a restore begun by an operator that prepared the seed
-// alone, letting the others join as learners, goes on that way); else spec.size of them, as
-// etcd's recovery guide restores every member of a cluster from the same snapshot.
+// restoreMembers are the members a restore prepares from the snapshot, each with a claim and a
+// Job of its own: those of the plan on the seed's claim once it exists, so that every reconcile
+// prepares the same ones (and a restore begun by an operator that prepared the seed alone,
+// letting the others join as learners, goes on that way); else spec.size of them, as etcd's
+// recovery guide restores every member of a cluster from the same snapshot.
 func (r *EtcdRestoreReconciler) restoreMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) ([]string, error) {
 	seed := resources.SeedMemberName(c.Name, string(rs.UID))
 	pvc := &corev1.PersistentVolumeClaim{}
-	err := r.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc)
+	// Live: a claim made in the last reconcile may not be in the cache yet, and members
+	// computed again from a spec.size changed since would differ from those its plan names.
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc)
 	if client.IgnoreNotFound(err) != nil {
 		return nil, err
 	}

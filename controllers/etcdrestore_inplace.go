@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,16 +20,17 @@ import (
 
 // An in-place restore keeps the cluster's name, Services and Secrets and replaces its data:
 //
-//  1. stage: a new member's claim, not yet the cluster's, is filled from the snapshot by the
-//     restore Job and verified (sha256, etcdutl) while the old cluster serves on untouched;
-//  2. cut over: the claim becomes the cluster's and the cluster is told to restore from it —
+//  1. stage: a claim per new member, not yet the cluster's, is filled from the snapshot by a
+//     restore Job each and verified (sha256, etcdutl), all as members of one cluster of them,
+//     while the old cluster serves on untouched;
+//  2. cut over: the claims become the cluster's and the cluster is told to restore from them —
 //     its reconciler stops every old member (clients see it unavailable, never inconsistent)
-//     and starts the new member alone;
-//  3. once the restored member serves, the old members' claims go and new members join as
-//     learners; the restore completes when the cluster is Available at its size.
+//     and starts the restored members together (membership.restoreInPlace);
+//  3. once the restored members serve, the old members' claims go; the restore completes when
+//     the cluster is Available at its size with every member holding the same keyspace.
 //
 // A failure before the cut-over leaves the cluster as it was. After it, the old members'
-// claims stay until the restored member serves; docs/concepts.md says how to go back.
+// claims stay until the restored members serve; docs/concepts.md says how to go back.
 
 // backupRetry is how soon a restore waiting for a backup of its cluster looks again.
 const backupRetry = 10 * time.Second
@@ -49,7 +51,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 	if c.Annotations[resources.AnnotationRestoreSeed] == seed || given {
 		// Cut over: the seed claim is the cluster's and may hold a live member's data. Never
 		// stage onto it again, even if the record of the cut-over was lost.
-		return r.awaitRestoredInPlace(ctx, rs, c, seed)
+		return r.awaitRestoredInPlace(ctx, rs, c)
 	}
 	if c.Spec.Paused {
 		return ctrl.Result{}, failed(etcdv1alpha1.ReasonTargetPaused, "EtcdCluster %s is paused (spec.paused): it could not carry out the cut-over; unpause it and create the EtcdRestore again", c.Name)
@@ -63,15 +65,21 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 		}
 	}
 
-	if err := r.ensureRestoreClaim(ctx, c, seed, []string{seed}, rs.Name); err != nil {
+	members, err := r.restoreMembers(ctx, rs, c)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
+	for _, member := range members {
+		if err := r.ensureRestoreClaim(ctx, c, member, members, rs.Name); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	// gofail: var restoreSeedClaimStaged struct{}
-	wait, done, err := r.runRestoreJobs(ctx, rs, c, []string{seed}, src)
+	wait, done, err := r.runRestoreJobs(ctx, rs, c, members, src)
 	if err != nil {
 		var failure *restoreFailure
 		if errors.As(err, &failure) {
-			// cleanUp deletes the staged claim once the failure is recorded.
+			// cleanUp deletes the staged claims once the failure is recorded.
 			return ctrl.Result{}, failed(failure.reason, "%s; EtcdCluster %s was not touched", failure.message, c.Name)
 		}
 		return ctrl.Result{}, err
@@ -85,7 +93,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 	if err := r.carryRootPasswords(ctx, c, src); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.cutOver(ctx, rs, c, seed)
+	return ctrl.Result{}, r.cutOver(ctx, rs, c, seed, members)
 }
 
 // passedTheBump refuses the cut-over when the cluster, serving on while its snapshot was
@@ -129,14 +137,15 @@ func (r *EtcdRestoreReconciler) checkInPlaceStart(ctx context.Context, rs *etcdv
 	return ctrl.Result{}, nil
 }
 
-func stagedClaim(c *etcdv1alpha1.EtcdCluster, seed string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(seed)}}
+// stagedClaim is the claim a restore prepares member's data on.
+func stagedClaim(c *etcdv1alpha1.EtcdCluster, member string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: resources.PVCName(member)}}
 }
 
-// cutOver tells the cluster to restore from the staged claim. The cluster is annotated before
-// the claim is labelled as its own: the other way round, its reconciler, still running the old
-// members, would see a claim of a member etcd does not know and delete it as an orphan.
-func (r *EtcdRestoreReconciler) cutOver(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string) error {
+// cutOver tells the cluster to restore from the staged claims. The cluster is annotated before
+// the claims are labelled as its own: the other way round, its reconciler, still running the
+// old members, would see claims of members etcd does not know and delete them as orphans.
+func (r *EtcdRestoreReconciler) cutOver(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string, members []string) error {
 	clusterPatch := client.MergeFrom(c.DeepCopy())
 	c.Annotations = maps.Clone(c.Annotations)
 	if c.Annotations == nil {
@@ -149,41 +158,49 @@ func (r *EtcdRestoreReconciler) cutOver(ctx context.Context, rs *etcdv1alpha1.Et
 	}
 	// gofail: var restoreCutOverStarted struct{}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
-		"EtcdCluster %s is stopping its members to restart from member %s's restored data", c.Name, seed)
+		"EtcdCluster %s is stopping its members to restart from the restored data of members %s", c.Name, strings.Join(members, ", "))
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "CutOver", "Restore", "EtcdCluster %s stops its members %v and restarts from the snapshot", c.Name, rs.Status.Replaced.Members)
-	return r.giveClaim(ctx, c, seed)
+	return r.giveClaims(ctx, c, members)
 }
 
-// giveClaim labels the staged claim as the seed member's, once the cluster is annotated.
-func (r *EtcdRestoreReconciler) giveClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, seed string) error {
-	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc); err != nil {
-		return err
-	}
-	if pvc.Labels[resources.LabelCluster] != c.Name {
-		claimPatch := client.MergeFrom(pvc.DeepCopy())
-		pvc.Labels, pvc.OwnerReferences = resources.MemberLabels(c, seed), resources.ClaimOwners(c)
-		if err := r.Patch(ctx, pvc, claimPatch); err != nil {
-			return fmt.Errorf("give claim %s to EtcdCluster %s: %w", pvc.Name, c.Name, err)
+// giveClaims labels the staged claims as the restored members', once the cluster is annotated.
+// The cluster's reconciler starts none of the restored members until every one's claim is its
+// own.
+func (r *EtcdRestoreReconciler) giveClaims(ctx context.Context, c *etcdv1alpha1.EtcdCluster, members []string) error {
+	for _, member := range members {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, member)), pvc); err != nil {
+			return err
+		}
+		if pvc.Labels[resources.LabelCluster] != c.Name {
+			claimPatch := client.MergeFrom(pvc.DeepCopy())
+			pvc.Labels, pvc.OwnerReferences = resources.MemberLabels(c, member), resources.ClaimOwners(c)
+			if err := r.Patch(ctx, pvc, claimPatch); err != nil {
+				return fmt.Errorf("give claim %s to EtcdCluster %s: %w", pvc.Name, c.Name, err)
+			}
 		}
 	}
-	// Crossed whenever the claim is the cluster's, given now or before: a crash of the cluster's
-	// reconciler, in the same process, can end the process between the patch and this line, and
-	// the restore, restarted, then finds the claim given.
+	// Crossed whenever the claims are the cluster's, given now or before: a crash of the
+	// cluster's reconciler, in the same process, can end the process between the patch and
+	// this line, and the restore, restarted, then finds the claims given.
 	// gofail: var restoreClaimGiven struct{}
 	return nil
 }
 
 // awaitRestoredInPlace completes the restore once the cluster serves the restored data at its
 // size; cleanUp releases the cluster once that is recorded.
-func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed string) (ctrl.Result, error) {
+func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
-	if err := r.giveClaim(ctx, c, seed); err != nil {
+	members, err := r.restoreMembers(ctx, rs, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.giveClaims(ctx, c, members); err != nil {
 		return ctrl.Result{}, err
 	}
 	restored := c.Status.ClusterID != "" && (rs.Status.Replaced == nil || c.Status.ClusterID != rs.Status.Replaced.ClusterID)
 	if !restored || !servesAtSize(c) {
-		return r.awaitServing(rs, c, fmt.Sprintf("EtcdCluster %s is restarting from member %s: %d of %d members ready", c.Name, seed, c.Status.ReadyMembers, c.Spec.Size)), nil
+		return r.awaitServing(rs, c, fmt.Sprintf("EtcdCluster %s is restarting from the restored members %s: %d of %d members ready", c.Name, strings.Join(members, ", "), c.Status.ReadyMembers, c.Spec.Size)), nil
 	}
 	agreed, wait := r.compareRestoredData(ctx, rs, c)
 	if wait > 0 {

@@ -154,10 +154,23 @@ func TestEtcdRestore(t *testing.T) {
 			t.Errorf("after: uid %s endpoint %s cluster %s; before: uid %s endpoint %s cluster %s; want the same object and endpoint serving a new etcd cluster",
 				after.UID, clientServiceEndpoint(t, after), after.Status.ClusterID, before.UID, endpoint, before.Status.ClusterID)
 		}
+		var members []string
 		for _, m := range after.Status.Members {
 			if oldMembers[m.Name] {
 				t.Errorf("old member %s still in the restored cluster", m.Name)
 			}
+			members = append(members, m.Name)
+		}
+		// Every member staged from the snapshot and started together: the members are the
+		// three the restore prepared, none joined as a learner; each reported the same keyspace.
+		slices.Sort(members)
+		prepared := resources.RestoreMemberNames(f.cluster.Name, string(rs.UID), 3)
+		slices.Sort(prepared)
+		if !slices.Equal(members, prepared) {
+			t.Errorf("restored cluster's members %v, want the three the restore prepared %v", members, prepared)
+		}
+		if says := meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded); says == nil || !strings.Contains(says.Message, "every member with HashKV") {
+			t.Errorf("the completion %v does not say every member reported the same keyspace", says)
 		}
 		// The restore lets go of the cluster once its outcome is in its status, a step later.
 		logged := ""
