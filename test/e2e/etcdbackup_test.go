@@ -151,8 +151,9 @@ func TestEtcdBackup(t *testing.T) {
 
 	// spec.verify: a Job restores the snapshot in a pod of its own with the cluster's etcdutl,
 	// starts etcd on it and compares it with what the backup recorded. A snapshot corrupted in
-	// the bucket after its upload fails that, and no restore takes it.
-	t.Run("proven restorable by a verify Job; a snapshot corrupted in the bucket is caught and never restored", func(t *testing.T) {
+	// the bucket after its upload fails that, and no restore takes it: one that names it is
+	// refused, one that names none restores the newest older snapshot.
+	t.Run("proven restorable by a verify Job; a snapshot corrupted in the bucket is caught and skipped by a later restore", func(t *testing.T) {
 		always := &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyAlways}
 		proven := f.createBackup(t, "proven", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("verified/", f.s3.CredentialsSecret), Verify: always})
 		waitBackupPhase(t, proven, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
@@ -173,21 +174,28 @@ func TestEtcdBackup(t *testing.T) {
 			t.Errorf("Verified condition %+v, want True", cond)
 		}
 
-		// Scheduled, unverified: its first run's snapshot is corrupted in the bucket, then
+		// Scheduled, unverified: its second run's snapshot is corrupted in the bucket, then
 		// verification is turned on and the next run put off, so that it is that snapshot the
 		// verify Job reads. (A one-shot EtcdBackup's spec cannot change.)
 		corrupted := f.createBackup(t, "corrupted", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("corrupted/", f.s3.CredentialsSecret),
 			Schedule: "* * * * *", Verify: &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyNever}})
-		waitForWithin(t, "the first scheduled run of corrupted", backupTimeout+time.Minute, func(ctx context.Context) (bool, error) {
-			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(corrupted), corrupted)
-			return err == nil && corrupted.Status.LastBackup != nil && corrupted.Status.ActiveJob == "", err
+		var older *etcdv1alpha1.BackupArtifact
+		waitForWithin(t, "two scheduled runs of corrupted", backupTimeout+2*time.Minute, func(ctx context.Context) (bool, error) {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(corrupted), corrupted); err != nil || corrupted.Status.LastBackup == nil || corrupted.Status.ActiveJob != "" {
+				return false, err
+			}
+			if older == nil {
+				older = corrupted.Status.LastBackup.DeepCopy()
+			}
+			return corrupted.Status.LastBackup.URI != older.URI, nil
 		})
 		patch := client.MergeFrom(corrupted.DeepCopy())
 		corrupted.Spec.Schedule = "0 0 1 1 *"
 		if err := k8sClient.Patch(context.Background(), corrupted, patch); err != nil {
 			t.Fatal(err)
 		}
-		key := strings.TrimPrefix(corrupted.Status.LastBackup.URI, "s3://"+backupBucket+"/")
+		newer := corrupted.Status.LastBackup.URI
+		key := strings.TrimPrefix(newer, "s3://"+backupBucket+"/")
 		whole := f.s3.getObject(t, backupBucket, key)
 		f.s3.putObject(t, backupBucket, key, append(whole[:len(whole)/2], bytes.Repeat([]byte{0xff}, len(whole)-len(whole)/2)...))
 		patch = client.MergeFrom(corrupted.DeepCopy())
@@ -195,26 +203,36 @@ func TestEtcdBackup(t *testing.T) {
 		if err := k8sClient.Patch(context.Background(), corrupted, patch); err != nil {
 			t.Fatal(err)
 		}
-		if v := lastVerified(corrupted); v.Result != etcdv1alpha1.SnapshotFailed {
-			t.Fatalf("lastVerified %+v of a snapshot corrupted in the bucket, want Failed", *v)
+		if v := lastVerified(corrupted); v.Result != etcdv1alpha1.SnapshotFailed || v.URI != newer {
+			t.Fatalf("lastVerified %+v, want snapshot %s, corrupted in the bucket, Failed", *v, newer)
 		}
 		if cond := meta.FindStatusCondition(corrupted.Status.Conditions, etcdv1alpha1.ConditionVerified); cond == nil || cond.Status != metav1.ConditionFalse {
 			t.Errorf("Verified condition %+v, want False", cond)
 		}
-		rs := &etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "from-corrupted", Namespace: f.ns}, Spec: etcdv1alpha1.EtcdRestoreSpec{
-			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: corrupted.Name}},
-			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: "from-corrupted", Cluster: &etcdv1alpha1.EtcdClusterSpec{
-				Size: 1, Version: etcdVersion, Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("512Mi"))}}},
-		}}
-		if err := k8sClient.Create(context.Background(), rs); err != nil {
-			t.Fatal(err)
+		restoreOf := func(name, uri string) *etcdv1alpha1.EtcdRestore {
+			rs := &etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}, Spec: etcdv1alpha1.EtcdRestoreSpec{
+				Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: corrupted.Name, URI: uri}},
+				Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: name, Cluster: &etcdv1alpha1.EtcdClusterSpec{
+					Size: 1, Version: etcdVersion, Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("512Mi"))}}},
+			}}
+			if err := k8sClient.Create(context.Background(), rs); err != nil {
+				t.Fatal(err)
+			}
+			waitRestorePhase(t, rs, restoreTimeout)
+			return rs
 		}
-		waitRestorePhase(t, rs, restoreTimeout)
-		if rs.Status.Phase != etcdv1alpha1.RestoreFailed {
-			t.Fatalf("a restore of the backup whose only snapshot failed verification: %+v", rs.Status)
+		// Named, the failed snapshot is refused with nothing made.
+		if rs := restoreOf("from-corrupted", newer); rs.Status.Phase != etcdv1alpha1.RestoreFailed {
+			t.Fatalf("a restore naming the snapshot that failed verification: %+v", rs.Status)
+		} else {
+			t.Logf("refused: %+v", meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
 		}
-		t.Logf("refused: %+v", meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
 		expectNoCluster(t, f.ns, "from-corrupted")
+		// Not named, the newest snapshot that did not fail is restored: the older one.
+		if rs := restoreOf("skips-corrupted", ""); rs.Status.Phase != etcdv1alpha1.RestoreCompleted || rs.Status.SnapshotURI != older.URI || rs.Status.RestoredRevision != older.Revision {
+			t.Fatalf("a restore of the backup without a snapshot named: %+v; want %s (revision %d), the newest that did not fail verification, restored",
+				rs.Status, older.URI, older.Revision)
+		}
 	})
 
 	t.Run("to a PVC, verified", func(t *testing.T) {
