@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,9 +39,31 @@ import (
 
 func waitFor(t testing.TB, what string, done wait.ConditionWithContextFunc) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Second, readyTimeout, true, done); err != nil {
+	if err := pollTolerant(t, what, time.Second, readyTimeout, done); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// pollTolerant asks done every interval until it says so, fails, or timeout passes. An error
+// the API server may not give on the next try is not a failure but a look that found nothing:
+// with several tests' clusters on two cores, the API server has answered a Get past its
+// deadline (CI, 2026-11-26), which ended a wait of minutes at the first look that met it.
+func pollTolerant(t testing.TB, what string, interval, timeout time.Duration, done wait.ConditionWithContextFunc) error {
+	t.Helper()
+	return wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, err := done(ctx)
+		if err != nil && ctx.Err() == nil && apiServerBusy(err) {
+			t.Logf("%s: %v; looking again", what, err)
+			return false, nil
+		}
+		return ok, err
+	})
+}
+
+// apiServerBusy: the API server did not answer in time, or asked to be asked later.
+func apiServerBusy(err error) bool {
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // holdsFor checks, every second for d, that nothing it must not see has happened: broken says

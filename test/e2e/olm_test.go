@@ -607,7 +607,7 @@ func newObject(gvk schema.GroupVersionKind, namespace, name string) *unstructure
 
 func waitForLong(t *testing.T, what string, done wait.ConditionWithContextFunc) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, olmTimeout, true, done); err != nil {
+	if err := pollTolerant(t, what, 2*time.Second, olmTimeout, done); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }

@@ -636,7 +636,7 @@ func annotate(t *testing.T, obj client.Object, key, value string) {
 
 func waitForWithin(t *testing.T, what string, timeout time.Duration, done wait.ConditionWithContextFunc) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 2*time.Second, timeout, true, done); err != nil {
+	if err := pollTolerant(t, what, 2*time.Second, timeout, done); err != nil {
 		t.Fatalf("%s within %v: %v", what, timeout, err)
 	}
 }
