@@ -122,6 +122,12 @@ func TestSecondInPlaceRestoreOfAClusterIsRefused(t *testing.T) {
 	if holder := held.Annotations[resources.AnnotationRestorePending]; holder != "first" {
 		t.Fatalf("the cluster is held by %q, want the first restore", holder)
 	}
+	// The refused restore cleans up what it staged, which is nothing: the first's staged claim
+	// stays.
+	staged := &corev1.PersistentVolumeClaim{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(stagedClaim(c, resources.SeedMemberName(c.Name, string(first.UID)))), staged); err != nil || !staged.DeletionTimestamp.IsZero() {
+		t.Fatalf("the first restore's staged claim: %v, deleting %v; want it kept", err, staged.DeletionTimestamp)
+	}
 }
 
 // A restore deleted before its cut-over takes back its hold on the cluster and its staged claim:

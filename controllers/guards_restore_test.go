@@ -18,9 +18,11 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
-// The claim of an in-place restore's seed member, once given to the cluster, holds the
-// restored member's data: cleaning up after the finished restore, or after it is deleted, takes
-// down its Job and its hold on the cluster, never that claim.
+// The claim of an in-place restore's member, once given to the cluster, holds the restored
+// member's data: cleaning up after the finished restore, or after it is deleted, takes down its
+// Jobs and its hold on the cluster, never that claim. The clean-up finds the claims it staged by
+// the restore's label, which giving a claim takes off; a given claim that still carries it (one
+// a person labelled, or a label put back) must be spared all the same.
 func TestRestoreCleanUpKeepsTheClaimGivenToTheRestoredMember(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -38,6 +40,7 @@ func TestRestoreCleanUpKeepsTheClaimGivenToTheRestoredMember(t *testing.T) {
 			seed := resources.SeedMemberName("c", string(rs.UID))
 			c := formedCluster(map[string]string{resources.AnnotationRestorePending: rs.Name, resources.AnnotationRestoreSeed: seed})
 			given := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
+			given.Labels[resources.LabelRestore] = rs.Name
 			r, k8s := restoreReconciler(t, rs, c, given)
 
 			for range 2 {
