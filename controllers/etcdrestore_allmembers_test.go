@@ -42,6 +42,18 @@ func restoreJobsOfTest(t *testing.T, k8s client.Client, rs *etcdv1alpha1.EtcdRes
 	return jobs
 }
 
+// expectRestoresMember checks that job's etcdutl restores member as one of the cluster
+// initialCluster names: every member's restore names them all.
+func expectRestoresMember(t *testing.T, job *batchv1.Job, member, initialCluster string) {
+	t.Helper()
+	if got := argOf(job, "--name"); got != member {
+		t.Errorf("Job %s restores member %q, want %s", job.Name, got, member)
+	}
+	if got := argOf(job, "--initial-cluster"); got != initialCluster {
+		t.Errorf("Job %s restores the membership %s, want every member's: %s", job.Name, got, initialCluster)
+	}
+}
+
 func argOf(job *batchv1.Job, flag string) string {
 	for _, c := range job.Spec.Template.Spec.InitContainers {
 		if c.Name != resources.RestoreEtcdutlContainer {
@@ -76,12 +88,7 @@ func TestARestoreIntoANewClusterPreparesEveryMemberAtOnce(t *testing.T) {
 	wantInitial := resources.InitialCluster(target, members)
 	jobs := restoreJobsOfTest(t, k8s, rs, 3)
 	for i, job := range jobs {
-		if got := argOf(job, "--name"); got != members[i] {
-			t.Errorf("Job %s restores member %q, want %s", job.Name, got, members[i])
-		}
-		if got := argOf(job, "--initial-cluster"); got != wantInitial {
-			t.Errorf("Job %s restores the membership %s, want every member's: %s", job.Name, got, wantInitial)
-		}
+		expectRestoresMember(t, job, members[i], wantInitial)
 		if got := argOf(job, "--bump-revision"); got != "5000000" {
 			t.Errorf("Job %s bumps by %q, want 5000000 like every other", job.Name, got)
 		}
@@ -252,12 +259,7 @@ func TestAnInPlaceRestorePreparesEveryMemberAtOnce(t *testing.T) {
 	}
 	jobs := restoreJobsOfTest(t, k8s, rs, 3)
 	for i, job := range jobs {
-		if got := argOf(job, "--name"); got != members[i] {
-			t.Errorf("Job %s restores member %q, want %s", job.Name, got, members[i])
-		}
-		if got := argOf(job, "--initial-cluster"); got != wantInitial {
-			t.Errorf("Job %s restores the membership %s, want every restored member's: %s", job.Name, got, wantInitial)
-		}
+		expectRestoresMember(t, job, members[i], wantInitial)
 		pvc := staged(members[i])
 		if pvc.Labels[resources.LabelCluster] != "" || pvc.Labels[resources.LabelRestore] != rs.Name {
 			t.Errorf("claim %s is labelled %v before the cut-over, want the restore's and not the cluster's", pvc.Name, pvc.Labels)
