@@ -466,7 +466,7 @@ func (r *EtcdClusterReconciler) createMember(ctx context.Context, c *etcdv1alpha
 		}
 		// gofail: var memberClaimCreated struct{}
 	}
-	if err := r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultImages, r.PodEnv)); err != nil {
+	if err := r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultImages)); err != nil {
 		return err
 	}
 	// gofail: var memberPodCreated struct{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -185,5 +186,43 @@ func unlabelVoter(t *testing.T, k8s client.Client, member string) {
 	delete(pod.Labels, resources.LabelVoter)
 	if err := k8s.Update(t.Context(), pod); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Behind a proxy, OLM gives the operator HTTP_PROXY, HTTPS_PROXY and NO_PROXY, and the operator
+// gives them to its Jobs, which reach object storage. Never to the members: etcd's peer transport
+// takes the proxy from its environment, and with a NO_PROXY that does not list the members' peer
+// names (no ".svc") every member sent its peers' traffic to the proxy and none became ready
+// (seen on the local cluster, 2026-11-27). Members need nothing outside the cluster.
+func TestMemberPodsNeverTakeTheOperatorsProxy(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), etcdv1alpha1.AddToScheme(scheme)); err != nil {
+		t.Fatal(err)
+	}
+	k8s := fake.NewClientBuilder().WithScheme(scheme).Build()
+	r := &EtcdClusterReconciler{Client: k8s, DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"},
+		PodEnv: []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy:3128"}, {Name: "HTTP_PROXY", Value: "http://proxy:3128"}, {Name: "NO_PROXY", Value: "10.96.0.0/12"}}}
+	cluster := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid"},
+		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 3, Version: "3.6.16"},
+	}
+	if _, err := r.act(t.Context(), cluster, &observation{}, membership.Step{Action: membership.Bootstrap, Size: 3}); err != nil {
+		t.Fatal(err)
+	}
+	pods := &corev1.PodList{}
+	if err := k8s.List(t.Context(), pods); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 3 {
+		t.Fatalf("%d member pods made, want 3: the test proves nothing", len(pods.Items))
+	}
+	for _, pod := range pods.Items {
+		for _, c := range append(pod.Spec.InitContainers, pod.Spec.Containers...) {
+			for _, env := range c.Env {
+				if strings.HasSuffix(strings.ToUpper(env.Name), "_PROXY") {
+					t.Errorf("member pod %s's container %s has %s=%s: etcd would send its peers' traffic to the proxy", pod.Name, c.Name, env.Name, env.Value)
+				}
+			}
+		}
 	}
 }

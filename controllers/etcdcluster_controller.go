@@ -54,7 +54,7 @@ type EtcdClusterReconciler struct {
 	stuckCauses stuckCauses
 	// DefaultImages are the etcd images of clusters whose spec.repository is empty.
 	DefaultImages resources.EtcdImages
-	// PodEnv is added to every etcd container (OLM's proxy settings).
+	// PodEnv is added to the agent Jobs it starts (OLM's proxy settings), never to members.
 	PodEnv []corev1.EnvVar
 	// AgentImage is the operator's own image, which copies a member's data before a quorum
 	// recovery rewrites it.

@@ -57,7 +57,7 @@ func TestEtcdImageOfEachVersion(t *testing.T) {
 func TestMemberPodRecordsTheVersionOfAPinnedImage(t *testing.T) {
 	c := testCluster()
 	pinned := EtcdImagesOf("registry/etcd"+digestA, "3.6.16")
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, pinned, nil)
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, pinned)
 	if img := pod.Spec.Containers[0].Image; img != "registry/etcd"+digestA {
 		t.Errorf("image %q, want the pinned one", img)
 	}

@@ -176,7 +176,7 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 		t.Errorf("volumes %+v mounted %+v: want the two claims only", pod.Volumes, ctr.VolumeMounts)
 	}
 	// The agent reads agent.MemberDataDir: the data directory etcd runs with, on that claim.
-	etcdPod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil).Spec
+	etcdPod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}).Spec
 	etcdMount := etcdPod.Containers[0].VolumeMounts[0]
 	if etcdPod.Volumes[0].PersistentVolumeClaim.ClaimName != PVCName("prod-abcde") || etcdMount.MountPath != jobspec.MemberDataMount ||
 		!slices.Contains(etcdPod.Containers[0].Args, "--data-dir="+jobspec.MemberDataDir) {
@@ -286,8 +286,8 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 		"peer Service":   labels.SelectorFromSet(PeerService(c).Spec.Selector),
 		"budget":         pdb,
 	}
-	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16", Voter: true}, EtcdImages{Repository: "etcd"}, nil)
-	learner := MemberPod(c, MemberSpec{Name: "prod-fghjk", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil)
+	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16", Voter: true}, EtcdImages{Repository: "etcd"})
+	learner := MemberPod(c, MemberSpec{Name: "prod-fghjk", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
 	for what, sel := range selectors {
 		if !sel.Matches(labels.Set(member.Labels)) {
 			t.Errorf("the %s does not select member pod labels %v", what, member.Labels)
@@ -333,7 +333,7 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 	}
 	member := MemberSpec{Name: "prod-abcde", Version: "3.6.16"}
 	made := map[string]map[string]string{
-		"member pod":          MemberPod(c, member, EtcdImages{Repository: "etcd"}, nil).Labels,
+		"member pod":          MemberPod(c, member, EtcdImages{Repository: "etcd"}).Labels,
 		"member claim":        MemberPVC(c, member).Labels,
 		"peer Service":        PeerService(c).Labels,
 		"client Service":      ClientService(c).Labels,

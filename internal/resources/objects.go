@@ -101,8 +101,10 @@ type MemberSpec struct {
 	Voter bool
 }
 
-// MemberPod is the pod of one member.
-func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, extraEnv []corev1.EnvVar) *corev1.Pod {
+// MemberPod is the pod of one member. It carries none of the proxy variables the operator's
+// Jobs get: etcd's peer transport takes a proxy from its environment, and members need nothing
+// outside the cluster.
+func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) *corev1.Pod {
 	tmpl := c.Spec.PodTemplate
 	labels := maps.Clone(tmpl.Metadata.Labels)
 	if labels == nil {
@@ -150,7 +152,7 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, ext
 			TopologySpreadConstraints:     memberTopologySpread(c),
 			PriorityClassName:             tmpl.PriorityClassName,
 			ImagePullSecrets:              tmpl.ImagePullSecrets,
-			Containers:                    []corev1.Container{etcdContainer(c, m, images, extraEnv)},
+			Containers:                    []corev1.Container{etcdContainer(c, m, images)},
 			Volumes:                       []corev1.Volume{dataVolumeSource(c, m.Name)},
 		},
 	}
@@ -162,7 +164,7 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, ext
 	return pod
 }
 
-func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, extraEnv []corev1.EnvVar) corev1.Container {
+func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) corev1.Container {
 	probe := func(path string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
@@ -179,7 +181,6 @@ func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/usr/local/bin/etcd"},
 		Args:            etcdArgs(c, m),
-		Env:             extraEnv,
 		Ports: []corev1.ContainerPort{
 			{Name: "client", ContainerPort: ClientPort, Protocol: corev1.ProtocolTCP},
 			{Name: "peer", ContainerPort: PeerPort, Protocol: corev1.ProtocolTCP},

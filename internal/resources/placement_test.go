@@ -33,7 +33,7 @@ func platformTerm(t *testing.T, what string, a *corev1.Affinity) corev1.NodeSele
 // Pending when zones or nodes are fewer than members.
 func TestMembersSpreadOverZonesAndNodesByDefault(t *testing.T) {
 	c := testCluster()
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil)
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
 	platformTerm(t, "member", pod.Spec.Affinity)
 
 	anti := pod.Spec.Affinity.PodAntiAffinity
@@ -62,7 +62,7 @@ func TestTheUsersPlacementWins(t *testing.T) {
 	c.Spec.PodTemplate.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: "rack", WhenUnsatisfiable: corev1.DoNotSchedule,
 	}}
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil)
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
 	platformTerm(t, "member with the user's anti-affinity", pod.Spec.Affinity)
 	if pod.Spec.Affinity.PodAntiAffinity != required {
 		t.Errorf("pod anti-affinity %+v, want the user's %+v", pod.Spec.Affinity.PodAntiAffinity, required)
@@ -78,7 +78,7 @@ func TestTheUsersPlacementWins(t *testing.T) {
 		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/arch", Operator: corev1.NodeSelectorOpIn, Values: []string{"s390x"}}},
 	}}}}
 	c.Spec.PodTemplate.Affinity = &corev1.Affinity{NodeAffinity: s390x}
-	pod = MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, nil)
+	pod = MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
 	if pod.Spec.Affinity.NodeAffinity != s390x || pod.Spec.Affinity.PodAntiAffinity == nil {
 		t.Errorf("affinity %+v, want the user's node affinity and the default anti-affinity", pod.Spec.Affinity)
 	}

@@ -98,7 +98,7 @@ func TestPodsRequireTheNodesTheImagesAreBuiltFor(t *testing.T) {
 	}
 
 	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "db"}}
-	member := resources.MemberPod(c, resources.MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, resources.EtcdImages{Repository: "etcd"}, nil)
+	member := resources.MemberPod(c, resources.MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, resources.EtcdImages{Repository: "etcd"})
 	check("a member pod", member.Spec.Affinity)
 	backup := &etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "db"},
 		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "prod", Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}}
