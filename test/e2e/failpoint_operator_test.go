@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,7 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -37,8 +35,6 @@ const (
 	leaseName = "etcd-operator.etcd.database.dev"
 	// walkHolder is who holds the Lease while the walk arms a restarted operator.
 	walkHolder = "failpoint-walk"
-	// managerContainer is the operator's container in its Deployment.
-	managerContainer = "manager"
 	// restartTimeout bounds one restart: old pod gone, new one running and armed.
 	restartTimeout = 2 * time.Minute
 )
@@ -116,32 +112,10 @@ func startFailpointOperator(t *testing.T) *failpointOperator {
 	}
 	// GOFAIL_FAILPOINTS is read when the process starts: crashOnPanic makes a failpoint's panic
 	// in a reconcile end the process instead of being recovered.
-	setEnv := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"env":[`+
-		`{"name":"GOFAIL_HTTP","value":":%d"},{"name":"GOFAIL_FAILPOINTS","value":"crashOnPanic=return"}]}]}}}}`, managerContainer, gofailPort)
-	if err := k8sClient.Patch(ctx, deployment, client.RawPatch(types.StrategicMergePatchType, []byte(setEnv))); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		unset := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"env":[`+
-			`{"name":"GOFAIL_HTTP","$patch":"delete"},{"name":"GOFAIL_FAILPOINTS","$patch":"delete"}]}]}}}}`, managerContainer)
-		if err := k8sClient.Patch(context.Background(), deployment, client.RawPatch(types.StrategicMergePatchType, []byte(unset))); err != nil {
-			t.Errorf("take the gofail environment off the operator Deployment: %v", err)
-		}
-	})
-	waitForLong(t, "the operator Deployment rolled out with the gofail environment", func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, key, deployment); err != nil {
-			return false, err
-		}
-		if !rolledOut(deployment) {
-			return false, nil
-		}
-		pods, err := o.pods(ctx)
-		if err != nil || len(pods) != 1 || !podReady(&pods[0]) || !hasEnv(&pods[0], "GOFAIL_HTTP") {
-			return false, err
-		}
-		o.pod, o.restarts = &pods[0], restartCount(&pods[0])
-		return true, nil
-	})
+	o.pod = setOperatorEnv(t,
+		corev1.EnvVar{Name: "GOFAIL_HTTP", Value: fmt.Sprintf(":%d", gofailPort)},
+		corev1.EnvVar{Name: "GOFAIL_FAILPOINTS", Value: "crashOnPanic=return"})
+	o.restarts = restartCount(o.pod)
 	if o.restarts > 0 {
 		t.Logf("the operator pod %s had restarted %d time(s) before the walk: %+v", o.pod.Name, o.restarts, o.pod.Status.ContainerStatuses)
 	}
@@ -153,17 +127,9 @@ func startFailpointOperator(t *testing.T) *failpointOperator {
 	return o
 }
 
-func hasEnv(pod *corev1.Pod, name string) bool {
-	return slices.ContainsFunc(pod.Spec.Containers[0].Env, func(e corev1.EnvVar) bool { return e.Name == name })
-}
-
 // pods are the operator's pods that are not being deleted.
 func (o *failpointOperator) pods(ctx context.Context) ([]corev1.Pod, error) {
-	list := &corev1.PodList{}
-	if err := k8sClient.List(ctx, list, client.InNamespace(operatorNamespace), client.MatchingLabelsSelector{Selector: o.selector}); err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }), nil
+	return operatorPods(ctx, o.selector)
 }
 
 // arm starts an operation: its failpoints are armed on the running operator, and re-armed

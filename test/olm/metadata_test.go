@@ -29,9 +29,11 @@ import (
 var openShiftFeatures = map[string]string{
 	// Pinned by digest only in a release's bundle (make bundle USE_IMAGE_DIGESTS=1).
 	"disconnected": "",
-	// The operator hands OLM's proxy variables to its pods (operator-lib's proxy package), but no
-	// test has run it, its backups or its etcd clients behind a proxy.
-	"proxy-aware": "false",
+	// The operator hands OLM's proxy variables to its pods (operator-lib's proxy package); on a
+	// cluster, a backup reaches object storage known only to a proxy through it, and the operator's
+	// and the agent's etcd traffic never takes it (test/e2e's
+	// TestABackupReachesObjectStorageOnlyThroughTheProxy).
+	"proxy-aware": "true",
 	// Not built with FIPS-validated cryptography, nor tested in a FIPS cluster.
 	"fips-compliant": "false",
 	// The operator and etcd keep their own TLS settings; OpenShift's TLS security profile is not read.
