@@ -43,28 +43,16 @@ const (
 // keeps that traffic off the proxy, and the proxy's record of what it was asked for can show
 // otherwise.
 //
-// The cluster is made before the operator has the proxy: its members would get the variables
-// too, and etcd's own peer transport honours them, so a NO_PROXY without the .svc names would
-// send their traffic to this proxy, which does not reach them (seen here with three members:
-// none became ready). docs/concepts.md tells users to keep .svc in NO_PROXY, as OpenShift does.
+// The cluster is made after the operator has the proxy, with three members: the members never
+// get the variables (etcd's peer transport honours them, and with this NO_PROXY their peer
+// traffic went to this proxy, which does not reach them: none became ready, before the operator
+// stopped giving them), and the proxy's record shows no member's peer name either.
 //
 // Not parallel: it restarts the operator, in the suite's sequential phase.
 func TestABackupReachesObjectStorageOnlyThroughTheProxy(t *testing.T) {
 	ns := testNamespace(t, "e2e-proxy-")
-	cluster := &etcdv1alpha1.EtcdCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "proxied", Namespace: ns},
-		Spec: etcdv1alpha1.EtcdClusterSpec{
-			Size: 1, Version: etcdVersion,
-			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("512Mi"))},
-		},
-	}
-	create(t, cluster)
 	s3 := startS3Server(t, ns)
 	s3.createBucket(t, backupBucket)
-	waitAvailable(t, cluster, 1)
-	const keys = 20
-	putDataset(t, clientServiceEndpoint(t, cluster), "proxied/", keys, 64)
-
 	nodeIP := nodeInternalIP(t)
 	s3Target, err := url.Parse(s3.HostEndpoint)
 	if err != nil {
@@ -77,6 +65,25 @@ func TestABackupReachesObjectStorageOnlyThroughTheProxy(t *testing.T) {
 		corev1.EnvVar{Name: "HTTPS_PROXY", Value: proxy.URL},
 		corev1.EnvVar{Name: "NO_PROXY", Value: strings.Join([]string{clusterServiceCIDR, clusterPodCIDR, nodeIP, "localhost", "127.0.0.1"}, ",")})
 	t.Logf("the operator restarted with the proxy %s in %v", proxy.URL, time.Since(start).Round(time.Second))
+
+	cluster := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "proxied", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size: 3, Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("512Mi"))},
+		},
+	}
+	create(t, cluster)
+	waitAvailable(t, cluster, 3)
+	for _, pod := range memberPods(t, cluster) {
+		for _, env := range pod.Spec.Containers[0].Env {
+			if strings.HasSuffix(env.Name, "_PROXY") {
+				t.Errorf("member pod %s has %s=%s: etcd would send its peers' traffic to the proxy", pod.Name, env.Name, env.Value)
+			}
+		}
+	}
+	const keys = 20
+	putDataset(t, clientServiceEndpoint(t, cluster), "proxied/", keys, 64)
 
 	_, port, err := net.SplitHostPort(s3Target.Host)
 	if err != nil {
