@@ -195,11 +195,7 @@ func unlabelVoter(t *testing.T, k8s client.Client, member string) {
 // names (no ".svc") every member sent its peers' traffic to the proxy and none became ready
 // (seen on the local cluster, 2026-11-27). Members need nothing outside the cluster.
 func TestMemberPodsNeverTakeTheOperatorsProxy(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), etcdv1alpha1.AddToScheme(scheme)); err != nil {
-		t.Fatal(err)
-	}
-	k8s := fake.NewClientBuilder().WithScheme(scheme).Build()
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).Build()
 	r := &EtcdClusterReconciler{Client: k8s, DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"},
 		PodEnv: []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy:3128"}, {Name: "HTTP_PROXY", Value: "http://proxy:3128"}, {Name: "NO_PROXY", Value: "10.96.0.0/12"}}}
 	cluster := &etcdv1alpha1.EtcdCluster{
