@@ -2,9 +2,18 @@
 
 # Version of the operator and of its OLM bundle.
 VERSION ?= 0.2.0
-# Registry the local cluster pulls from; users override it with their own.
-REGISTRY ?= 127.0.0.1:5000
+# Where a release's images live: the project's public registry and organisation. Every image the
+# bundle, the catalog and config/ name is under it (the operator, etcd, the bundle, the catalog).
+# Nothing here pushes to it: make release writes the images as OCI layouts ready to push, and the
+# local cluster pulls these names from its own registry, which mirrors REGISTRY_HOST as a
+# disconnected cluster's mirror does (hack/cluster/up.sh). Another registry: make ... REGISTRY=...
+REGISTRY ?= ghcr.io/etcd-database
+REGISTRY_HOST = $(firstword $(subst /, ,$(REGISTRY)))
 IMG ?= $(REGISTRY)/etcd-operator:v$(VERSION)
+# The registry config/manager names the etcd image in (RELATED_IMAGE_ETCD); deploy and bundle
+# rename it to REGISTRY's, as they name the operator's IMG, in a copy of config/.
+CONFIG_REGISTRY := ghcr.io/etcd-database
+config_set_images = $(KUSTOMIZE) edit set image controller=$(IMG) $(CONFIG_REGISTRY)/etcd=$(REGISTRY)/etcd
 
 # The OCI labels (org.opencontainers.image.*) every image built here carries; imagebuilder and
 # dockerfile-image refuse an image without them. The source is this repository, which holds every
@@ -158,7 +167,7 @@ uninstall: manifests $(KUSTOMIZE) $(KUBECTL) ## Remove the CRDs (and with them e
 .PHONY: deploy
 deploy: manifests $(KUSTOMIZE) $(KUBECTL) ## Deploy the operator with kustomize, image $(IMG).
 	rm -rf $(LOCALBIN)/deploy && mkdir -p $(LOCALBIN)/deploy && cp -r config $(LOCALBIN)/deploy/
-	cd $(LOCALBIN)/deploy/config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	cd $(LOCALBIN)/deploy/config/manager && $(config_set_images)
 	# Forced: where OLM installed the CRDs before, its field manager owns them; these are the same CRDs.
 	$(KUSTOMIZE) build $(LOCALBIN)/deploy/config/default | $(KUBECTL) apply --server-side --force-conflicts -f -
 
@@ -235,5 +244,6 @@ envtest-min-assets: $(K8S_MIN_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)
 -include hack/multiarch.mk
 -include hack/olm.mk
 -include hack/olm-runtime.mk
+-include hack/release.mk
 -include hack/failpoints.mk
 -include hack/mutation.mk

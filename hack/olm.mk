@@ -56,7 +56,7 @@ OLM_SKIP_RANGE = >=$(firstword $(subst @, ,$(firstword $(OLM_RELEASES)))) <$(VER
 # A pinned etcd image is taken for the default etcd version's (main.go), so config/manager's
 # RELATED_IMAGE_ETCD must be tagged with that version (test/olm checks it).
 USE_IMAGE_DIGESTS ?=
-OLM_PINNED_IMAGES = $(IMG) $(filter-out controller:%,$(shell sed -n '/name: RELATED_IMAGE_/{n;s/^ *value: //p}' config/manager/manager.yaml))
+OLM_PINNED_IMAGES = $(IMG) $(subst $(CONFIG_REGISTRY)/,$(REGISTRY)/,$(filter-out controller:%,$(shell sed -n '/name: RELATED_IMAGE_/{n;s/^ *value: //p}' config/manager/manager.yaml)))
 # Sets each image's digest in the work copy's config/manager, where kustomizeconfig.yaml carries
 # it to the RELATED_IMAGE_* values as well.
 olm_pin_images = for image in $(OLM_PINNED_IMAGES); do \
@@ -64,14 +64,14 @@ olm_pin_images = for image in $(OLM_PINNED_IMAGES); do \
 		repository=$${image%:*}; \
 		digest=$$($(OLM_IMAGEBUILDER) digest -tag "$$image" "$(OLM_IMAGES)/$$(basename "$$image" | tr : _).tar") || \
 			{ echo "no digest for $$image: build its tarball into $(OLM_IMAGES) first (make cluster-operator-image IMG=..., make $(OLM_IMAGES)/etcd_vX.Y.Z.tar)" >&2; exit 1; }; \
-		if [ "$$image" = "$(IMG)" ]; then name=controller; else name=$$repository; fi; \
+		if [ "$$image" = "$(IMG)" ]; then name=controller; else name=$(CONFIG_REGISTRY)/$${repository\#$(REGISTRY)/}; fi; \
 		(cd "$$work/config/manager" && $(KUSTOMIZE) edit set image "$$name=$$repository@$$digest") || exit 1; \
 	done
 .PHONY: bundle
 bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) $(if $(USE_IMAGE_DIGESTS),$(OLM_IMAGEBUILDER)) ## Regenerate bundle/ and bundle.Dockerfile for VERSION from config/ and api/, and validate them (USE_IMAGE_DIGESTS=1: images pinned by digest).
 	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
 	cp -r config "$$work/" && \
-	(cd "$$work/config/manager" && $(KUSTOMIZE) edit set image controller=$(IMG)) && \
+	(cd "$$work/config/manager" && $(config_set_images)) && \
 	$(if $(USE_IMAGE_DIGESTS),$(olm_pin_images) &&) \
 	$(OPERATOR_SDK) generate kustomize manifests -q --package $(PACKAGE) \
 		--input-dir config/manifests --output-dir "$$work/config/manifests" && \
@@ -104,7 +104,7 @@ bundle-push: ## Push BUNDLE_IMG: with Docker if a daemon answers, else bundle-bu
 	if docker info >/dev/null 2>&1; then \
 		docker push $(BUNDLE_IMG); \
 	else \
-		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) push -registry $(REGISTRY) $(call olm_tar,$(BUNDLE_IMG)); \
+		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) $(CLUSTER_PUSH) $(call olm_tar,$(BUNDLE_IMG)); \
 	fi
 
 # The catalog is rendered from CATALOG_TEMPLATE, opm's semver template: a release is one line,
@@ -140,13 +140,19 @@ catalog-add: ## Add a new version to the catalog in one step, once CATALOG_TEMPL
 # its bundle image, whose CSV names its operator image; release-images rebuilds both from that
 # commit's tree, so that a fresh clone can serve the whole upgrade graph (a shallow clone fetches
 # the commit from origin first). Cutting a release appends the commit it was cut from (docs/olm.md).
+#
+# Releases cut before images had public names (0.1.0) named them in the local registry, and were
+# never published; release-images renames their bundle's images to REGISTRY's, and their catalog
+# blobs name them so, as the first public catalog serves them.
+OLM_PRE_PUBLIC_REGISTRY := 127.0.0.1:5000
 OLM_RELEASES := \
 	0.1.0@d940ae97f626c03e355b2c90a3c94912c8b90741
 # The tarballs of the releases' operator images, named after the version only, as olm_tar names them.
 OLM_RELEASE_TARS = $(foreach r,$(OLM_RELEASES),$(call olm_tar,etcd-operator:v$(firstword $(subst @, ,$(r)))))
 
 # Each release's operator image is tagged as its CSV's containerImage and its bundle image as the
-# catalog's blob names it, so what is built is what OLM will pull. Built as `make build` builds,
+# catalog's blob names it, so what is built is what OLM will pull. RELEASE_PIN=1 (make release)
+# names the bundle's images by the digests of the tarballs in OLM_IMAGES (imagebuilder pin). Built as `make build` builds,
 # so that only the release's own packages are compiled, not its dependencies again.
 .PHONY: release-images
 release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of every earlier release (OLM_RELEASES) from the commit it was released from.
@@ -161,6 +167,7 @@ release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of e
 		git archive "$$commit" | tar -x -C "$$src"; \
 		csv="$$src/bundle/manifests/$(PACKAGE).clusterserviceversion.yaml"; \
 		grep -qx "  version: $$version" "$$csv" || { echo "commit $$commit has no bundle of version $$version" >&2; exit 1; }; \
+		sed -i 's|$(OLM_PRE_PUBLIC_REGISTRY)/|$(REGISTRY)/|g' "$$src"/bundle/manifests/*.yaml; \
 		img=$$(sed -n 's/^    containerImage: //p' "$$csv"); \
 		bundle_img=$$(sed -n 's/^image: //p' $(CATALOG_DIR)/bundles/$(PACKAGE).v$$version.yaml); \
 		[ -n "$$img" ] && [ -n "$$bundle_img" ] || { echo "release $$version: no containerImage in its CSV or no image in its catalog blob" >&2; exit 1; }; \
@@ -169,6 +176,7 @@ release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of e
 		$(OLM_IMAGEBUILDER) build -tag "$$img" -o $(OLM_IMAGES)/etcd-operator_v$$version.tar \
 			-add "$$src/bin/manager:/manager" -entrypoint /manager -user 65532:65532 \
 			$(call image_labels,etcd-operator,$(OPERATOR_IMAGE_DESCRIPTION),$$version,,$$commit); \
+		$(if $(RELEASE_PIN),$(OLM_IMAGEBUILDER) pin -images $(OLM_IMAGES) -registry $(REGISTRY) "$$src"/bundle/manifests/*.yaml || exit 1;) \
 		$(MAKE) --no-print-directory bundle-build BUNDLE_DIR="$$src" BUNDLE_IMG="$$bundle_img" VERSION=$$version IMAGE_REVISION=$$commit; \
 	done
 
@@ -178,7 +186,7 @@ release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of e
 release-push: $(OLM_IMAGEBUILDER) ## Push release-images' operator and bundle images.
 	for release in $(OLM_RELEASES); do \
 		version=$${release%@*}; \
-		$(OLM_IMAGEBUILDER) push -registry $(REGISTRY) $(OLM_IMAGES)/etcd-operator_v$$version.tar; \
+		$(OLM_IMAGEBUILDER) $(CLUSTER_PUSH) $(OLM_IMAGES)/etcd-operator_v$$version.tar; \
 		$(MAKE) --no-print-directory bundle-push \
 			BUNDLE_IMG="$$(sed -n 's/^image: //p' $(CATALOG_DIR)/bundles/$(PACKAGE).v$$version.yaml)"; \
 	done
@@ -211,7 +219,7 @@ catalog-push: ## Push CATALOG_IMG: with Docker if a daemon answers, else catalog
 	if docker info >/dev/null 2>&1; then \
 		docker push $(CATALOG_IMG); \
 	else \
-		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) push -registry $(REGISTRY) $(call olm_tar,$(CATALOG_IMG)); \
+		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) $(CLUSTER_PUSH) $(call olm_tar,$(CATALOG_IMG)); \
 	fi
 
 # operator-sdk stamps its version into the bundle's labels; unstamped it writes "unknown".

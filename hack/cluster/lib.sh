@@ -17,6 +17,10 @@ CLUSTER_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The same registry (same storage) over HTTPS, for tools that pull over HTTPS only (operator-sdk
 # run bundle). Its certificate is signed by the cluster's CA, $CLUSTER_PKI/ca.crt.
 : "${CLUSTER_REGISTRY_TLS:=127.0.0.1:5443}"
+# The public registry the local one mirrors: the release's images are named in it (the Makefile's
+# REGISTRY), and every node pulls those names from the local registry instead, as a disconnected
+# cluster pulls from its mirror. Nothing is ever pulled from the public registry itself.
+: "${CLUSTER_MIRRORED_REGISTRY:=ghcr.io}"
 : "${CLUSTER_NODE_NAME:=local-node}"
 # The second node, only up while a test needs it (second-node.sh): its name, runtime state and
 # the cgroup root of its pods.

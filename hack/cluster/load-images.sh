@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Loads image tarballs made by imagebuilder into the running cluster: imported into containerd's
 # k8s.io namespace, so pods start from them without any pull, and pushed to the local registry,
-# for whatever pulls by reference (OLM's bundle and catalog images, imagePullPolicy: Always).
+# for whatever pulls by reference (OLM's bundle and catalog images, imagePullPolicy: Always); an
+# image named in the mirrored registry (the release's public names) goes there under its repository.
 #
 #   load-images.sh IMAGE.tar...
 #
@@ -24,7 +25,7 @@ load() {
 	current=$(stat -c '%s %Y' "$tar")
 	[[ -f $stamp && $(<"$stamp") == "$current" ]] && return
 	ctr images import "$tar" >/dev/null
-	"$CLUSTER_IMAGEBUILDER" push -registry "$CLUSTER_REGISTRY" "$tar" >/dev/null
+	"$CLUSTER_IMAGEBUILDER" push -registry "$CLUSTER_REGISTRY" -mirror-of "$CLUSTER_MIRRORED_REGISTRY" "$tar" >/dev/null
 	echo "$current" >"$stamp"
 	log "loaded $(basename "$tar")"
 }

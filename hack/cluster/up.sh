@@ -305,6 +305,20 @@ server = "http://$CLUSTER_REGISTRY"
   capabilities = ["pull", "resolve"]
 EOF
 
+	# The release's public names (ghcr.io/etcd-database/...) come from the local registry, which
+	# holds them under the same repositories: the mirror a disconnected cluster is given (containerd
+	# registry hosts, or OpenShift's ImageDigestMirrorSet). The server is the mirror too, so that a
+	# name the mirror lacks fails here instead of reaching for the public registry.
+	if [[ $CLUSTER_MIRRORED_REGISTRY != "$CLUSTER_REGISTRY" ]]; then
+		mkdir -p "$CONF/certs.d/$CLUSTER_MIRRORED_REGISTRY"
+		put "$CONF/certs.d/$CLUSTER_MIRRORED_REGISTRY/hosts.toml" <<EOF
+server = "http://$CLUSTER_REGISTRY"
+
+[host."http://$CLUSTER_REGISTRY"]
+  capabilities = ["pull", "resolve"]
+EOF
+	fi
+
 	mkdir -p "$CONF/certs.d/$CLUSTER_REGISTRY_TLS" "$CONF/certs.d/registry.access.redhat.com"
 	put "$CONF/certs.d/$CLUSTER_REGISTRY_TLS/hosts.toml" <<EOF
 server = "https://$CLUSTER_REGISTRY_TLS"

@@ -45,7 +45,8 @@ import (
 // same cluster (`make bench-e2e`). They report seconds and the ratio as custom metrics;
 // docs/performance.md records the figures.
 
-const benchImage = "127.0.0.1:5000/etcd:v" + etcdVersion
+// The operator's own etcd image (its RELATED_IMAGE_ETCD), so that both sides run the same etcd.
+var benchImage = envOr("E2E_ETCD_REPOSITORY", "ghcr.io/etcd-database/etcd") + ":v" + etcdVersion
 
 // BenchmarkTimeToAvailable: from the create call until the first linearizable read through a
 // client Service succeeds, for an EtcdCluster of 3 (its own client Service) and for a

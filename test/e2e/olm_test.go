@@ -44,6 +44,9 @@ var (
 	olmChannel          = envOr("E2E_OLM_CHANNEL", "stable")
 	// The CSV installed first and upgraded from; empty means the channel's oldest version.
 	olmStartingCSV = os.Getenv("E2E_OLM_STARTING_CSV")
+	// A release's images.txt (make test-release): the catalog is that release's, and every image
+	// the operator and its members run must be one of it, named by its digest.
+	olmReleaseImages = os.Getenv("E2E_OLM_RELEASE_IMAGES")
 )
 
 // Bundle unpacking (a Job pulling the bundle image) and the operator's rollout come on top of
@@ -209,6 +212,14 @@ func TestOLMInstallsAndUpgradesWithManualApproval(t *testing.T) {
 	}
 	writes.verify(t)
 	checkLinearizable(t, clients)
+	if olmReleaseImages != "" {
+		// The operator's pod and the members', in the namespace the release was installed to.
+		pods := &corev1.PodList{}
+		if err := k8sClient.List(context.Background(), pods, client.InNamespace(namespace)); err != nil {
+			t.Fatal(err)
+		}
+		expectReleaseImagesRun(t, pods.Items)
+	}
 	// It runs its cluster (the scale-out above), and may do nothing outside its namespace.
 	expectRightsOnlyInItsNamespace(t, newCSV)
 
@@ -540,8 +551,13 @@ func waitForOperatorRunning(t *testing.T, csv *unstructured.Unstructured) string
 	}
 	image, _ := containers[0].(map[string]any)["image"].(string)
 	version, _, _ := unstructured.NestedString(csv.Object, "spec", "version")
-	if !strings.HasSuffix(image, ":v"+version) {
-		t.Errorf("CSV %s (version %s) runs image %s", csv.GetName(), version, image)
+	tag := image
+	if olmReleaseImages != "" {
+		tag = releaseImageTags(t)[image]
+	}
+	if !strings.HasSuffix(tag, "/etcd-operator:v"+version) {
+		t.Errorf("CSV %s (version %s) runs image %s, not etcd-operator:v%s%s", csv.GetName(), version, image, version,
+			map[bool]string{true: " by the digest the release lists for it"}[olmReleaseImages != ""])
 	}
 
 	deployment := &appsv1.Deployment{}
@@ -554,6 +570,47 @@ func waitForOperatorRunning(t *testing.T, csv *unstructured.Unstructured) string
 		return len(c) == 1 && c[0].Image == image && rolledOut(deployment), nil
 	})
 	return image
+}
+
+// releaseImageTags reads a release's images.txt (a tag and a digest per line) as the tag of each
+// image by digest: <repository>@<digest> -> <repository>:<tag>.
+func releaseImageTags(t *testing.T) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile(olmReleaseImages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		fields := strings.Fields(line)
+		if len(fields) != 2 || !strings.Contains(fields[0], ":") {
+			t.Fatalf("%s: %q is not a tag and a digest", olmReleaseImages, line)
+		}
+		tags[fields[0][:strings.LastIndex(fields[0], ":")]+"@"+fields[1]] = fields[0]
+	}
+	return tags
+}
+
+// expectReleaseImagesRun: every container of the pods runs an image of the release by its digest,
+// and the node pulled exactly that image (from the mirror: the release's images were not
+// imported into the node, and its tags name other images there).
+func expectReleaseImagesRun(t *testing.T, pods []corev1.Pod) {
+	t.Helper()
+	tags := releaseImageTags(t)
+	for _, pod := range pods {
+		for _, status := range pod.Status.ContainerStatuses {
+			tag, ok := tags[status.Image]
+			digest := status.Image[strings.LastIndex(status.Image, "@")+1:]
+			switch {
+			case !ok:
+				t.Errorf("pod %s runs %s, not an image of the release by its digest", pod.Name, status.Image)
+			case !strings.HasSuffix(status.ImageID, digest):
+				t.Errorf("pod %s runs %s (%s) from image %s, not the release's", pod.Name, status.Image, tag, status.ImageID)
+			default:
+				t.Logf("pod %s runs %s (%s)", pod.Name, status.Image, tag)
+			}
+		}
+	}
 }
 
 // csvDeployment is the name and the install spec of the one Deployment the CSV installs.

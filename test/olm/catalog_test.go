@@ -217,6 +217,16 @@ func TestCatalogReleasesAreBuiltFromTheirCommits(t *testing.T) {
 	}
 }
 
+// makeVariable reads a one-line variable's value from a makefile: definition is "NAME :=" or "NAME ?=".
+func makeVariable(t *testing.T, makefile, definition string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(definition) + ` (\S+)$`).FindSubmatch(readFile(t, repoPath(makefile)))
+	if m == nil {
+		t.Fatalf("%s does not define %s", makefile, definition)
+	}
+	return string(m[1])
+}
+
 // olmReleases reads OLM_RELEASES, VERSION@COMMIT per release, from hack/olm.mk.
 func olmReleases(t *testing.T) map[string]string {
 	t.Helper()
@@ -267,6 +277,9 @@ func bundleAtCommit(t *testing.T, commit string) *manifests.Bundle {
 	if err != nil {
 		t.Fatalf("git archive %s: %v: %s(a shallow clone lacks it: git fetch --unshallow)", commit, err, stderr.String())
 	}
+	// Renamed as release-images renames them: a release cut before images had public names
+	// named them in the local registry.
+	prePublic, public := makeVariable(t, "hack/olm.mk", "OLM_PRE_PUBLIC_REGISTRY :="), makeVariable(t, "Makefile", "REGISTRY ?=")
 	dir := t.TempDir()
 	files := tar.NewReader(bytes.NewReader(archive))
 	for {
@@ -284,6 +297,7 @@ func bundleAtCommit(t *testing.T, commit string) *manifests.Bundle {
 		if err != nil {
 			t.Fatal(err)
 		}
+		data = bytes.ReplaceAll(data, []byte(prePublic+"/"), []byte(public+"/"))
 		path := filepath.Join(dir, filepath.FromSlash(header.Name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)

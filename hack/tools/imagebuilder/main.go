@@ -5,8 +5,10 @@
 //	imagebuilder build -tag REF -o FILE.tar [-platform OS/ARCH]... [-add SRC:DST[:MODE]]...
 //	    [-link DST:TARGET]... [-entrypoint ARG]... [-cmd ARG]... [-user UID:GID] [-env K=V]...
 //	    [-label K=V]... [-workdir DIR]
-//	imagebuilder push -registry HOST:PORT FILE.tar...
+//	imagebuilder push -registry HOST:PORT [-mirror-of REGISTRY] FILE.tar...
 //	imagebuilder digest -tag REF FILE.tar
+//	imagebuilder pin -images DIR -registry REGISTRY FILE...
+//	imagebuilder tag FILE.tar
 //
 // Without -platform, build writes a `docker load`-style tarball of one image for linux and this
 // machine's architecture. With -platform, repeated for each platform, it writes an OCI image
@@ -16,9 +18,13 @@
 // for is refused. `ctr images import` reads both kinds (from an index, only the machine's own
 // platform's content is imported). push sends either kind over plain HTTP to the registry named
 // in its tag, which must be the one given: a tag naming any other registry is refused, so nothing
-// is ever sent off the machine by mistake. digest prints the digest push makes an image (or an
+// is ever sent off the machine by mistake. With -mirror-of, an image tagged in that registry (a
+// public one, ghcr.io) is pushed to -registry under the same repository and tag, unchanged, as a
+// mirror of it serves it: a containerd hosts.toml or an ImageDigestMirrorSet then pulls the public
+// name from the mirror, by tag or by digest. digest prints the digest push makes an image (or an
 // index) known by, for references pinned by digest (make bundle USE_IMAGE_DIGESTS=1), if the
-// tarball is tagged REF. An image without the OCI labels title, description,
+// tarball is tagged REF. pin rewrites files (a bundle, a catalog) to name the images of a
+// directory of tarballs by digest (pin.go). An image without the OCI labels title, description,
 // version, revision, source and licenses (org.opencontainers.image.*) is refused. Every image
 // gets a base layer with /etc/passwd and /etc/group (root and nonroot 65532, as in distroless)
 // and a world-writable /tmp. Timestamps are fixed, so the same inputs give the same image digest.
@@ -94,6 +100,10 @@ func main() {
 		err = push(os.Args[2:])
 	case "digest":
 		err = digest(os.Args[2:])
+	case "pin":
+		err = pin(os.Args[2:])
+	case "tag":
+		err = printTag(os.Args[2:])
 	default:
 		usage()
 	}
@@ -104,7 +114,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: imagebuilder build -tag REF -o FILE.tar [flags] | imagebuilder push -registry HOST:PORT FILE.tar... | imagebuilder digest -tag REF FILE.tar")
+	fmt.Fprintln(os.Stderr, "usage: imagebuilder build -tag REF -o FILE.tar [flags] | imagebuilder push -registry HOST:PORT [-mirror-of REGISTRY] FILE.tar... | imagebuilder digest -tag REF FILE.tar | imagebuilder pin -images DIR -registry REGISTRY FILE... | imagebuilder tag FILE.tar")
 	os.Exit(2)
 }
 
@@ -447,6 +457,7 @@ func layer(entries []entry, mediaType types.MediaType) (v1.Layer, error) {
 func push(args []string) error {
 	fs := flag.NewFlagSet("push", flag.ExitOnError)
 	registry := fs.String("registry", "", "the only registry pushed to, e.g. 127.0.0.1:5000")
+	mirrorOf := fs.String("mirror-of", "", "a registry -registry mirrors: images tagged in it are pushed to -registry, same repository and tag")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -460,9 +471,9 @@ func push(args []string) error {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 		if isLayout {
-			err = pushLayout(f, *registry)
+			err = pushLayout(f, *registry, *mirrorOf)
 		} else {
-			err = pushDockerTarball(f, *registry)
+			err = pushDockerTarball(f, *registry, *mirrorOf)
 		}
 		if err != nil {
 			return err
@@ -471,20 +482,29 @@ func push(args []string) error {
 	return nil
 }
 
-// checkRegistry parses an image's tag, refusing one of another registry than the one pushed to.
-func checkRegistry(file, tag, registry string) (name.Tag, error) {
+// pushTarget is where an image's tag is pushed: the tag itself when it names the registry pushed
+// to; the same repository and tag in that registry when it names the registry mirrored; refused
+// otherwise, so that nothing goes to a registry not named on the command line.
+func pushTarget(file, tag, registry, mirrorOf string) (name.Tag, error) {
 	// The local registry speaks plain HTTP: it listens on loopback only.
 	ref, err := name.NewTag(tag, name.Insecure)
 	if err != nil {
 		return name.Tag{}, fmt.Errorf("%s: %w", file, err)
 	}
-	if ref.RegistryStr() != registry {
-		return name.Tag{}, fmt.Errorf("%s: tag %s is not in registry %s; not pushing", file, ref, registry)
+	switch ref.RegistryStr() {
+	case registry:
+		return ref, nil
+	case mirrorOf:
+		mirrored, err := name.NewTag(registry+"/"+ref.RepositoryStr()+":"+ref.TagStr(), name.Insecure)
+		if err != nil {
+			return name.Tag{}, fmt.Errorf("%s: %w", file, err)
+		}
+		return mirrored, nil
 	}
-	return ref, nil
+	return name.Tag{}, fmt.Errorf("%s: tag %s is not in registry %s; not pushing", file, ref, registry)
 }
 
-func pushDockerTarball(f, registry string) error {
+func pushDockerTarball(f, registry, mirrorOf string) error {
 	manifest, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(f) })
 	if err != nil {
 		return fmt.Errorf("%s: %w", f, err)
@@ -492,7 +512,7 @@ func pushDockerTarball(f, registry string) error {
 	if len(manifest) != 1 || len(manifest[0].RepoTags) != 1 {
 		return fmt.Errorf("%s: want exactly one tagged image", f)
 	}
-	ref, err := checkRegistry(f, manifest[0].RepoTags[0], registry)
+	ref, err := pushTarget(f, manifest[0].RepoTags[0], registry, mirrorOf)
 	if err != nil {
 		return err
 	}
@@ -508,7 +528,7 @@ func pushDockerTarball(f, registry string) error {
 }
 
 // pushLayout pushes the image index an OCI layout tarball names, as build writes it.
-func pushLayout(f, registry string) error {
+func pushLayout(f, registry, mirrorOf string) error {
 	dir, err := os.MkdirTemp("", "imagebuilder-push-")
 	if err != nil {
 		return err
@@ -529,7 +549,7 @@ func pushLayout(f, registry string) error {
 		return fmt.Errorf("%s: want exactly one image index, named by %s", f, annotationContainerdName)
 	}
 	desc := manifest.Manifests[0]
-	ref, err := checkRegistry(f, desc.Annotations[annotationContainerdName], registry)
+	ref, err := pushTarget(f, desc.Annotations[annotationContainerdName], registry, mirrorOf)
 	if err != nil {
 		return err
 	}

@@ -168,6 +168,50 @@ func TestPushRefusesOtherRegistries(t *testing.T) {
 	}
 }
 
+// With -mirror-of, an image tagged in a public registry lands in the mirror under the same
+// repository and tag, and the mirror serves it under the digest the public name is pinned by; a
+// tag of any third registry is still refused.
+func TestPushToAMirrorKeepsTheRepositoryAndTheDigest(t *testing.T) {
+	server := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(server.Close)
+	mirror := strings.TrimPrefix(server.URL, "http://")
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	public := "ghcr.io/someone/tool:v1"
+	out := filepath.Join(dir, "tool_v1.tar")
+	if err := build(append([]string{"-tag", public, "-o", out, "-add", bin + ":/tool"}, ociLabelArgs()...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := push([]string{"-registry", mirror, out}); err == nil {
+		t.Fatal("pushed an image of another registry without -mirror-of")
+	}
+	if err := push([]string{"-registry", mirror, "-mirror-of", "quay.io", out}); err == nil {
+		t.Fatal("pushed an image of a registry that is not the one mirrored")
+	}
+	if err := push([]string{"-registry", mirror, "-mirror-of", "ghcr.io", out}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := imageDigest(out, public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(mirror+"/someone/tool:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := remote.Head(ref)
+	if err != nil {
+		t.Fatalf("the mirror does not serve %s: %v", ref, err)
+	}
+	if pushed.Digest.String() != want {
+		t.Fatalf("the mirror serves %s as %s; the public name is pinned by %s", ref, pushed.Digest, want)
+	}
+}
+
 // digest names the image push sends: pushed to a registry, the tarball's image is served under
 // that digest, so a reference pinned by it (<repository>@<digest>) pulls exactly that image. It
 // refuses a tarball tagged other than the reference given, whose digest would be another image's.
