@@ -44,6 +44,11 @@ const watchNamespacesEnv = "WATCH_NAMESPACES"
 // its own version (etcdImages).
 const relatedImageEtcdEnv = "RELATED_IMAGE_ETCD"
 
+// relatedImageEtcdVersionPrefix names the image of one more etcd version the operator ships
+// (RELATED_IMAGE_ETCD_V3_7_3: 3.7.3's), also in the CSV's relatedImages: a disconnected cluster's
+// mirror then holds every version a cluster may be upgraded to, and a release pins each by digest.
+const relatedImageEtcdVersionPrefix = "RELATED_IMAGE_ETCD_V"
+
 // relatedImageOperatorEnv is the operator's own image, which its agent Jobs run.
 const relatedImageOperatorEnv = "RELATED_IMAGE_OPERATOR"
 
@@ -160,7 +165,7 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 		return nil, err
 	}
 	if err := controllers.SetupWithManager(mgr, controllers.Options{
-		DefaultEtcdImages:    etcdImages(os.Getenv(relatedImageEtcdEnv)),
+		DefaultEtcdImages:    etcdImages(os.Getenv(relatedImageEtcdEnv), os.Environ()),
 		AgentImage:           os.Getenv(relatedImageOperatorEnv),
 		PodEnv:               proxy.ReadProxyVarsFromEnv(),
 		UpgradeableCondition: upgradeable,
@@ -199,9 +204,19 @@ func controllerConfig() config.Controller {
 // etcdImages are the images of clusters that set no spec.repository, from RELATED_IMAGE_ETCD:
 // <its repository>:v<version> by tag, but for the version of an image pinned by digest, which is
 // run as it is. That version is the default one (the image the bundle pins is the default
-// version's), unless a v<version> tag stands before the digest.
-func etcdImages(relatedImage string) resources.EtcdImages {
-	return resources.EtcdImagesOf(cmp.Or(relatedImage, defaultEtcdRepository), etcdv1alpha1.DefaultEtcdVersion)
+// version's), unless a v<version> tag stands before the digest; and but for each version a
+// RELATED_IMAGE_ETCD_V<major>_<minor>_<patch> of environ names, whose image is that one, as given.
+func etcdImages(relatedImage string, environ []string) resources.EtcdImages {
+	images := resources.EtcdImagesOf(cmp.Or(relatedImage, defaultEtcdRepository), etcdv1alpha1.DefaultEtcdVersion)
+	for _, kv := range environ {
+		name, ref, _ := strings.Cut(kv, "=")
+		v, ok := strings.CutPrefix(name, relatedImageEtcdVersionPrefix)
+		if !ok || ref == "" {
+			continue
+		}
+		images = images.WithVersion(strings.ReplaceAll(v, "_", "."), ref)
+	}
+	return images
 }
 
 func splitNamespaces(list string) []string {

@@ -49,12 +49,34 @@ func TestEtcdImagesComeFromTheRelatedImage(t *testing.T) {
 		{"quay.io/coreos/etcd" + digest, "quay.io/coreos/etcd" + digest, "quay.io/coreos/etcd:v" + other},
 		{"127.0.0.1:5000/etcd" + digest, "127.0.0.1:5000/etcd" + digest, "127.0.0.1:5000/etcd:v" + other},
 	} {
-		images := etcdImages(tc.relatedImage)
+		images := etcdImages(tc.relatedImage, nil)
 		if got := images.Image(etcdv1alpha1.DefaultEtcdVersion); got != tc.defaultVersion {
 			t.Errorf("RELATED_IMAGE_ETCD=%q: the default version's image is %q, want %q", tc.relatedImage, got, tc.defaultVersion)
 		}
 		if got := images.Image(other); got != tc.otherVersion {
 			t.Errorf("RELATED_IMAGE_ETCD=%q: %s's image is %q, want %q", tc.relatedImage, other, got, tc.otherVersion)
+		}
+	}
+}
+
+// RELATED_IMAGE_ETCD_V<version> gives one more version its own image, as given, pinned by digest
+// or not; other variables, and versions given none, are left to RELATED_IMAGE_ETCD.
+func TestEtcdImagesOfMoreVersionsComeFromTheirRelatedImages(t *testing.T) {
+	digest := "@sha256:" + strings.Repeat("0123456789abcdef", 4)
+	images := etcdImages("ghcr.io/org/etcd"+digest, []string{
+		"RELATED_IMAGE_ETCD_V3_7_3=ghcr.io/org/etcd" + digest[:len(digest)-1] + "0",
+		"RELATED_IMAGE_ETCD=ignored:v1",
+		"RELATED_IMAGE_OPERATOR=ghcr.io/org/etcd-operator:v1",
+		"RELATED_IMAGE_ETCD_V3_6_15=",
+		"PATH=/bin",
+	})
+	for version, want := range map[string]string{
+		etcdv1alpha1.DefaultEtcdVersion: "ghcr.io/org/etcd" + digest,
+		"3.7.3":                         "ghcr.io/org/etcd" + digest[:len(digest)-1] + "0",
+		"3.6.15":                        "ghcr.io/org/etcd:v3.6.15",
+	} {
+		if got := images.Image(version); got != want {
+			t.Errorf("%s's image is %q, want %q", version, got, want)
 		}
 	}
 }

@@ -47,32 +47,21 @@ OLM_SKIP_RANGE = >=$(firstword $(subst @, ,$(firstword $(OLM_RELEASES)))) <$(VER
 # RBAC on events.k8s.io events uses an API removed in 1.25: a false positive, fixed in api v0.45.0
 # (operator-framework/api#378), whose validators test/olm runs and requires clean.
 #
-# USE_IMAGE_DIGESTS=1 makes a release's bundle, for OperatorHub: the operator image (IMG) and every
-# RELATED_IMAGE_* of config/manager are pinned by digest (<repository>@sha256:...) wherever the CSV
-# names them, and the CSV claims disconnected installs. operator-sdk's knob of that name asks a
-# registry for the digests; here they are read from the images' tarballs in OLM_IMAGES
-# (imagebuilder digest), named as hack/cluster.mk names them (make cluster-operator-image IMG=...,
-# bin/images/etcd_v3.6.16.tar), and are the digests `imagebuilder push` gives the pushed images.
-# A pinned etcd image is taken for the default etcd version's (main.go), so config/manager's
-# RELATED_IMAGE_ETCD must be tagged with that version (test/olm checks it).
+# USE_IMAGE_DIGESTS=1 makes a release's bundle (make release): every image the bundle names in
+# REGISTRY (the operator, IMG, and every RELATED_IMAGE_* of config/manager, etcd's of each version)
+# is pinned by digest (<repository>@sha256:...) wherever the CSV names it, and the CSV claims
+# disconnected installs. operator-sdk's knob of that name asks a registry for the digests; here
+# imagebuilder pin reads them from the images' tarballs in OLM_IMAGES, which must hold one for
+# each (make release builds them), and they are the digests `imagebuilder push` gives the pushed
+# images. A bundle left naming one by tag is refused. An etcd image pinned by digest is taken for
+# the default etcd version's (main.go), so config/manager's RELATED_IMAGE_ETCD must be tagged
+# with that version, and each RELATED_IMAGE_ETCD_V<version> with its own (test/olm checks them).
 USE_IMAGE_DIGESTS ?=
-OLM_PINNED_IMAGES = $(IMG) $(subst $(CONFIG_REGISTRY)/,$(REGISTRY)/,$(filter-out controller:%,$(shell sed -n '/name: RELATED_IMAGE_/{n;s/^ *value: //p}' config/manager/manager.yaml)))
-# Sets each image's digest in the work copy's config/manager, where kustomizeconfig.yaml carries
-# it to the RELATED_IMAGE_* values as well.
-olm_pin_images = for image in $(OLM_PINNED_IMAGES); do \
-		tagless=$${image\#\#*/}; [ "$${tagless\#*:}" != "$$tagless" ] || { echo "$$image has no tag to find its tarball by" >&2; exit 1; }; \
-		repository=$${image%:*}; \
-		digest=$$($(OLM_IMAGEBUILDER) digest -tag "$$image" "$(OLM_IMAGES)/$$(basename "$$image" | tr : _).tar") || \
-			{ echo "no digest for $$image: build its tarball into $(OLM_IMAGES) first (make cluster-operator-image IMG=..., make $(OLM_IMAGES)/etcd_vX.Y.Z.tar)" >&2; exit 1; }; \
-		if [ "$$image" = "$(IMG)" ]; then name=controller; else name=$(CONFIG_REGISTRY)/$${repository\#$(REGISTRY)/}; fi; \
-		(cd "$$work/config/manager" && $(KUSTOMIZE) edit set image "$$name=$$repository@$$digest") || exit 1; \
-	done
 .PHONY: bundle
 bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) $(if $(USE_IMAGE_DIGESTS),$(OLM_IMAGEBUILDER)) ## Regenerate bundle/ and bundle.Dockerfile for VERSION from config/ and api/, and validate them (USE_IMAGE_DIGESTS=1: images pinned by digest).
 	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
 	cp -r config "$$work/" && \
 	(cd "$$work/config/manager" && $(config_set_images)) && \
-	$(if $(USE_IMAGE_DIGESTS),$(olm_pin_images) &&) \
 	$(OPERATOR_SDK) generate kustomize manifests -q --package $(PACKAGE) \
 		--input-dir config/manifests --output-dir "$$work/config/manifests" && \
 	go run ./hack/csv-descriptors -csv "$$work/config/manifests/bases/$(PACKAGE).clusterserviceversion.yaml" && \
@@ -83,6 +72,7 @@ bundle: manifests $(KUSTOMIZE) $(OPERATOR_SDK) $(if $(USE_IMAGE_DIGESTS),$(OLM_I
 	rm -rf bundle bundle.Dockerfile && \
 	$(KUSTOMIZE) build "$$work/config/manifests" | $(OPERATOR_SDK) generate bundle -q \
 		--package $(PACKAGE) --version $(VERSION) --channels $(CHANNELS) --default-channel $(DEFAULT_CHANNEL)
+	$(if $(USE_IMAGE_DIGESTS),$(OLM_IMAGEBUILDER) pin -images $(OLM_IMAGES) -registry $(REGISTRY) bundle/manifests/*.yaml)
 	printf '\n  # The OpenShift versions the bundle is for: from the one whose Kubernetes is minKubeVersion on.\n  com.redhat.openshift.versions: %s\n' $(OPENSHIFT_VERSIONS) >> bundle/metadata/annotations.yaml
 	printf '\n# The OpenShift versions the bundle is for: from the one whose Kubernetes is minKubeVersion on.\nLABEL com.redhat.openshift.versions=%s\n' $(OPENSHIFT_VERSIONS) >> bundle.Dockerfile
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
@@ -100,7 +90,7 @@ bundle-build: ## Build the bundle image BUNDLE_IMG from bundle/: with Docker if 
 	fi
 
 .PHONY: bundle-push
-bundle-push: ## Push BUNDLE_IMG: with Docker if a daemon answers, else bundle-build's tarball (the registry may be plain HTTP).
+bundle-push: ## Push BUNDLE_IMG: with Docker if a daemon answers, to its registry; else bundle-build's tarball, to the local cluster's registry, the mirror of REGISTRY.
 	if docker info >/dev/null 2>&1; then \
 		docker push $(BUNDLE_IMG); \
 	else \
@@ -183,7 +173,7 @@ release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of e
 # The operator images are tarballs whatever the engine (imagebuilder made them); the bundle
 # images are pushed as bundle-push does.
 .PHONY: release-push
-release-push: $(OLM_IMAGEBUILDER) ## Push release-images' operator and bundle images.
+release-push: $(OLM_IMAGEBUILDER) ## Push release-images' operator and bundle images to the local cluster's registry, the mirror of REGISTRY.
 	for release in $(OLM_RELEASES); do \
 		version=$${release%@*}; \
 		$(OLM_IMAGEBUILDER) $(CLUSTER_PUSH) $(OLM_IMAGES)/etcd-operator_v$$version.tar; \
@@ -215,7 +205,7 @@ catalog-build: catalog.Dockerfile ## Build the catalog image CATALOG_IMG: with D
 	fi
 
 .PHONY: catalog-push
-catalog-push: ## Push CATALOG_IMG: with Docker if a daemon answers, else catalog-build's tarball.
+catalog-push: ## Push CATALOG_IMG: with Docker if a daemon answers, to its registry; else catalog-build's tarball, to the local cluster's registry, the mirror of REGISTRY.
 	if docker info >/dev/null 2>&1; then \
 		docker push $(CATALOG_IMG); \
 	else \

@@ -14,6 +14,8 @@
 RELEASE_DIR ?= $(LOCALBIN)/release/v$(VERSION)
 RELEASE_IMAGES = $(RELEASE_DIR)/images
 RELEASE_CATALOG_SOURCE ?= etcd-operator-release
+# What the copy of the tree is made with: this tree's tools and commit (the copy has no .git).
+RELEASE_WORK_VARS = OLM_IMAGES=$(RELEASE_IMAGES) LOCALBIN=$(LOCALBIN) IMAGE_REVISION=$(IMAGE_REVISION)
 
 .PHONY: release
 release: images-multiarch $(OLM_IMAGEBUILDER) $(OPM) ## Build release VERSION into RELEASE_DIR: its images, and a bundle and catalog naming each by digest (~10 min cold).
@@ -22,16 +24,15 @@ release: images-multiarch $(OLM_IMAGEBUILDER) $(OPM) ## Build release VERSION in
 	$(MAKE) --no-print-directory release-images OLM_IMAGES=$(RELEASE_IMAGES) RELEASE_PIN=1
 	work=$$(mktemp -d) && trap 'rm -rf "$$work"' EXIT && \
 	tar -c --exclude=./bin --exclude=./.git . | tar -x -C "$$work" && \
-	$(MAKE) -C "$$work" --no-print-directory bundle bundle-build USE_IMAGE_DIGESTS=1 OLM_IMAGES=$(RELEASE_IMAGES) LOCALBIN=$(LOCALBIN) && \
-	$(MAKE) -C "$$work" --no-print-directory catalog LOCALBIN=$(LOCALBIN) && \
+	$(MAKE) -C "$$work" --no-print-directory bundle bundle-build USE_IMAGE_DIGESTS=1 $(RELEASE_WORK_VARS) && \
+	$(MAKE) -C "$$work" --no-print-directory catalog $(RELEASE_WORK_VARS) && \
 	$(OLM_IMAGEBUILDER) pin -images $(RELEASE_IMAGES) -registry $(REGISTRY) "$$work"/$(CATALOG_DIR)/bundles/*.yaml && \
 	$(OPM) validate "$$work/catalog" && \
-	$(MAKE) -C "$$work" --no-print-directory catalog-build OLM_IMAGES=$(RELEASE_IMAGES) LOCALBIN=$(LOCALBIN) && \
+	$(MAKE) -C "$$work" --no-print-directory catalog-build $(RELEASE_WORK_VARS) && \
 	cp -r "$$work/bundle" "$$work/bundle.Dockerfile" "$$work/catalog" "$$work/catalog.Dockerfile" $(RELEASE_DIR)/
 	for tar in $(RELEASE_IMAGES)/*.tar; do \
 		tag=$$($(OLM_IMAGEBUILDER) tag "$$tar") && echo "$$tag $$($(OLM_IMAGEBUILDER) digest -tag "$$tag" "$$tar")" || exit 1; \
 	done > $(RELEASE_DIR)/images.txt
-	$(OLM_IMAGEBUILDER) pin -images $(RELEASE_IMAGES) -registry $(REGISTRY) $(RELEASE_DIR)/bundle/manifests/*.yaml
 	@echo "release v$(VERSION) in $(RELEASE_DIR):" && cat $(RELEASE_DIR)/images.txt
 
 # The proof that the release installs where only a mirror is reachable: its images pushed to the
@@ -40,8 +41,12 @@ release: images-multiarch $(OLM_IMAGEBUILDER) $(OPM) ## Build release VERSION in
 # then the OLM e2e test through it (install the oldest release, upgrade to VERSION, every pod's
 # image a digest of images.txt).
 .PHONY: test-release
+#
+# The release's images take their tags in the local registry; the tree's catalog's CatalogSource
+# goes, as OLM would serve the package from either (make olm-catalog brings both back).
 test-release: release cluster-deploy olm-up ## Not in CI: make release, then install and upgrade it through OLM from the local mirror, every image by digest.
 	$(OLM_IMAGEBUILDER) $(CLUSTER_PUSH) $(RELEASE_IMAGES)/*.tar
+	$(OLM_RUNTIME_KUBECTL) -n olm delete catalogsource $(OLM_RUNTIME_CATALOG_SOURCE) --ignore-not-found
 	image=$(CATALOG_IMG) && digest=$$(awk -v image="$$image" '$$1 == image { print $$2 }' $(RELEASE_DIR)/images.txt) && \
 	[ -n "$$digest" ] || { echo "$(RELEASE_DIR)/images.txt has no $(CATALOG_IMG)" >&2; exit 1; } && \
 	sed -e "s|image: .*|image: $${image%:*}@$$digest|" -e 's|name: etcd-operator-catalog|name: $(RELEASE_CATALOG_SOURCE)|' \

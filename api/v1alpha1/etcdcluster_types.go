@@ -34,7 +34,8 @@ type EtcdClusterSpec struct {
 	Version string `json:"version,omitempty"`
 
 	// Repository overrides the etcd image repository; the image is <repository>:v<version>.
-	// Empty means the image the operator was installed with (its RELATED_IMAGE_ETCD setting).
+	// Empty means the images the operator was installed with (its RELATED_IMAGE_ETCD setting, and
+	// RELATED_IMAGE_ETCD_V<version> for each other version it ships).
 	// The image must contain the etcd, etcdctl and etcdutl binaries of that version.
 	//
 	// A repository pinned by digest (<repository>@sha256:<digest>, as mirrors for disconnected

@@ -1,6 +1,7 @@
 package resources
 
 import (
+	"maps"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,15 +11,27 @@ import (
 )
 
 // EtcdImages says which image runs each etcd version: <Repository>:v<version>, by tag, but for
-// PinnedVersion, whose image is Pinned, a reference pinned by digest, run as it is.
+// PinnedVersion, whose image is Pinned, a reference pinned by digest, run as it is, and for a
+// version of Versions, whose image is given (the operator's RELATED_IMAGE_ETCD_V<version>).
 //
 // A digest names one build of one version, so it cannot serve another: the other versions of a
-// pinned repository are its tags. Mirrors for disconnected clusters (an ImageDigestMirrorSet)
-// serve references pinned by digest, so the pinned image must reach the pod as it was given.
+// pinned repository are its tags, unless Versions names their own. Mirrors for disconnected
+// clusters (an ImageDigestMirrorSet) serve references pinned by digest, so a pinned image must
+// reach the pod as it was given.
 type EtcdImages struct {
 	Repository    string
 	Pinned        string
 	PinnedVersion string
+	Versions      map[string]string
+}
+
+// WithVersion is i with ref the image of version.
+func (i EtcdImages) WithVersion(version, ref string) EtcdImages {
+	versions := make(map[string]string, len(i.Versions)+1)
+	maps.Copy(versions, i.Versions)
+	versions[version] = ref
+	i.Versions = versions
+	return i
 }
 
 // EtcdImagesOf reads an image reference, <repository>[:<tag>][@sha256:<digest>]: a tag is
@@ -46,6 +59,9 @@ func EtcdImagesOf(ref, pinnedVersion string) EtcdImages {
 func (i EtcdImages) Image(version string) string {
 	if i.Pinned != "" && version == i.PinnedVersion {
 		return i.Pinned
+	}
+	if ref, ok := i.Versions[version]; ok {
+		return ref
 	}
 	return i.Repository + ":v" + version
 }

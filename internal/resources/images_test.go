@@ -52,6 +52,27 @@ func TestEtcdImageOfEachVersion(t *testing.T) {
 	}
 }
 
+// The operator may be given an image for other versions than the default's (a release pins each
+// etcd version it ships, RELATED_IMAGE_ETCD_V3_7_3 and the like): each runs its version as given,
+// pinned by digest or not; a version it was given none for is the repository's tag; and a
+// cluster's spec.repository overrides them all, as it overrides the default.
+func TestEtcdImagesGivenPerVersion(t *testing.T) {
+	images := EtcdImagesOf("registry/etcd"+digestA, "3.6.16").WithVersion("3.7.3", "registry/etcd"+digestB)
+	for version, want := range map[string]string{"3.6.16": "registry/etcd" + digestA, "3.7.3": "registry/etcd" + digestB, "3.7.4": "registry/etcd:v3.7.4"} {
+		if got := images.Image(version); got != want {
+			t.Errorf("image of %s = %q, want %q", version, got, want)
+		}
+	}
+	if more := images.WithVersion("3.7.4", "other/etcd:v3.7.4"); images.Image("3.7.4") != "registry/etcd:v3.7.4" || more.Image("3.7.4") != "other/etcd:v3.7.4" {
+		t.Error("WithVersion changed the images it was called on, or did not add the version")
+	}
+	c := testCluster()
+	c.Spec.Repository, c.Spec.Version = "mirror/etcd", "3.6.16"
+	if got := ClusterImages(c, images).Image("3.7.3"); got != "mirror/etcd:v3.7.3" {
+		t.Errorf("with spec.repository, image of 3.7.3 = %q, want the repository's", got)
+	}
+}
+
 // Member pods say which version they run: from an image pinned by digest the version cannot be
 // read, and a member whose version is unknown would be upgraded again and again.
 func TestMemberPodRecordsTheVersionOfAPinnedImage(t *testing.T) {

@@ -2,10 +2,12 @@ package olm
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,12 +36,13 @@ func TestReleaseBundlePinsEveryImageByDigest(t *testing.T) {
 	committed := loadBundle(t)
 	manager := managerDeployment(t, committed.CSV).Spec.Template.Spec.Containers[0]
 	etcdImage := envValue(manager.Env, "RELATED_IMAGE_ETCD")
+	etcdNextImage := envValue(manager.Env, "RELATED_IMAGE_ETCD_V"+strings.ReplaceAll(strings.TrimPrefix(etcdNextVersion(t), "v"), ".", "_"))
 
-	// Stand-ins for the images make cluster-operator-image and hack/cluster.mk build, named alike.
+	// Stand-ins for the images make release builds, named alike.
 	images := t.TempDir()
 	content := filepath.Join(t.TempDir(), "content")
 	pinned := map[string]string{}
-	for _, image := range []string{manager.Image, etcdImage} {
+	for _, image := range []string{manager.Image, etcdImage, etcdNextImage} {
 		if err := os.WriteFile(content, []byte(image), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +67,7 @@ func TestReleaseBundlePinsEveryImageByDigest(t *testing.T) {
 	}
 	csv := release.CSV
 
-	operator, etcd := pinned[manager.Image], pinned[etcdImage]
+	operator, etcd, etcdNext := pinned[manager.Image], pinned[etcdImage], pinned[etcdNextImage]
 	releaseManager := managerDeployment(t, csv).Spec.Template.Spec.Containers[0]
 	related := map[string]string{}
 	for _, ri := range csv.Spec.RelatedImages {
@@ -77,14 +80,15 @@ func TestReleaseBundlePinsEveryImageByDigest(t *testing.T) {
 		"relatedImages operator":     {related["operator"], operator},
 		"RELATED_IMAGE_ETCD":         {envValue(releaseManager.Env, "RELATED_IMAGE_ETCD"), etcd},
 		"relatedImages etcd":         {related["etcd"], etcd},
+		"the next etcd version's":    {envValue(releaseManager.Env, "RELATED_IMAGE_ETCD_V"+strings.ReplaceAll(strings.TrimPrefix(etcdNextVersion(t), "v"), ".", "_")), etcdNext},
 		"disconnected (the feature)": {csv.Annotations[featurePrefix+"disconnected"], "true"},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("%s: %q, want %q", what, got[0], got[1])
 		}
 	}
-	if len(related) != 2 {
-		t.Errorf("relatedImages %v, want the operator and etcd", related)
+	if len(related) != 3 || !slices.Contains(slices.Collect(maps.Values(related)), etcdNext) {
+		t.Errorf("relatedImages %v, want the operator and etcd's two versions, each by digest", related)
 	}
 	checkOpenShiftFeatures(t, csv)
 	checkOperatorHubValidation(t, release)
@@ -108,8 +112,10 @@ func TestReleaseBundlePinsEveryImageByDigest(t *testing.T) {
 
 // An etcd image pinned by digest is taken for the default version's (main.go), so the one the
 // bundle pins, RELATED_IMAGE_ETCD of config/manager, must be that version's, as must the
-// ETCD_VERSION whose image hack/cluster.mk builds.
-func TestRelatedEtcdImageIsTheDefaultVersion(t *testing.T) {
+// ETCD_VERSION whose image hack/cluster.mk builds. Every other version the release ships (its
+// images are built for ETCD_NEXT_VERSION) has its own, RELATED_IMAGE_ETCD_V<version>, tagged with
+// that version: a version's image is taken to be the one its name says.
+func TestRelatedEtcdImagesAreTheirVersions(t *testing.T) {
 	manager := managerDeployment(t, loadBundle(t).CSV).Spec.Template.Spec.Containers[0]
 	if image, want := envValue(manager.Env, "RELATED_IMAGE_ETCD"), ":v"+etcdv1alpha1.DefaultEtcdVersion; !strings.HasSuffix(image, want) {
 		t.Errorf("RELATED_IMAGE_ETCD is %s, want an image tagged %s (api/v1alpha1.DefaultEtcdVersion)", image, want)
@@ -118,6 +124,31 @@ func TestRelatedEtcdImageIsTheDefaultVersion(t *testing.T) {
 	if m == nil || string(m[1]) != "v"+etcdv1alpha1.DefaultEtcdVersion {
 		t.Errorf("Makefile's ETCD_VERSION is %q, want v%s", m, etcdv1alpha1.DefaultEtcdVersion)
 	}
+	var versions []string
+	for _, env := range manager.Env {
+		v, ok := strings.CutPrefix(env.Name, "RELATED_IMAGE_ETCD_V")
+		if !ok {
+			continue
+		}
+		version := "v" + strings.ReplaceAll(v, "_", ".")
+		versions = append(versions, version)
+		if !strings.HasSuffix(env.Value, ":"+version) {
+			t.Errorf("%s is %s, want an image tagged %s", env.Name, env.Value, version)
+		}
+	}
+	if want := []string{etcdNextVersion(t)}; !slices.Equal(versions, want) {
+		t.Errorf("RELATED_IMAGE_ETCD_V* name versions %v, want the Makefile's ETCD_NEXT_VERSION %v", versions, want)
+	}
+}
+
+// etcdNextVersion is the Makefile's ETCD_NEXT_VERSION (v3.7.3): the version upgrades go to.
+func etcdNextVersion(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^ETCD_NEXT_VERSION \?= (\S+)$`).FindSubmatch(readFile(t, repoPath("Makefile")))
+	if m == nil {
+		t.Fatal("the Makefile defines no ETCD_NEXT_VERSION ?=")
+	}
+	return string(m[1])
 }
 
 func run(t *testing.T, name string, args ...string) string {
