@@ -795,7 +795,7 @@ func BenchmarkRestoreToAvailable(b *testing.B) {
 	// The source has done its part; it would only take CPU from what is measured.
 	deleteClusterAndWait(b, source)
 
-	var op, bare time.Duration
+	var op, bare, bareThree time.Duration
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		rs := &etcdv1alpha1.EtcdRestore{
@@ -845,14 +845,31 @@ func BenchmarkRestoreToAvailable(b *testing.B) {
 		})
 		bare += time.Since(start)
 		logTimeline(b, "bare member", start, []corev1.Pod{*pod})
-		if err := k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
-			b.Fatal(err)
+		deletePodsAndWait(b, *pod)
+
+		// The floor of three members' work on this cluster: three bare members at once, each
+		// restored and started on its own claim as the one above (no peers, so less than a
+		// cluster of three does). What no way of restoring three members can go below here.
+		start = time.Now()
+		var three []corev1.Pod
+		for m := range 3 {
+			three = append(three, *bareRestore(b, ns, fmt.Sprintf("bare%d-%d", i, m), presigned.URL))
 		}
-		poll(b, "pod "+pod.Name+" gone", func(ctx context.Context) (bool, error) {
-			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), pod)), nil
+		pollFor(b, "three bare members Ready", restoreBenchTimeout, func(ctx context.Context) (bool, error) {
+			for m := range three {
+				if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(&three[m]), &three[m]); err != nil || !podReady(&three[m]) {
+					return false, err
+				}
+			}
+			return true, nil
 		})
+		bareThree += time.Since(start)
+		logTimeline(b, "three bare members", start, three)
+		deletePodsAndWait(b, three...)
 	}
 	report(b, "operator-s", op, "bare-member-s", bare)
+	b.ReportMetric(bareThree.Seconds()/float64(b.N), "three-bare-members-s")
+	b.ReportMetric(bareThree.Seconds()/bare.Seconds(), "three-bare-ratio")
 	b.ReportMetric(float64(snapshot.SizeBytes)/(1<<20), "snapshot-MiB")
 }
 
@@ -966,6 +983,20 @@ func bareRestore(b *testing.B, ns, name, snapshotURL string) *corev1.Pod {
 		b.Fatal(err)
 	}
 	return pod
+}
+
+// deletePodsAndWait deletes pods at once and waits until they are gone.
+func deletePodsAndWait(b *testing.B, pods ...corev1.Pod) {
+	for i := range pods {
+		if err := k8sClient.Delete(context.Background(), &pods[i], client.GracePeriodSeconds(0)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range pods {
+		poll(b, "pod "+pods[i].Name+" gone", func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(&pods[i]), &pods[i])), nil
+		})
+	}
 }
 
 // deleteClusterAndWait deletes a cluster and waits until its pods are gone.
