@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -70,9 +71,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "client: %v\n", err)
 		os.Exit(1)
 	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "clientset: %v\n", err)
+		os.Exit(1)
+	}
+	logs := startLogCollector(clientset)
 	code := m.Run()
 	// After every test: a secret logged by any of them is found here.
-	if checked, err := operatorLogsHoldNoSecret(cfg); err != nil {
+	if checked, err := operatorLogsHoldNoSecret(clientset, logs.stop()); err != nil {
 		fmt.Fprintf(os.Stderr, "--- FAIL: OperatorLogsHoldNoSecret: %v\n", err)
 		code = max(code, 1)
 	} else {
