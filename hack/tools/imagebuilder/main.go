@@ -529,26 +529,11 @@ func pushDockerTarball(f, registry, mirrorOf string) error {
 
 // pushLayout pushes the image index an OCI layout tarball names, as build writes it.
 func pushLayout(f, registry, mirrorOf string) error {
-	dir, err := os.MkdirTemp("", "imagebuilder-push-")
+	top, desc, cleanup, err := openLayout(f)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := untar(f, dir); err != nil {
-		return fmt.Errorf("%s: %w", f, err)
-	}
-	top, err := layout.ImageIndexFromPath(dir)
-	if err != nil {
-		return fmt.Errorf("%s: %w", f, err)
-	}
-	manifest, err := top.IndexManifest()
-	if err != nil {
-		return fmt.Errorf("%s: %w", f, err)
-	}
-	if len(manifest.Manifests) != 1 || !manifest.Manifests[0].MediaType.IsIndex() || manifest.Manifests[0].Annotations[annotationContainerdName] == "" {
-		return fmt.Errorf("%s: want exactly one image index, named by %s", f, annotationContainerdName)
-	}
-	desc := manifest.Manifests[0]
+	defer cleanup()
 	ref, err := pushTarget(f, desc.Annotations[annotationContainerdName], registry, mirrorOf)
 	if err != nil {
 		return err
@@ -685,24 +670,43 @@ func imageDigest(file, tag string) (string, error) {
 // indexDigest is the digest of the image index an OCI layout tarball (build -platform) names,
 // which must be tagged tag: what push sends, and what a reference pinned by digest names.
 func indexDigest(file, tag string) (string, error) {
-	dir, err := os.MkdirTemp("", "imagebuilder-digest-")
+	_, desc, cleanup, err := openLayout(file)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
+	defer cleanup()
+	if desc.Annotations[annotationContainerdName] != tag {
+		return "", fmt.Errorf("%s: want one image index tagged %s", file, tag)
+	}
+	return desc.Digest.String(), nil
+}
+
+// openLayout unpacks an OCI layout tarball as build writes it, whose index.json names exactly one
+// image index, tagged by annotationContainerdName: that layout, that index's descriptor, and what
+// removes the unpacked files once done.
+func openLayout(file string) (v1.ImageIndex, v1.Descriptor, func(), error) {
+	dir, err := os.MkdirTemp("", "imagebuilder-layout-")
+	if err != nil {
+		return nil, v1.Descriptor{}, nil, err
+	}
+	cleanup := func() { _ = os.RemoveAll(dir) }
+	fail := func(err error) (v1.ImageIndex, v1.Descriptor, func(), error) {
+		cleanup()
+		return nil, v1.Descriptor{}, nil, fmt.Errorf("%s: %w", file, err)
+	}
 	if err := untar(file, dir); err != nil {
-		return "", fmt.Errorf("%s: %w", file, err)
+		return fail(err)
 	}
 	top, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", file, err)
+		return fail(err)
 	}
 	manifest, err := top.IndexManifest()
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", file, err)
+		return fail(err)
 	}
-	if len(manifest.Manifests) != 1 || manifest.Manifests[0].Annotations[annotationContainerdName] != tag {
-		return "", fmt.Errorf("%s: want one image index tagged %s", file, tag)
+	if len(manifest.Manifests) != 1 || !manifest.Manifests[0].MediaType.IsIndex() || manifest.Manifests[0].Annotations[annotationContainerdName] == "" {
+		return fail(fmt.Errorf("want exactly one image index, named by %s", annotationContainerdName))
 	}
-	return manifest.Manifests[0].Digest.String(), nil
+	return top, manifest.Manifests[0], cleanup, nil
 }

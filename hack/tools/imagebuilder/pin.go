@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -121,24 +120,10 @@ func imageTag(file string) (string, error) {
 		}
 		return manifest[0].RepoTags[0], nil
 	}
-	dir, err := os.MkdirTemp("", "imagebuilder-tag-")
+	_, desc, cleanup, err := openLayout(file)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
-	if err := untar(file, dir); err != nil {
-		return "", fmt.Errorf("%s: %w", file, err)
-	}
-	top, err := layout.ImageIndexFromPath(dir)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", file, err)
-	}
-	manifest, err := top.IndexManifest()
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", file, err)
-	}
-	if len(manifest.Manifests) != 1 || manifest.Manifests[0].Annotations[annotationContainerdName] == "" {
-		return "", fmt.Errorf("%s: want exactly one image index, named by %s", file, annotationContainerdName)
-	}
-	return manifest.Manifests[0].Annotations[annotationContainerdName], nil
+	defer cleanup()
+	return desc.Annotations[annotationContainerdName], nil
 }
