@@ -3,10 +3,11 @@
 # hack/olm.mk, whose targets it runs in a copy of this tree, so that bundle/ and catalog/ stay the
 # committed, tag-named ones. docs/olm.md says how a release is published and mirrored.
 #
-# RELEASE_DIR/images/ holds, as imagebuilder writes them: the operator and etcd (every etcd version
-# the operator runs) as OCI image layouts of one image index each, one image per IMAGE_PLATFORMS;
+# RELEASE_DIR/images/ holds every image as an OCI image layout tarball: the operator and etcd
+# (every etcd version the operator runs) as one image index each, one image per IMAGE_PLATFORMS;
 # the bundle and catalog images, and the operator and bundle images of the earlier releases the
-# catalog serves (release-images), as single-platform image tarballs. RELEASE_DIR/bundle and
+# catalog serves (release-images), as one image each (built as image tarballs, then written as
+# layouts by imagebuilder layout, which keeps their digests). RELEASE_DIR/bundle and
 # RELEASE_DIR/catalog are what those images hold; images.txt lists each image by tag and digest.
 
 ##@ Release
@@ -30,6 +31,10 @@ release: images-multiarch $(OLM_IMAGEBUILDER) $(OPM) ## Build release VERSION in
 	$(OPM) validate "$$work/catalog" && \
 	$(MAKE) -C "$$work" --no-print-directory catalog-build $(RELEASE_WORK_VARS) && \
 	cp -r "$$work/bundle" "$$work/bundle.Dockerfile" "$$work/catalog" "$$work/catalog.Dockerfile" $(RELEASE_DIR)/
+	cd $(RELEASE_IMAGES) && for tar in *.tar; do \
+		case " $(notdir $(MULTIARCH_TARS)) " in *" $$tar "*) continue;; esac; \
+		$(OLM_IMAGEBUILDER) layout -o "$$tar.oci" "$$tar" && mv "$$tar.oci" "$$tar" || exit 1; \
+	done
 	for tar in $(RELEASE_IMAGES)/*.tar; do \
 		tag=$$($(OLM_IMAGEBUILDER) tag "$$tar") && echo "$$tag $$($(OLM_IMAGEBUILDER) digest -tag "$$tag" "$$tar")" || exit 1; \
 	done > $(RELEASE_DIR)/images.txt

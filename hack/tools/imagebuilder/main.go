@@ -9,6 +9,7 @@
 //	imagebuilder digest -tag REF FILE.tar
 //	imagebuilder pin -images DIR -registry REGISTRY FILE...
 //	imagebuilder tag FILE.tar
+//	imagebuilder layout -o OUT.tar FILE.tar
 //
 // Without -platform, build writes a `docker load`-style tarball of one image for linux and this
 // machine's architecture. With -platform, repeated for each platform, it writes an OCI image
@@ -24,7 +25,8 @@
 // name from the mirror, by tag or by digest. digest prints the digest push makes an image (or an
 // index) known by, for references pinned by digest (make bundle USE_IMAGE_DIGESTS=1), if the
 // tarball is tagged REF. pin rewrites files (a bundle, a catalog) to name the images of a
-// directory of tarballs by digest (pin.go). An image without the OCI labels title, description,
+// directory of tarballs by digest (pin.go). layout writes a `docker load` tarball's image as an
+// OCI image layout tarball, the same image under the same digest (pin.go). An image without the OCI labels title, description,
 // version, revision, source and licenses (org.opencontainers.image.*) is refused. Every image
 // gets a base layer with /etc/passwd and /etc/group (root and nonroot 65532, as in distroless)
 // and a world-writable /tmp. Timestamps are fixed, so the same inputs give the same image digest.
@@ -104,6 +106,8 @@ func main() {
 		err = pin(os.Args[2:])
 	case "tag":
 		err = printTag(os.Args[2:])
+	case "layout":
+		err = toLayout(os.Args[2:])
 	default:
 		usage()
 	}
@@ -114,7 +118,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: imagebuilder build -tag REF -o FILE.tar [flags] | imagebuilder push -registry HOST:PORT [-mirror-of REGISTRY] FILE.tar... | imagebuilder digest -tag REF FILE.tar | imagebuilder pin -images DIR -registry REGISTRY FILE... | imagebuilder tag FILE.tar")
+	fmt.Fprintln(os.Stderr, "usage: imagebuilder build -tag REF -o FILE.tar [flags] | imagebuilder push -registry HOST:PORT [-mirror-of REGISTRY] FILE.tar... | imagebuilder digest -tag REF FILE.tar | imagebuilder pin -images DIR -registry REGISTRY FILE... | imagebuilder tag FILE.tar | imagebuilder layout -o OUT.tar FILE.tar")
 	os.Exit(2)
 }
 
@@ -268,6 +272,11 @@ func (s imageSpec) image(platform v1.Platform, oci bool) (v1.Image, error) {
 
 // writeLayout writes the index as an OCI image layout tarball, index.json naming it ref.
 func writeLayout(out string, ref name.Tag, idx v1.ImageIndex) error {
+	return writeLayoutOf(out, func(p layout.Path, named layout.Option) error { return p.AppendIndex(idx, named) }, ref)
+}
+
+// writeLayoutOf writes an OCI image layout tarball whose index.json names ref what add appends.
+func writeLayoutOf(out string, add func(layout.Path, layout.Option) error, ref name.Tag) error {
 	dir, err := os.MkdirTemp(filepath.Dir(out), ".imagebuilder-layout-")
 	if err != nil {
 		return err
@@ -277,11 +286,7 @@ func writeLayout(out string, ref name.Tag, idx v1.ImageIndex) error {
 	if err != nil {
 		return err
 	}
-	err = p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		annotationContainerdName: ref.Name(),
-		annotationRefName:        ref.TagStr(),
-	}))
-	if err != nil {
+	if err := add(p, layout.WithAnnotations(map[string]string{annotationContainerdName: ref.Name(), annotationRefName: ref.TagStr()})); err != nil {
 		return err
 	}
 	return tarDirectory(dir, out)
@@ -538,6 +543,17 @@ func pushLayout(f, registry, mirrorOf string) error {
 	if err != nil {
 		return err
 	}
+	if !desc.MediaType.IsIndex() {
+		img, err := top.Image(desc.Digest)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if err := remote.Write(ref, img); err != nil {
+			return fmt.Errorf("push %s: %w", ref, err)
+		}
+		fmt.Printf("pushed %s (image %s)\n", ref, desc.Digest)
+		return nil
+	}
 	idx, err := top.ImageIndex(desc.Digest)
 	if err != nil {
 		return fmt.Errorf("%s: %w", f, err)
@@ -681,9 +697,9 @@ func indexDigest(file, tag string) (string, error) {
 	return desc.Digest.String(), nil
 }
 
-// openLayout unpacks an OCI layout tarball as build writes it, whose index.json names exactly one
-// image index, tagged by annotationContainerdName: that layout, that index's descriptor, and what
-// removes the unpacked files once done.
+// openLayout unpacks an OCI layout tarball as build (or layout) writes it, whose index.json names
+// exactly one image index or image, tagged by annotationContainerdName: that layout, its
+// descriptor, and what removes the unpacked files once done.
 func openLayout(file string) (v1.ImageIndex, v1.Descriptor, func(), error) {
 	dir, err := os.MkdirTemp("", "imagebuilder-layout-")
 	if err != nil {
@@ -705,8 +721,9 @@ func openLayout(file string) (v1.ImageIndex, v1.Descriptor, func(), error) {
 	if err != nil {
 		return fail(err)
 	}
-	if len(manifest.Manifests) != 1 || !manifest.Manifests[0].MediaType.IsIndex() || manifest.Manifests[0].Annotations[annotationContainerdName] == "" {
-		return fail(fmt.Errorf("want exactly one image index, named by %s", annotationContainerdName))
+	if len(manifest.Manifests) != 1 || manifest.Manifests[0].Annotations[annotationContainerdName] == "" ||
+		!manifest.Manifests[0].MediaType.IsIndex() && !manifest.Manifests[0].MediaType.IsImage() {
+		return fail(fmt.Errorf("want exactly one image index or image, named by %s", annotationContainerdName))
 	}
 	return top, manifest.Manifests[0], cleanup, nil
 }

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -102,6 +104,39 @@ func printTag(args []string) error {
 	}
 	fmt.Println(tag)
 	return nil
+}
+
+// toLayout writes a `docker load` tarball's image as an OCI image layout tarball, index.json
+// naming its tag: the same manifest, so the same digest, in the form a release's other images have.
+func toLayout(args []string) error {
+	fs := flag.NewFlagSet("layout", flag.ExitOnError)
+	out := fs.String("o", "", "the OCI layout tarball to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || fs.NArg() != 1 {
+		return errors.New("-o and one tarball are required")
+	}
+	in := fs.Arg(0)
+	if isLayout, err := isOCILayout(in); err != nil || isLayout {
+		if err != nil {
+			return fmt.Errorf("%s: %w", in, err)
+		}
+		return fmt.Errorf("%s is an OCI layout already", in)
+	}
+	tag, err := imageTag(in)
+	if err != nil {
+		return err
+	}
+	ref, err := name.NewTag(tag, name.Insecure)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	img, err := tarball.ImageFromPath(in, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	return writeLayoutOf(*out, func(p layout.Path, named layout.Option) error { return p.AppendImage(img, named) }, ref)
 }
 
 // imageTag is the one tag a tarball's image (or image index) carries, as build wrote it.

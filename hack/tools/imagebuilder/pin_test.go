@@ -1,10 +1,17 @@
 package main
 
 import (
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // pin names every image of the tarballs by the digest push gives it, wherever a file names it by
@@ -60,5 +67,59 @@ func TestPinNamesEveryImageByTheDigestItIsPushedUnder(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(file); string(got) != unpinned {
 		t.Fatalf("a refused file was rewritten: %s", got)
+	}
+}
+
+// layout writes a single-platform image as an OCI layout without changing it: the same tag, and
+// the digest the image had, which push then gives it in a registry. A release's bundle pins the
+// digest of the image tarball, so its OCI layout must not be another image.
+func TestLayoutKeepsTheImageAndItsDigest(t *testing.T) {
+	server := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(server.Close)
+	host := strings.TrimPrefix(server.URL, "http://")
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tag := host + "/org/bundle:v1"
+	docker, oci := filepath.Join(dir, "bundle_v1.tar"), filepath.Join(dir, "oci", "bundle_v1.tar")
+	if err := build(append([]string{"-tag", tag, "-o", docker, "-add", bin + ":/tool"}, ociLabelArgs()...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(oci), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := toLayout([]string{"-o", oci, docker}); err != nil {
+		t.Fatal(err)
+	}
+	if isLayout, err := isOCILayout(oci); err != nil || !isLayout {
+		t.Fatalf("%s is not an OCI layout (%v)", oci, err)
+	}
+	before, err := imageDigest(docker, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := imageDigest(oci, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotTag, err := imageTag(oci); err != nil || gotTag != tag || after != before {
+		t.Fatalf("the layout is %s at %s (%v), want %s at %s", gotTag, after, err, tag, before)
+	}
+	if err := push([]string{"-registry", host, oci}); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(tag, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := remote.Head(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pushed.Digest.String() != before {
+		t.Fatalf("the registry serves %s as %s, want %s", tag, pushed.Digest, before)
 	}
 }
