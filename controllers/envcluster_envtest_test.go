@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +28,7 @@ import (
 // real etcd client that reaches nothing); etcd is the scripted fake, and the test plays the
 // kubelet, starting pods and their etcd members.
 type envCluster struct {
+	cfg      *rest.Config
 	k8s      client.Client
 	cluster  *etcdv1alpha1.EtcdCluster
 	etcd     *etcdfake.Cluster
@@ -36,7 +38,7 @@ type envCluster struct {
 
 func newEnvCluster(t *testing.T, namespace string) *envCluster {
 	t.Helper()
-	k8s := startAPIServer(t)
+	cfg, k8s := startAPIServerWithConfig(t)
 	ctx := t.Context()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
 	if err := k8s.Create(ctx, ns); err != nil {
@@ -50,7 +52,7 @@ func newEnvCluster(t *testing.T, namespace string) *envCluster {
 		t.Fatal(err)
 	}
 	f := &envCluster{
-		k8s: k8s, cluster: cluster,
+		cfg: cfg, k8s: k8s, cluster: cluster,
 		etcd:     &etcdfake.Cluster{ID: 1, Statuses: map[string]etcd.MemberStatus{}},
 		recorder: events.NewFakeRecorder(1000),
 	}

@@ -8,16 +8,20 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/time/rate"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -29,10 +33,12 @@ import (
 
 // How soon to look again: right after a step (its effect shows in seconds), while waiting on
 // something that should settle, and in steady state (to notice failures etcd does not signal
-// through the API server).
+// through the API server). Only changes to the objects the reconciler watches bring it sooner:
+// not its own status writes (SetupWithManager). So a wait is short: a member whose pod has just
+// turned Ready, say, may answer etcd's status a second later, and status should say so then.
 const (
 	requeueAfterStep = 2 * time.Second
-	requeueWaiting   = 5 * time.Second
+	requeueWaiting   = 2 * time.Second
 	requeueSteady    = 30 * time.Second
 )
 
@@ -299,7 +305,12 @@ func (r *EtcdClusterReconciler) createOwned(ctx context.Context, c *etcdv1alpha1
 // SetupWithManager registers the reconciler and what it watches.
 func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&etcdv1alpha1.EtcdCluster{}).
+		// Its spec, labels and annotations (the recovery go-ahead) are what ask for a change; a
+		// status write is the operator's own record, and reconciling on it would retry a failed
+		// step at once whenever the record changed (a learner's new name in each failure),
+		// around the backoff, hundreds of times a second.
+		For(&etcdv1alpha1.EtcdCluster{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
@@ -313,8 +324,20 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("etcdcluster").
 		// A cluster whose members do not answer holds its reconcile for the etcd call
 		// timeout; others must not queue behind it.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4, RateLimiter: stepRetryRateLimiter()}).
 		Complete(r)
+}
+
+// stepRetryRateLimiter spaces the retries of a failed reconcile as controller-runtime's default
+// does (waits doubling from 5 ms; ten a second at most, overall), but never more than
+// requeueSteady apart: a step etcd refuses for minutes (a member connected for less than five
+// seconds makes it refuse a removal) is tried again within half a minute of it being allowed,
+// not after the default's sixteen.
+func stepRetryRateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, requeueSteady),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 func clusterOfLabelledObject(_ context.Context, obj client.Object) []reconcile.Request {

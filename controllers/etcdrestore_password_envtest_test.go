@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -166,6 +167,13 @@ func newRestoredPasswordFixture(t *testing.T) *restoredPasswordFixture {
 // of it.
 func startAPIServer(t *testing.T) client.Client {
 	t.Helper()
+	_, k8s := startAPIServerWithConfig(t)
+	return k8s
+}
+
+// startAPIServerWithConfig is startAPIServer, with the configuration a manager connects with.
+func startAPIServerWithConfig(t *testing.T) (*rest.Config, client.Client) {
+	t.Helper()
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
@@ -179,7 +187,7 @@ func startAPIServer(t *testing.T) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k8s
+	return cfg, k8s
 }
 
 // dial is the reconciler's etcd dial, with each member's client URL (a DNS name in the cluster)

@@ -136,7 +136,7 @@ func (c *client) AddLearner(_ context.Context, peerURL string) (etcd.Member, err
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
 	if err := c.call("AddLearner"); err != nil {
-		return etcd.Member{}, err
+		return etcd.Member{}, fmt.Errorf("add learner %s: %w", peerURL, err) // as the real client says it
 	}
 	m := etcd.Member{ID: uint64(len(c.f.Members)) + 0x100, PeerURLs: []string{peerURL}, IsLearner: true}
 	c.f.Members = append(c.f.Members, m)
