@@ -40,6 +40,9 @@ const (
 	requeueAfterStep = 2 * time.Second
 	requeueWaiting   = 2 * time.Second
 	requeueSteady    = 30 * time.Second
+	// requeueAfterConflict: a status write refused as written over a newer cluster object; the
+	// cache has it, or will within a moment.
+	requeueAfterConflict = time.Second
 )
 
 // EtcdClusterReconciler runs etcd clusters: one pod and one claim per member, membership
@@ -88,7 +91,7 @@ type EtcdClusterReconciler struct {
 // Reconcile observes one EtcdCluster, takes the one next safe step, and reports what it saw.
 // Status is written once, in the deferred patch, on every path: a reconcile that fails half-way
 // still says why in its conditions.
-func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	cluster := &etcdv1alpha1.EtcdCluster{}
 	if err := r.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if client.IgnoreNotFound(err) == nil {
@@ -107,6 +110,13 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	before := cluster.DeepCopy()
 	defer func() {
 		patchErr := r.patchStatus(ctx, cluster, before)
+		if apierrors.IsConflict(patchErr) {
+			// The cluster changed since it was read: most often this reconciler's own last
+			// status write, not yet in the cache it read from. Nothing else would bring the
+			// unwritten status back before the next requeue (up to requeueSteady): its own
+			// writes do not wake the reconciler. So look again shortly, from the newer object.
+			patchErr, result = nil, ctrl.Result{RequeueAfter: requeueAfterConflict}
+		}
 		metrics.Clusters.Record(cluster, before.Status.Leader, reconcileErrorReason(cluster, retErr, patchErr), r.now())
 		retErr = errors.Join(retErr, patchErr)
 	}()
@@ -213,8 +223,10 @@ func (r *EtcdClusterReconciler) now() time.Time {
 	return time.Now()
 }
 
+// patchStatus writes the cluster's status if it changed, and returns a conflict: the caller
+// looks again.
 func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, cluster, before *etcdv1alpha1.EtcdCluster) error {
-	return patchStatusIfChanged(ctx, r.Client, cluster, before, func(o client.Object) any {
+	return writeStatusNow(ctx, r.Client, cluster, before, func(o client.Object) any {
 		return o.(*etcdv1alpha1.EtcdCluster).Status
 	})
 }
