@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -314,5 +315,47 @@ func TestAFailedInPlaceRestoreDeletesEveryClaimItStaged(t *testing.T) {
 		if pvc.DeletionTimestamp.IsZero() {
 			t.Errorf("claim %s staged by the failed restore is left", pvc.Name)
 		}
+	}
+}
+
+// A restore goes on once its Jobs' pods have succeeded, not seconds later when Kubernetes' Job
+// controller marks the Jobs Complete: the data is written and the reports are there. A Job
+// whose pod failed is not taken for done (it may be retried), nor one with no pod yet.
+func TestARestoreGoesOnOnceItsJobsPodsHaveSucceeded(t *testing.T) {
+	rs := newClusterRestore(3)
+	r, k8s := restoreReconciler(t, rs)
+	rs = reconcileRestore(t, r, rs) // creates the cluster, held
+	rs = reconcileRestore(t, r, rs) // claims and Jobs
+	target := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "copy"}, target); err != nil {
+		t.Fatalf("the target cluster: %v", err)
+	}
+	jobs := restoreJobsOfTest(t, k8s, rs, 3)
+	report := agent.Report{Restore: &agent.RestoreResult{URI: "pvc://backups/snap.db", SizeBytes: 1, SHA256: "abc", Revision: 42}}
+	succeedRestorePod(t, k8s, jobs[0], report)
+	succeedRestorePod(t, k8s, jobs[1], report)
+	failed := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: jobs[2].Name + "-failed", Namespace: "ns",
+		Labels: map[string]string{batchv1.JobNameLabel: jobs[2].Name, resources.LabelManagedBy: "etcd-operator"}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed}}
+	if err := ctrl.SetControllerReference(jobs[2], failed, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(t.Context(), failed); err != nil {
+		t.Fatal(err)
+	}
+	rs = reconcileRestore(t, r, rs)
+	if rs.Status.Phase != etcdv1alpha1.RestoreRestoring || rs.Status.RestoredRevision != 0 {
+		t.Fatalf("with one Job's pod failed (the Job not failed) the restore is %s at revision %d; want it Restoring, nothing recorded",
+			rs.Status.Phase, rs.Status.RestoredRevision)
+	}
+	succeedRestorePod(t, k8s, jobs[2], report) // the retry: newer, as its name sorts
+
+	rs = reconcileRestore(t, r, rs) // records what was restored
+	rs = reconcileRestore(t, r, rs) // lets the cluster form
+	if rs.Status.RestoredRevision != 42 {
+		t.Errorf("restored revision %d, want 42 from the succeeded pods' reports", rs.Status.RestoredRevision)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(target), target); err != nil || target.Annotations[resources.AnnotationRestorePending] != "" {
+		t.Fatalf("every member's pod succeeded, the cluster is still held (%v)", err)
 	}
 }

@@ -39,6 +39,13 @@ func completeRestoreJob(t *testing.T, k8s client.Client, job *batchv1.Job, repor
 	if err := k8s.Status().Update(t.Context(), job); err != nil {
 		t.Fatal(err)
 	}
+	succeedRestorePod(t, k8s, job, report)
+}
+
+// succeedRestorePod has job's pod succeed, its fetch container reporting report, as the kubelet
+// would, before the Job controller has marked the Job Complete.
+func succeedRestorePod(t *testing.T, k8s client.Client, job *batchv1.Job, report agent.Report) {
+	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: job.Namespace,
 			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},

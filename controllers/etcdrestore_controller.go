@@ -429,7 +429,10 @@ func (r *EtcdRestoreReconciler) runRestoreJobs(ctx context.Context, rs *etcdv1al
 		running []string
 	)
 	for i, job := range jobs {
-		succeeded, finished := jobOutcome(job)
+		succeeded, finished, err := restoreJobOutcome(ctx, r.Client, job)
+		if err != nil {
+			return 0, false, err
+		}
 		switch {
 		case !finished:
 			notStarting, recheck, err := jobNotStarting(ctx, r.Client, job, r.Now())
@@ -489,6 +492,23 @@ func (r *EtcdRestoreReconciler) runRestoreJobs(ctx context.Context, rs *etcdv1al
 		return time.Second, false, nil
 	}
 	return 0, true, nil
+}
+
+// restoreJobOutcome is jobOutcome, and a restore Job whose pod has succeeded has succeeded: its
+// member's data is written and its report left, and Kubernetes' Job controller marks the Job
+// Complete only seconds later (2–3 s measured, once it has counted the pod and released its
+// finalizer), seconds every restore would wait. A pod that failed is left to the Job: it may
+// be retried.
+func restoreJobOutcome(ctx context.Context, c client.Client, job *batchv1.Job) (succeeded, finished bool, err error) {
+	if succeeded, finished = jobOutcome(job); finished {
+		return succeeded, finished, nil
+	}
+	pods, err := jobPods(ctx, c, job)
+	if err != nil || len(pods) == 0 {
+		return false, false, err
+	}
+	newest := pods[len(pods)-1].Status.Phase
+	return newest == corev1.PodSucceeded, newest == corev1.PodSucceeded, nil
 }
 
 // restoreJobsOf are the restore's Jobs by the index of the member each prepares; nil for one
