@@ -549,7 +549,7 @@ func setBackupCondition(b *etcdv1alpha1.EtcdBackup, condType string, status meta
 // SetupWithManager registers the reconciler and what it watches. A backup waiting for its
 // cluster to become Available starts as soon as it is.
 func (r *EtcdBackupReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return setUpJobRunner(mgr, "etcdbackup", &etcdv1alpha1.EtcdBackup{}, r.backupsOfCluster, r)
+	return setUpJobRunner(mgr, "etcdbackup", &etcdv1alpha1.EtcdBackup{}, r.backupsOfCluster, r, "")
 }
 
 func (r *EtcdBackupReconciler) backupsOfCluster(ctx context.Context, obj client.Object) []reconcile.Request {

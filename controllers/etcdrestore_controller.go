@@ -796,9 +796,10 @@ func setRestoreCondition(rs *etcdv1alpha1.EtcdRestore, status metav1.ConditionSt
 }
 
 // SetupWithManager registers the reconciler and what it watches. The restored cluster's
-// progress completes the restore.
+// progress completes the restore. Its Jobs' pods are followed: one that has succeeded has
+// prepared its member (restoreJobOutcome), and the Job itself changes only seconds later.
 func (r *EtcdRestoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return setUpJobRunner(mgr, "etcdrestore", &etcdv1alpha1.EtcdRestore{}, restoreOfCluster, r)
+	return setUpJobRunner(mgr, "etcdrestore", &etcdv1alpha1.EtcdRestore{}, restoreOfCluster, r, resources.LabelRestore)
 }
 
 func restoreOfCluster(_ context.Context, obj client.Object) []reconcile.Request {

@@ -10,8 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -20,14 +22,20 @@ import (
 
 // setUpJobRunner registers a reconciler of kind that runs agent Jobs and follows an
 // EtcdCluster, whose changes ofCluster maps to the objects of kind they concern: the backup
-// and restore reconcilers.
-func setUpJobRunner(mgr ctrl.Manager, name string, kind client.Object, ofCluster handler.MapFunc, r reconcile.Reconciler) error {
-	return ctrl.NewControllerManagedBy(mgr).
+// and restore reconcilers. With podLabel, the Jobs' pods are followed too, each for the object
+// of kind the label names.
+func setUpJobRunner(mgr ctrl.Manager, name string, kind client.Object, ofCluster handler.MapFunc, r reconcile.Reconciler, podLabel string) error {
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(kind).
 		Owns(&batchv1.Job{}).
-		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(ofCluster)).
-		Named(name).
-		Complete(r)
+		Watches(&etcdv1alpha1.EtcdCluster{}, handler.EnqueueRequestsFromMapFunc(ofCluster))
+	if podLabel != "" {
+		labelled := predicate.NewPredicateFuncs(func(o client.Object) bool { return o.GetLabels()[podLabel] != "" })
+		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: o.GetLabels()[podLabel]}}}
+		}), builder.WithPredicates(labelled))
+	}
+	return b.Named(name).Complete(r)
 }
 
 // jobOutcome says whether an agent Job has finished and, if so, whether it succeeded.
