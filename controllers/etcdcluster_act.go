@@ -178,11 +178,30 @@ func (r *EtcdClusterReconciler) createBootstrapMembers(ctx context.Context, c *e
 	initial := resources.InitialCluster(c, plan)
 	for _, name := range names {
 		_, hasPVC := obs.pvcs[name]
-		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new", Voter: true}, !hasPVC); err != nil {
+		restore, err := r.memberRestoreOn(obs, name)
+		if err != nil {
+			return err
+		}
+		if err := r.createMember(ctx, c, resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new", Voter: true, Restore: restore}, !hasPVC); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// memberRestoreOn is the restore member's claim asks its pods to run before etcd starts
+// (resources.AnnotationMemberRestore), with the operator's proxy settings for its fetch; nil
+// for a claim that asks none, or no claim.
+func (r *EtcdClusterReconciler) memberRestoreOn(obs *observation, member string) (*resources.MemberRestore, error) {
+	pvc, ok := obs.pvcs[member]
+	if !ok {
+		return nil, nil
+	}
+	restore, err := resources.MemberRestoreOf(pvc)
+	if restore != nil {
+		restore.Env = r.PodEnv
+	}
+	return restore, err
 }
 
 // restartMembers recreates the pods of members whose data is on their claims. etcd ignores the
@@ -194,12 +213,19 @@ func (r *EtcdClusterReconciler) restartMembers(ctx context.Context, c *etcdv1alp
 		if !ok {
 			return fmt.Errorf("member %s has no claim: it cannot be restarted", name)
 		}
+		restore, err := r.memberRestoreOn(obs, name)
+		if err != nil {
+			return err
+		}
 		spec := resources.MemberSpec{
 			Name:           name,
 			Version:        versionToRun(c, obs, name),
 			InitialCluster: pvc.Annotations[resources.AnnotationInitialCluster],
 			State:          pvc.Annotations[resources.AnnotationClusterState],
 			Voter:          obs.votes(c, name),
+			// A restored member's pod lost before its restore completed: the data may not be
+			// installed yet, and the restore reads its report from this pod.
+			Restore: restore,
 		}
 		if err := r.createMember(ctx, c, spec, false); err != nil {
 			return err
@@ -230,6 +256,11 @@ func (r *EtcdClusterReconciler) startMember(ctx context.Context, c *etcdv1alpha1
 	if pvc, ok := obs.pvcs[name]; ok && pvc.Annotations[resources.AnnotationClusterState] == "new" {
 		// A bootstrap member whose pod was never made joins with the original plan.
 		spec.InitialCluster, spec.State = pvc.Annotations[resources.AnnotationInitialCluster], "new"
+		restore, err := r.memberRestoreOn(obs, name)
+		if err != nil {
+			return err
+		}
+		spec.Restore = restore
 	} else {
 		spec.InitialCluster = joiningInitialCluster(c, obs, name)
 	}

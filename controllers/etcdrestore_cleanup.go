@@ -25,7 +25,8 @@ const restoreFinalizer = "etcd.database.dev/restore-cleanup"
 // and what it set up is taken down by the restore itself, also when it is deleted (finalize).
 
 // cleanUp takes down what a finished restore set up, once its outcome is in status: its Jobs, its
-// hold on the cluster, and staged claims the cluster never took. It is idempotent, and runs on
+// hold on the cluster, staged claims the cluster never took, and the restore on the claims of
+// members restored in their own pods. It is idempotent, and runs on
 // every look at a finished restore, so that a cleanup cut short is completed.
 func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) error {
 	log := ctrl.LoggerFrom(ctx).V(1).WithValues("restore", rs.Name)
@@ -46,7 +47,10 @@ func (r *EtcdRestoreReconciler) cleanUp(ctx context.Context, rs *etcdv1alpha1.Et
 		}
 	}
 	if rs.Spec.Target.Mode != etcdv1alpha1.RestoreInPlace {
-		return nil
+		if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
+			return nil // a failed restore's members, left as they are, go on saying what they restore
+		}
+		return r.clearMemberRestores(ctx, rs)
 	}
 	c := &etcdv1alpha1.EtcdCluster{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Spec.Target.ClusterName}, c); err != nil {

@@ -58,7 +58,7 @@ type EtcdRestoreReconciler struct {
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 
 // Reconcile carries an EtcdRestore one step further; a finished one is a record.
@@ -344,32 +344,43 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	return nil
 }
 
-// prepareMembers runs the Jobs that write every first member's data from the snapshot, and
-// lets the cluster form from them, all at once, once they have.
+// prepareMembers has every first member's data written from the snapshot and lets the cluster
+// form from them, all at once: by the members' own pods before etcd starts, when they can
+// (memberPodsRestore), so the cluster forms at once; else by a Job each, and the cluster forms
+// once they all have.
 func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	members, err := r.restoreMembers(ctx, rs, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	inPods, err := r.memberPodsRestore(ctx, rs, c, members, src)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	for _, member := range members {
-		if err := r.ensureRestoreClaim(ctx, c, member, members, ""); err != nil {
+		if err := r.ensureRestoreClaim(ctx, c, member, members, "", inPods); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	wait, done, err := r.runRestoreJobs(ctx, rs, c, members, src)
-	if err != nil {
-		var failure *restoreFailure
-		if errors.As(err, &failure) {
-			if err := r.discardTarget(ctx, c); err != nil {
-				return ctrl.Result{}, err
+	if inPods != nil {
+		// gofail: var restoreMemberClaimsMade struct{}
+		postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreStarted", "Restore", "members %s of EtcdCluster %s restore %s in their own pods", strings.Join(members, ", "), c.Name, src.uri)
+	} else {
+		wait, done, err := r.runRestoreJobs(ctx, rs, c, members, src)
+		if err != nil {
+			var failure *restoreFailure
+			if errors.As(err, &failure) {
+				if err := r.discardTarget(ctx, c); err != nil {
+					return ctrl.Result{}, err
+				}
+				return ctrl.Result{}, failed(failure.reason, "%s; EtcdCluster %s, which never held data, was deleted", failure.message, c.Name)
 			}
-			return ctrl.Result{}, failed(failure.reason, "%s; EtcdCluster %s, which never held data, was deleted", failure.message, c.Name)
+			return ctrl.Result{}, err
 		}
-		return ctrl.Result{}, err
-	}
-	if !done {
-		return ctrl.Result{RequeueAfter: wait}, nil
+		if !done {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
 	}
 	if err := r.carryRootPasswords(ctx, c, src); err != nil {
 		return ctrl.Result{}, err
@@ -383,6 +394,11 @@ func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1al
 	grows := ""
 	if len(members) < int(c.Spec.Size) {
 		grows = fmt.Sprintf(" and grows to %d", c.Spec.Size)
+	}
+	if inPods != nil {
+		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
+			"members %s restore %s in their own pods; the cluster forms from them%s", strings.Join(members, ", "), src.uri, grows)
+		return ctrl.Result{}, nil
 	}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
 		"members %s hold the snapshot at revision %d; the cluster forms from them%s", strings.Join(members, ", "), rs.Status.RestoredRevision, grows)
@@ -560,9 +576,12 @@ func sameRestoredData(members []string, jobs []*batchv1.Job, reports []*agent.Re
 // restored data, and adds any others the spec asks for as learners. Staged for an in-place
 // restore, the claim is labelled as the operator's and the restore's, not yet as the
 // cluster's: until the cut-over the cluster's reconciler does not see it, and would otherwise
-// delete it as an orphan.
-func (r *EtcdRestoreReconciler) ensureRestoreClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, member string, members []string, stagedFor string) error {
+// delete it as an orphan. Restored in the member's pod (inPod), the claim says so.
+func (r *EtcdRestoreReconciler) ensureRestoreClaim(ctx context.Context, c *etcdv1alpha1.EtcdCluster, member string, members []string, stagedFor string, inPod *resources.MemberRestore) error {
 	pvc := resources.MemberPVC(c, resources.MemberSpec{Name: member, InitialCluster: resources.InitialCluster(c, members), State: "new"})
+	if inPod != nil {
+		pvc.Annotations[resources.AnnotationMemberRestore] = resources.MemberRestoreAnnotation(*inPod)
+	}
 	if stagedFor != "" {
 		pvc.Labels, pvc.OwnerReferences = resources.ManagedBy(), nil
 		pvc.Labels[resources.LabelRestore] = stagedFor
@@ -677,10 +696,13 @@ func (r *EtcdRestoreReconciler) discardTarget(ctx context.Context, c *etcdv1alph
 	return nil
 }
 
-// awaitAvailable completes the restore once the cluster serves with all its members, each the
-// same restored store.
+// awaitAvailable completes the restore once what its members restored is recorded and the
+// cluster serves with all of them, each the same restored store.
 func (r *EtcdRestoreReconciler) awaitAvailable(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
+	if recorded, result, err := r.recordMemberRestores(ctx, rs, c); !recorded {
+		return result, err
+	}
 	if !servesAtSize(c) {
 		return r.awaitServing(rs, c, fmt.Sprintf("EtcdCluster %s has %d of %d members ready", c.Name, c.Status.ReadyMembers, c.Spec.Size)), nil
 	}

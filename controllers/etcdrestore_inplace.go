@@ -70,7 +70,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 		return ctrl.Result{}, err
 	}
 	for _, member := range members {
-		if err := r.ensureRestoreClaim(ctx, c, member, members, rs.Name); err != nil {
+		if err := r.ensureRestoreClaim(ctx, c, member, members, rs.Name, nil); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

@@ -9,11 +9,12 @@ var IsPermanent = isPermanent
 var OpenStorage = openStorage
 
 // PodPaths are the paths of a Job's pod the agent uses, as a test points them.
-type PodPaths struct{ Claim, VerifyScratch, TerminationMessage string }
+type PodPaths struct{ Claim, VerifyScratch, TerminationMessage, MemberMount, AgentBinary string }
 
 // UsePodPaths points the agent's paths into the test's directories until it ends.
 func UsePodPaths(t *testing.T, paths PodPaths) {
 	saved := podPaths
 	t.Cleanup(func() { podPaths = saved })
 	podPaths.claim, podPaths.verifyScratch, podPaths.terminationMessage = paths.Claim, paths.VerifyScratch, paths.TerminationMessage
+	podPaths.memberMount, podPaths.agentBinary = paths.MemberMount, paths.AgentBinary
 }

@@ -38,8 +38,9 @@ type Report struct {
 
 // podPaths are where the Job's pod mounts what the agent reads and writes; the tests point
 // them into directories of their own, to run a Job's entry point whole.
-var podPaths = struct{ claim, verifyScratch, terminationMessage string }{
+var podPaths = struct{ claim, verifyScratch, terminationMessage, memberMount, agentBinary string }{
 	claim: jobspec.ClaimDir, verifyScratch: jobspec.VerifyScratchDir, terminationMessage: jobspec.TerminationMessagePath,
+	memberMount: jobspec.MemberDataMount, agentBinary: jobspec.AgentBinary,
 }
 
 // maxReportBytes is what the kubelet keeps of a termination message.
@@ -94,7 +95,7 @@ func RunBackupJob(ctx context.Context) int {
 // member's staging directory.
 func RunRestoreFetch(ctx context.Context) int {
 	report := Report{}
-	result, err := fetchFromEnvironment(ctx)
+	result, err := fetchFromEnvironment(ctx, jobspec.RestoreStagingDir)
 	if err != nil {
 		report.Error, report.Permanent = err.Error(), isPermanent(err)
 	} else {
@@ -222,7 +223,7 @@ func preserveFromEnvironment() (PreservedData, error) {
 	return result, err
 }
 
-func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
+func fetchFromEnvironment(ctx context.Context, dir string) (RestoreResult, error) {
 	cfg, err := readJobConfig()
 	if err != nil {
 		return RestoreResult{}, err
@@ -232,7 +233,7 @@ func fetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer source.Close()
-	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Fallbacks: cfg.Fallbacks, Dir: jobspec.RestoreStagingDir})
+	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Fallbacks: cfg.Fallbacks, Dir: dir})
 }
 
 func finish(report Report) int {

@@ -103,6 +103,20 @@ const (
 	StagedDataDir  = RestoreStagingDir + "/data"
 )
 
+// A member restored in its own pod (a restore into a new cluster from one snapshot named by its
+// sha256) runs the same three steps in two init containers: the agent, in its own image,
+// stages the snapshot, records what it fetched next to the data directory, and leaves a copy of
+// its binary in an emptyDir; that copy then runs, in the target etcd image, that image's
+// etcdutl and installs the result. Both do nothing once the data directory exists, and the
+// first reports again what the record says: a member's pod is made again whenever it is lost.
+const (
+	// RestoredRecord is the fetch's result, kept on the member's claim beside its data.
+	RestoredRecord = MemberDataMount + "/restored.json"
+	// AgentBinDir is the emptyDir the agent leaves its binary in, AgentBinary that binary.
+	AgentBinDir = "/var/lib/etcd-operator/agent"
+	AgentBinary = AgentBinDir + "/manager"
+)
+
 // A verify Job restores a snapshot into a scratch directory of its own pod (an emptyDir) and
 // serves it with etcd alone, on the pod's loopback.
 const (

@@ -130,15 +130,15 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 
 // RestoreSource is the snapshot a restore Job fetches.
 type RestoreSource struct {
-	Storage etcdv1alpha1.StorageLocation
+	Storage etcdv1alpha1.StorageLocation `json:"storage"`
 	// Key after the storage's prefix.
-	Key    string
-	SHA256 string
+	Key    string `json:"key"`
+	SHA256 string `json:"sha256,omitempty"`
 	// Fallbacks are restored instead, the first that exists, should Key no longer exist.
-	Fallbacks []jobspec.Snapshot
+	Fallbacks []jobspec.Snapshot `json:"fallbacks,omitempty"`
 	// RevisionBump is how far past the snapshot's revision the restored data starts, every
 	// revision below compacted (etcdutl's --bump-revision and --mark-compacted); 0 for none.
-	RevisionBump int64
+	RevisionBump int64 `json:"revisionBump,omitempty"`
 }
 
 // Containers of a restore Job, in order.
@@ -198,22 +198,10 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m Rest
 		Image: Image(c, images, c.Spec.Version),
 		// The etcd image of the version the cluster will run: its etcdutl writes the data
 		// directory in the format that version expects.
-		Command: []string{"/usr/local/bin/etcdutl"},
-		Args: []string{
-			"snapshot", "restore", jobspec.StagedSnapshot,
-			"--data-dir=" + jobspec.StagedDataDir,
-			"--name=" + member,
-			"--initial-cluster=" + InitialCluster(c, m.Members),
-			"--initial-advertise-peer-urls=" + PeerURL(c, member),
-			"--initial-cluster-token=" + string(c.UID),
-		},
+		Command:      []string{etcdutlPath},
+		Args:         etcdutlRestoreArgs(c, m, src.RevisionBump),
 		VolumeMounts: []corev1.VolumeMount{data},
 	})
-	if src.RevisionBump > 0 {
-		// etcdutl requires the one with the other: the revisions skipped are compacted, so a
-		// watch from any of them ends with a compaction error instead of replaying nothing.
-		restore.Args = append(restore.Args, fmt.Sprintf("--bump-revision=%d", src.RevisionBump), "--mark-compacted")
-	}
 	// etcdutl writes no termination message: its last log lines say why it failed.
 	restore.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	install := agentContainer(corev1.Container{
@@ -230,6 +218,28 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m Rest
 		},
 		Spec: spec,
 	}, nil
+}
+
+// etcdutlPath is where etcd images hold etcdutl.
+const etcdutlPath = "/usr/local/bin/etcdutl"
+
+// etcdutlRestoreArgs restore the staged snapshot as member m of a cluster of m.Members: every
+// member's restore writes the same membership, cluster ID and revision.
+func etcdutlRestoreArgs(c *etcdv1alpha1.EtcdCluster, m RestoreMember, bump int64) []string {
+	args := []string{
+		"snapshot", "restore", jobspec.StagedSnapshot,
+		"--data-dir=" + jobspec.StagedDataDir,
+		"--name=" + m.Name,
+		"--initial-cluster=" + InitialCluster(c, m.Members),
+		"--initial-advertise-peer-urls=" + PeerURL(c, m.Name),
+		"--initial-cluster-token=" + string(c.UID),
+	}
+	if bump > 0 {
+		// etcdutl requires the one with the other: the revisions skipped are compacted, so a
+		// watch from any of them ends with a compaction error instead of replaying nothing.
+		args = append(args, fmt.Sprintf("--bump-revision=%d", bump), "--mark-compacted")
+	}
+	return args
 }
 
 // Containers of a verify Job, in order: two init containers, the restored member as a native

@@ -99,11 +99,14 @@ type MemberSpec struct {
 	// forms with), so its pod is made with LabelVoter and the PodDisruptionBudget counts it from
 	// the start.
 	Voter bool
+	// Restore, on a member a restore prepares in its own pod, is what the pod restores before
+	// etcd starts (AnnotationMemberRestore).
+	Restore *MemberRestore
 }
 
-// MemberPod is the pod of one member. It carries none of the proxy variables the operator's
-// Jobs get: etcd's peer transport takes a proxy from its environment, and members need nothing
-// outside the cluster.
+// MemberPod is the pod of one member. Its etcd carries none of the proxy variables the
+// operator's Jobs get: etcd's peer transport takes a proxy from its environment, and members
+// need nothing outside the cluster. Only the fetch of a member restored in its pod does.
 func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) *corev1.Pod {
 	tmpl := c.Spec.PodTemplate
 	labels := maps.Clone(tmpl.Metadata.Labels)
@@ -161,6 +164,9 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) *co
 	volumes, mounts := tlsVolumes(c)
 	pod.Spec.Volumes = append(pod.Spec.Volumes, volumes...)
 	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, mounts...)
+	if m.Restore != nil {
+		addMemberRestore(pod, c, m, images)
+	}
 	return pod
 }
 

@@ -94,12 +94,12 @@ var Walk = []Operation{
 		},
 	},
 	{
-		// The backup restored into a new cluster: the cluster made, its first member's data
-		// prepared by the Job, the cluster let form, the outcome recorded.
+		// The backup restored into a new cluster: the cluster made, its member's claim made
+		// with the restore its pods run, the cluster let form, the outcome recorded.
 		Name: "restore into a new cluster",
 		Failpoints: []Failpoint{
 			{"restoreTargetCreated", 1},
-			{"restoreJobCreated", 1},
+			{"restoreMemberClaimsMade", 1},
 			{"restoreSeedReleased", 1},
 			{"restoreOutcomeRecorded", 1},
 		},
