@@ -82,7 +82,7 @@ func (r *EtcdRestoreReconciler) seedClaim(ctx context.Context, rs *etcdv1alpha1.
 }
 
 // memberRestoreRetry is how soon a restore whose members restore in their own pods looks at
-// them again: their pods' progress does not wake it.
+// them again, should no change of their pods (labelled with the restore) wake it first.
 const memberRestoreRetry = 2 * time.Second
 
 // recordMemberRestores records what the members restored in their own pods, once every one

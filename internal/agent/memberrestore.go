@@ -63,7 +63,9 @@ func memberRestoreFetch(ctx context.Context) (RestoreResult, error) {
 	}
 	// Written before any data is installed: a data directory with no record beside it was
 	// not installed by this restore.
-	return result, writeFileAtomically(memberPath(jobspec.RestoredRecord), mustJSON(result), 0o600)
+	return result, writeFileAtomically(memberPath(jobspec.RestoredRecord), 0o600, true, func(w io.Writer) error {
+		return json.NewEncoder(w).Encode(result)
+	})
 }
 
 func memberRestoreInstall(ctx context.Context, etcdutl []string) error {
@@ -118,7 +120,9 @@ func exists(path string) (bool, error) {
 	return err == nil, err
 }
 
-// copyExecutable copies the running binary to dst, whole or not at all.
+// copyExecutable copies the running binary to dst, whole or not at all. Not synced: dst is in
+// the pod's emptyDir, which a node's crash loses together with the pod's run, and the next
+// run copies it again (syncing its 90 MB cost a restore a second).
 func copyExecutable(dst string) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -129,22 +133,22 @@ func copyExecutable(dst string) error {
 		return err
 	}
 	defer src.Close()
-	raw, err := io.ReadAll(src)
-	if err != nil {
+	return writeFileAtomically(dst, 0o755, false, func(w io.Writer) error {
+		_, err := io.Copy(w, src)
 		return err
-	}
-	return writeFileAtomically(dst, raw, 0o755)
+	})
 }
 
-// writeFileAtomically writes data to path through a temporary file and a rename.
-func writeFileAtomically(path string, data []byte, mode os.FileMode) error {
+// writeFileAtomically writes path through a temporary file and a rename, synced first when
+// durable.
+func writeFileAtomically(path string, mode os.FileMode, durable bool, write func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, mode)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil {
+	err = write(f)
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	if closeErr := f.Close(); err == nil {
@@ -155,12 +159,4 @@ func writeFileAtomically(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-func mustJSON(v any) []byte {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("marshal %T: %v", v, err)) // plain structs always marshal
-	}
-	return raw
 }

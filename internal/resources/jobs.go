@@ -23,7 +23,8 @@ import (
 const (
 	// LabelBackup names the EtcdBackup a Job runs for.
 	LabelBackup = "etcd.database.dev/backup"
-	// LabelRestore names the EtcdRestore a Job runs for.
+	// LabelRestore names the EtcdRestore a Job, or a member's pod that restores its data,
+	// runs for.
 	LabelRestore = "etcd.database.dev/restore"
 	// LabelQuorumRecovery names the cluster whose quorum-loss recovery a Job runs for.
 	LabelQuorumRecovery = "etcd.database.dev/quorum-recovery"

@@ -32,6 +32,9 @@ func TestARestoredMembersPodRestoresBeforeEtcdStarts(t *testing.T) {
 	}
 
 	pod := MemberPod(c, spec, EtcdImages{Repository: "registry/etcd"})
+	if pod.Labels[LabelRestore] != "r" {
+		t.Errorf("labels %v: the restore does not follow the pod", pod.Labels)
+	}
 	init := pod.Spec.InitContainers
 	if len(init) != 2 || init[0].Name != MemberRestoreFetchContainer || init[1].Name != MemberRestoreInstallContainer {
 		t.Fatalf("init containers %v", init)
@@ -79,7 +82,7 @@ func TestARestoredMembersPodRestoresBeforeEtcdStarts(t *testing.T) {
 	}
 
 	plain := MemberPod(c, MemberSpec{Name: members[1], Version: "3.6.16", InitialCluster: spec.InitialCluster, State: "new"}, EtcdImages{Repository: "registry/etcd"})
-	if len(plain.Spec.InitContainers) != 0 || plain.Annotations[AnnotationPodSpecHash] != pod.Annotations[AnnotationPodSpecHash] {
+	if len(plain.Spec.InitContainers) != 0 || plain.Labels[LabelRestore] != "" || plain.Annotations[AnnotationPodSpecHash] != pod.Annotations[AnnotationPodSpecHash] {
 		t.Errorf("a member with no restore: init containers %v; spec hash %s, with a restore %s (a restore is no roll-out)",
 			plain.Spec.InitContainers, plain.Annotations[AnnotationPodSpecHash], pod.Annotations[AnnotationPodSpecHash])
 	}

@@ -119,6 +119,11 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) *co
 	if m.Voter {
 		labels[LabelVoter] = "true"
 	}
+	delete(labels, LabelRestore)
+	if m.Restore != nil {
+		// The restore follows its members' pods as it follows its Jobs'.
+		labels[LabelRestore] = m.Restore.Restore
+	}
 
 	annotations := maps.Clone(tmpl.Metadata.Annotations)
 	if annotations == nil {
