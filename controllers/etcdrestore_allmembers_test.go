@@ -78,12 +78,11 @@ func argOf(job *batchv1.Job, flag string) string {
 func TestARestoreIntoANewClusterPreparesEveryMemberAtOnce(t *testing.T) {
 	rs := newClusterRestore(3)
 	r, k8s := restoreReconciler(t, rs)
-	rs = reconcileRestore(t, r, rs) // creates the cluster, held
+	rs = reconcileRestore(t, r, rs) // creates the cluster, held, the claims and the Jobs
 	target := &etcdv1alpha1.EtcdCluster{}
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "copy"}, target); err != nil {
 		t.Fatalf("the target cluster: %v", err)
 	}
-	rs = reconcileRestore(t, r, rs) // claims and Jobs
 
 	members := resources.RestoreMemberNames("copy", string(rs.UID), 3)
 	wantInitial := resources.InitialCluster(target, members)
@@ -161,7 +160,6 @@ func TestARestoreIntoANewClusterPreparesEveryMemberAtOnce(t *testing.T) {
 func TestMembersRestoredFromDifferentSnapshotsNeverForm(t *testing.T) {
 	rs := newClusterRestore(3)
 	r, k8s := restoreReconciler(t, rs)
-	rs = reconcileRestore(t, r, rs)
 	rs = reconcileRestore(t, r, rs)
 	jobs := restoreJobsOfTest(t, k8s, rs, 3)
 	for i, job := range jobs {
@@ -324,8 +322,7 @@ func TestAFailedInPlaceRestoreDeletesEveryClaimItStaged(t *testing.T) {
 func TestARestoreGoesOnOnceItsJobsPodsHaveSucceeded(t *testing.T) {
 	rs := newClusterRestore(3)
 	r, k8s := restoreReconciler(t, rs)
-	rs = reconcileRestore(t, r, rs) // creates the cluster, held
-	rs = reconcileRestore(t, r, rs) // claims and Jobs
+	rs = reconcileRestore(t, r, rs) // creates the cluster, held, the claims and the Jobs
 	target := &etcdv1alpha1.EtcdCluster{}
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "copy"}, target); err != nil {
 		t.Fatalf("the target cluster: %v", err)

@@ -150,7 +150,13 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 	err = r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Spec.Target.ClusterName}, cluster)
 	switch {
 	case apierrors.IsNotFound(err):
-		return ctrl.Result{}, r.createTarget(ctx, rs, src)
+		created, err := r.createTarget(ctx, rs, src)
+		if err != nil || created == nil {
+			return ctrl.Result{}, err
+		}
+		// On at once: the members' claims need only the cluster's UID, which the create
+		// returned, and a reconcile more would cost the restore the time to be woken again.
+		return r.prepareMembers(ctx, rs, created, src)
 	case err != nil:
 		return ctrl.Result{}, err
 	case cluster.Annotations[resources.AnnotationRestoredBy] != rs.Name:
@@ -304,21 +310,21 @@ func olderArtifacts(b *etcdv1alpha1.EtcdBackup, a *etcdv1alpha1.BackupArtifact) 
 	return older
 }
 
-// createTarget creates the new EtcdCluster, held back from forming until its first member's
-// data is restored.
-func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, src snapshotSource) error {
+// createTarget creates the new EtcdCluster, held back from forming until its members' data
+// is prepared, and returns it; nil if one of its name was created since the cache was read.
+func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, src snapshotSource) (*etcdv1alpha1.EtcdCluster, error) {
 	if rs.Status.Phase == etcdv1alpha1.RestoreRestoring {
-		return failed(etcdv1alpha1.ReasonTargetDeleted, "EtcdCluster %s was deleted while it was being restored", rs.Spec.Target.ClusterName)
+		return nil, failed(etcdv1alpha1.ReasonTargetDeleted, "EtcdCluster %s was deleted while it was being restored", rs.Spec.Target.ClusterName)
 	}
 	spec := rs.Spec.Target.Cluster.DeepCopy()
 	if tooOld(spec.Version, src.etcdVersion) {
-		return failed(etcdv1alpha1.ReasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
+		return nil, failed(etcdv1alpha1.ReasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
 	}
 	if spec.Paused {
-		return failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.paused: a paused cluster would never form from the restored member")
+		return nil, failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.paused: a paused cluster would never form from the restored member")
 	}
 	if spec.Storage.Ephemeral {
-		return failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.storage.ephemeral: a restored member's data is prepared on its claim, so the cluster needs persistent storage")
+		return nil, failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.storage.ephemeral: a restored member's data is prepared on its claim, so the cluster needs persistent storage")
 	}
 	cluster := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{
@@ -333,15 +339,15 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	}
 	if err := r.Create(ctx, cluster); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil // the next reconcile sees whose it is
+			return nil, nil // the next reconcile sees whose it is
 		}
-		return fmt.Errorf("create EtcdCluster %s: %w", cluster.Name, err)
+		return nil, fmt.Errorf("create EtcdCluster %s: %w", cluster.Name, err)
 	}
 	// gofail: var restoreTargetCreated struct{}
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "created EtcdCluster %s; restoring its members from %s", cluster.Name, src.uri)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "ClusterCreated", "Restore", "created EtcdCluster %s to restore %s into", cluster.Name, src.uri)
-	return nil
+	return cluster, nil
 }
 
 // prepareMembers has every first member's data written from the snapshot and lets the cluster

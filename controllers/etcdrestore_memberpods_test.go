@@ -56,8 +56,7 @@ func memberPodRestored(member string, fetch agent.Report, fetchExit, install int
 func TestARestoreIntoANewClusterRestoresItsMembersInTheirOwnPods(t *testing.T) {
 	rs, creds := s3ClusterRestore(3)
 	r, k8s := restoreReconciler(t, rs, creds)
-	rs = reconcileRestore(t, r, rs) // creates the cluster, held
-	rs = reconcileRestore(t, r, rs) // claims, and the cluster let form
+	rs = reconcileRestore(t, r, rs) // creates the cluster, its members' claims, and lets it form
 	target := &etcdv1alpha1.EtcdCluster{}
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "copy"}, target); err != nil {
 		t.Fatal(err)
@@ -155,7 +154,6 @@ func TestAMemberPodsFailedRestoreFailsTheRestore(t *testing.T) {
 			rs, creds := s3ClusterRestore(3)
 			r, k8s := restoreReconciler(t, rs, creds)
 			rs = reconcileRestore(t, r, rs)
-			rs = reconcileRestore(t, r, rs)
 			members := resources.RestoreMemberNames("copy", string(rs.UID), 3)
 			pods := []*corev1.Pod{memberPodRestored(members[0], refused, jobspec.ExitPermanent, -1)}
 			for _, m := range members[1:] {
@@ -206,9 +204,7 @@ func TestRestoresMemberPodsCannotBeSureOfStayWithJobs(t *testing.T) {
 			tc.tweak(rs.Spec.Source.Location)
 			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: "ns"}}
 			r, k8s := restoreReconciler(t, rs, creds, sa)
-			rs = reconcileRestore(t, r, rs)
-			reconcileRestore(t, r, rs)
-			restoreJobOf(t, k8s, rs)
+			restoreJobOf(t, k8s, reconcileRestore(t, r, rs))
 		})
 	}
 }

@@ -816,7 +816,9 @@ func BenchmarkRestoreToAvailable(b *testing.B) {
 				return false, err
 			}
 			for _, p := range pods.Items {
-				jobPods[p.Name] = p
+				if p.Labels[resources.LabelCluster] == "" { // the members' pods are listed below
+					jobPods[p.Name] = p
+				}
 			}
 			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(rs), rs)
 			return rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed, err
