@@ -255,16 +255,15 @@ func podProblem(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
 	return ""
 }
 
-// memberStatuses asks every member whose pod runs for its status, all at once: a member that
-// is restarting would otherwise hold the reconcile for the call timeout, and its pod having no
-// IP already says it cannot answer.
+// memberStatuses asks every member whose pod may answer (mayAnswer) for its status, all at
+// once: a member that is restarting would otherwise hold the reconcile for the call timeout.
 func (r *EtcdClusterReconciler) memberStatuses(ctx context.Context, cl etcd.Client, obs *observation) map[uint64]etcd.MemberStatus {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	statuses := map[uint64]etcd.MemberStatus{}
 	for _, m := range obs.members {
 		pod, ok := obs.pods[m.Name]
-		if m.Name == "" || len(m.ClientURLs) == 0 || !ok || pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+		if m.Name == "" || len(m.ClientURLs) == 0 || !ok || !mayAnswer(pod) {
 			continue
 		}
 		wg.Go(func() {
@@ -281,13 +280,29 @@ func (r *EtcdClusterReconciler) memberStatuses(ctx context.Context, cl etcd.Clie
 	return statuses
 }
 
-// knownClientURLs are the client URLs of the members whose pods run (have an IP): dialling a
-// member that cannot answer would only spend the call timeout. Sorted, so the cached etcd
+// mayAnswer says whether the etcd of a member's pod may answer. One with no IP cannot, nor one
+// being deleted, nor one still running its init containers (a member restoring its data in its
+// pod, for seconds): dialling it would only spend the call timeout, in which the reconcile
+// sees nothing else, such as the other members becoming ready.
+func mayAnswer(pod *corev1.Pod) bool {
+	if pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
+		return false
+	}
+	for _, st := range pod.Status.InitContainerStatuses {
+		if t := st.State.Terminated; t == nil || t.ExitCode != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// knownClientURLs are the client URLs of the members whose pods may answer (mayAnswer):
+// dialling a member that cannot would only spend the call timeout. Sorted, so the cached etcd
 // client is reused while they hold.
 func knownClientURLs(c *etcdv1alpha1.EtcdCluster, obs *observation) []string {
 	urls := make([]string, 0, len(obs.pods))
 	for name, pod := range obs.pods {
-		if pod.Status.PodIP != "" && pod.DeletionTimestamp.IsZero() {
+		if mayAnswer(pod) {
 			urls = append(urls, resources.ClientURL(c, name))
 		}
 	}

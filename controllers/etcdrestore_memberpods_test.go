@@ -253,3 +253,23 @@ func TestMembersWhoseClaimsCarryARestoreRestoreInTheirPods(t *testing.T) {
 	}
 	expectPods(t, "made again")
 }
+
+// A member whose pod is still restoring its data has an IP but no etcd yet: the cluster's
+// reconciler does not dial it, which cost each look at the forming cluster the 5 s call
+// timeout (seen in BenchmarkRestoreToAvailable's log: no look at the cluster between its
+// members' restores and their readiness). Once its init containers have succeeded it is dialled.
+func TestAMemberStillRestoringInItsPodIsNotDialled(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: "ns"}}
+	pod := memberPodRestored("copy-aaaaa", agent.Report{}, 0, -1)
+	pod.Status.PodIP = "10.0.0.1"
+	pod.Status.InitContainerStatuses = append(pod.Status.InitContainerStatuses, corev1.ContainerStatus{Name: resources.MemberRestoreInstallContainer,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	obs := &observation{pods: map[string]*corev1.Pod{pod.Name: pod}}
+	if urls := knownClientURLs(c, obs); len(urls) != 0 {
+		t.Errorf("dials %v while the member restores its data", urls)
+	}
+	pod.Status.InitContainerStatuses[1].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	if urls := knownClientURLs(c, obs); len(urls) != 1 {
+		t.Errorf("dials %v once the member's data is in place, want its URL", urls)
+	}
+}
