@@ -150,8 +150,13 @@ func (r *EtcdRestoreReconciler) recordMemberRestores(ctx context.Context, rs *et
 		if len(retrying) > 0 {
 			progress += "; retrying after " + strings.Join(retrying, "; ")
 		}
-		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring, "%s", progress)
-		return false, ctrl.Result{RequeueAfter: memberRestoreRetry}, nil
+		// The data is the cluster's from the start: a member that never gets it (its pod never
+		// starts) is waited for as a cluster that does not serve, and said so after as long.
+		result := r.awaitServing(rs, c, progress)
+		if result.RequeueAfter > memberRestoreRetry {
+			result.RequeueAfter = memberRestoreRetry
+		}
+		return false, result, nil
 	}
 	first := reports[0]
 	for i, got := range reports[1:] {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -101,6 +102,14 @@ func TestARestoreIntoANewClusterRestoresItsMembersInTheirOwnPods(t *testing.T) {
 	if says := conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded); !strings.Contains(says, "2 of 3 done") {
 		t.Errorf("the restore says %q, not how far its members are", says)
 	}
+	// A member that never gets its data is waited for as a cluster that does not serve.
+	now := r.Now
+	r.Now = func() time.Time { return now().Add(restoreServeDeadline + time.Minute) }
+	if late := reconcileRestore(t, r, rs); !restoreNotServing(late) || late.Status.Phase != etcdv1alpha1.RestoreRestoring {
+		t.Errorf("a member still restoring after %s: %s %s, want the restore waiting, ClusterNotServing", restoreServeDeadline,
+			late.Status.Phase, conditionText(late.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
+	}
+	r.Now = now
 	third := &corev1.Pod{}
 	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: members[2]}, third); err != nil {
 		t.Fatal(err)
