@@ -129,11 +129,7 @@ func TestARestoreIntoANewClusterPreparesEveryMemberAtOnce(t *testing.T) {
 
 	// The cluster serves at its size: the restore completes once every member holds the
 	// same store, and its Jobs go.
-	target.Status = etcdv1alpha1.EtcdClusterStatus{ClusterID: "new", ReadyMembers: 3,
-		Conditions: []metav1.Condition{{Type: etcdv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "QuorumHealthy", LastTransitionTime: metav1.Now()}}}
-	if err := k8s.Status().Update(t.Context(), target); err != nil {
-		t.Fatal(err)
-	}
+	markServing(t, k8s, target, 3)
 	rs = reconcileRestore(t, r, rs)
 	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
 		t.Fatalf("restore %s: %s", rs.Status.Phase, conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
@@ -354,5 +350,16 @@ func TestARestoreGoesOnOnceItsJobsPodsHaveSucceeded(t *testing.T) {
 	}
 	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(target), target); err != nil || target.Annotations[resources.AnnotationRestorePending] != "" {
 		t.Fatalf("every member's pod succeeded, the cluster is still held (%v)", err)
+	}
+}
+
+// markServing has the cluster's status say it serves with size ready members, as its
+// reconciler would.
+func markServing(t *testing.T, k8s client.Client, target *etcdv1alpha1.EtcdCluster, size int32) {
+	t.Helper()
+	target.Status = etcdv1alpha1.EtcdClusterStatus{ClusterID: "new", ReadyMembers: size,
+		Conditions: []metav1.Condition{{Type: etcdv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "QuorumHealthy", LastTransitionTime: metav1.Now()}}}
+	if err := k8s.Status().Update(t.Context(), target); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -123,11 +123,7 @@ func TestARestoreIntoANewClusterRestoresItsMembersInTheirOwnPods(t *testing.T) {
 		t.Fatalf("status %+v; want revision 42 of s3://b/snap.db, bumped by 5000000", rs.Status)
 	}
 
-	target.Status = etcdv1alpha1.EtcdClusterStatus{ClusterID: "new", ReadyMembers: 3,
-		Conditions: []metav1.Condition{{Type: etcdv1alpha1.ConditionAvailable, Status: metav1.ConditionTrue, Reason: "QuorumHealthy", LastTransitionTime: metav1.Now()}}}
-	if err := k8s.Status().Update(t.Context(), target); err != nil {
-		t.Fatal(err)
-	}
+	markServing(t, k8s, target, 3)
 	rs = reconcileRestore(t, r, rs)
 	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
 		t.Fatalf("restore %s: %s", rs.Status.Phase, conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))

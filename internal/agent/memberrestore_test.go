@@ -2,17 +2,14 @@ package agent_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
-	"github.com/etcd-database/etcd-operator/internal/s3test"
 )
 
 // memberPod is a restored member's pod as its two restore containers see it: the claim's mount,
@@ -28,23 +25,7 @@ func newMemberPod(t *testing.T) memberPod {
 // run runs one of the pod's restore containers with cfg as its configuration.
 func (p memberPod) run(t *testing.T, cfg jobspec.JobConfig, run func(context.Context) int) (int, agent.Report) {
 	t.Helper()
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(jobspec.ConfigEnv, string(raw))
-	termination := filepath.Join(t.TempDir(), "termination-log")
-	agent.UsePodPaths(t, agent.PodPaths{TerminationMessage: termination, MemberMount: p.mount, AgentBinary: filepath.Join(p.agentDir, "manager")})
-	code := run(t.Context())
-	msg, err := os.ReadFile(termination)
-	if err != nil {
-		t.Fatalf("no termination message: %v", err)
-	}
-	report, err := agent.DecodeReport(string(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return code, report
+	return runInPod(t, run, cfg, agent.PodPaths{MemberMount: p.mount, AgentBinary: filepath.Join(p.agentDir, "manager")})
 }
 
 // etcdutl is the install container's command: the pod's own etcdutl restoring the staged
@@ -64,15 +45,7 @@ func (p memberPod) etcdutl(t *testing.T) []string {
 // beside it is never taken for a restore's.
 func TestAMemberPodRestoresItsDataOnce(t *testing.T) {
 	srv, _, res := backUpCluster(t, 1, 30)
-	t.Setenv(jobspec.AccessKeyIDEnv, s3test.AccessKey)
-	t.Setenv(jobspec.SecretAccessKeyEnv, s3test.SecretKey)
-	t.Setenv(jobspec.SessionTokenEnv, "")
-	cfg := jobspec.JobConfig{
-		Storage: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
-			Bucket: "backups", Prefix: "etcd/", Endpoint: srv.Endpoint, Region: "us-east-1", ForcePathStyle: true, CredentialsSecretName: "s3-creds",
-		}},
-		Key: strings.TrimPrefix(res.URI, "s3://backups/etcd/"), SHA256: res.SHA256,
-	}
+	cfg := fetchFromBucket(t, srv, res, res.SHA256)
 	pod := newMemberPod(t)
 	install := func(context.Context) int { return agent.RunMemberRestoreInstall(t.Context(), pod.etcdutl(t)) }
 
@@ -124,15 +97,7 @@ func TestAMemberPodRestoresItsDataOnce(t *testing.T) {
 // leaves nothing for the install to restore.
 func TestAMemberPodRefusesASnapshotThatIsNotTheRecordedOne(t *testing.T) {
 	srv, _, res := backUpCluster(t, 1, 10)
-	t.Setenv(jobspec.AccessKeyIDEnv, s3test.AccessKey)
-	t.Setenv(jobspec.SecretAccessKeyEnv, s3test.SecretKey)
-	t.Setenv(jobspec.SessionTokenEnv, "")
-	cfg := jobspec.JobConfig{
-		Storage: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
-			Bucket: "backups", Prefix: "etcd/", Endpoint: srv.Endpoint, Region: "us-east-1", ForcePathStyle: true, CredentialsSecretName: "s3-creds",
-		}},
-		Key: strings.TrimPrefix(res.URI, "s3://backups/etcd/"), SHA256: strings.Repeat("0", 64),
-	}
+	cfg := fetchFromBucket(t, srv, res, strings.Repeat("0", 64))
 	pod := newMemberPod(t)
 	code, report := pod.run(t, cfg, agent.RunMemberRestoreFetch)
 	if code != jobspec.ExitPermanent || !report.Unrestorable || !strings.Contains(report.Error, "not the recorded") {

@@ -30,15 +30,22 @@ import (
 // pod, is there before the agent starts.
 func runAsJob(t *testing.T, run func(context.Context) int, cfg jobspec.JobConfig, claim, scratch string) (int, agent.Report) {
 	t.Helper()
+	return runInPod(t, run, cfg, agent.PodPaths{Claim: claim, VerifyScratch: scratch})
+}
+
+// runInPod runs an agent entry point with cfg as its configuration and the pod's paths where
+// paths puts them, and returns its exit code and report.
+func runInPod(t *testing.T, run func(context.Context) int, cfg jobspec.JobConfig, paths agent.PodPaths) (int, agent.Report) {
+	t.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv(jobspec.ConfigEnv, string(raw))
-	termination := filepath.Join(t.TempDir(), "termination-log")
-	agent.UsePodPaths(t, agent.PodPaths{Claim: claim, VerifyScratch: scratch, TerminationMessage: termination})
+	paths.TerminationMessage = filepath.Join(t.TempDir(), "termination-log")
+	agent.UsePodPaths(t, paths)
 	code := run(t.Context())
-	msg, err := os.ReadFile(termination)
+	msg, err := os.ReadFile(paths.TerminationMessage)
 	if err != nil {
 		t.Fatalf("no termination message: %v", err)
 	}
@@ -65,16 +72,7 @@ func fetchedSnapshot(t *testing.T, scratch string) string {
 // unrestorable with both digests, and leaves nothing to restore.
 func TestVerifyFetchFromABucketHoldsTheObjectToItsSHA256(t *testing.T) {
 	srv, _, res := backUpCluster(t, 1, 20)
-	// The keys of the credentials Secret the location names, as the Job's environment holds them.
-	t.Setenv(jobspec.AccessKeyIDEnv, s3test.AccessKey)
-	t.Setenv(jobspec.SecretAccessKeyEnv, s3test.SecretKey)
-	t.Setenv(jobspec.SessionTokenEnv, "")
-	cfg := jobspec.JobConfig{
-		Storage: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
-			Bucket: "backups", Prefix: "etcd/", Endpoint: srv.Endpoint, Region: "us-east-1", ForcePathStyle: true, CredentialsSecretName: "s3-creds",
-		}},
-		Key: strings.TrimPrefix(res.URI, "s3://backups/etcd/"), SHA256: res.SHA256,
-	}
+	cfg := fetchFromBucket(t, srv, res, res.SHA256)
 	scratch := t.TempDir()
 	leftover := filepath.Join(scratch, "data")
 	if err := os.MkdirAll(leftover, 0o700); err != nil {
@@ -239,5 +237,20 @@ func TestVerifyComparesTheRestoredKeyspaceWithTheRecord(t *testing.T) {
 				t.Errorf("the report says %q (mismatch %q); want %q", report.Error, got.Mismatch, tc.want.mismatch)
 			}
 		})
+	}
+}
+
+// fetchFromBucket is the configuration of a fetch of the backup res from srv's bucket, checked
+// against sha256, with the keys of the credentials Secret the location names in the
+// environment, as a Job's or a member pod's environment holds them.
+func fetchFromBucket(t *testing.T, srv *s3test.Server, res agent.BackupResult, sha256 string) jobspec.JobConfig {
+	t.Setenv(jobspec.AccessKeyIDEnv, s3test.AccessKey)
+	t.Setenv(jobspec.SecretAccessKeyEnv, s3test.SecretKey)
+	t.Setenv(jobspec.SessionTokenEnv, "")
+	return jobspec.JobConfig{
+		Storage: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
+			Bucket: "backups", Prefix: "etcd/", Endpoint: srv.Endpoint, Region: "us-east-1", ForcePathStyle: true, CredentialsSecretName: "s3-creds",
+		}},
+		Key: strings.TrimPrefix(res.URI, "s3://backups/etcd/"), SHA256: sha256,
 	}
 }
