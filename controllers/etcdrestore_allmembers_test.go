@@ -76,13 +76,7 @@ func argOf(job *batchv1.Job, flag string) string {
 // peers then join as learners and receive the whole snapshot over the network. Before, one
 // seed member was restored (one Job, one claim planning a cluster of one).
 func TestARestoreIntoANewClusterPreparesEveryMemberAtOnce(t *testing.T) {
-	rs := newClusterRestore(3)
-	r, k8s := restoreReconciler(t, rs)
-	rs = reconcileRestore(t, r, rs) // creates the cluster, held, the claims and the Jobs
-	target := &etcdv1alpha1.EtcdCluster{}
-	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "copy"}, target); err != nil {
-		t.Fatalf("the target cluster: %v", err)
-	}
+	r, k8s, rs, target := startClusterRestore(t, newClusterRestore(3))
 
 	members := resources.RestoreMemberNames("copy", string(rs.UID), 3)
 	wantInitial := resources.InitialCluster(target, members)
@@ -316,13 +310,7 @@ func TestAFailedInPlaceRestoreDeletesEveryClaimItStaged(t *testing.T) {
 // controller marks the Jobs Complete: the data is written and the reports are there. A Job
 // whose pod failed is not taken for done (it may be retried), nor one with no pod yet.
 func TestARestoreGoesOnOnceItsJobsPodsHaveSucceeded(t *testing.T) {
-	rs := newClusterRestore(3)
-	r, k8s := restoreReconciler(t, rs)
-	rs = reconcileRestore(t, r, rs) // creates the cluster, held, the claims and the Jobs
-	target := &etcdv1alpha1.EtcdCluster{}
-	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "copy"}, target); err != nil {
-		t.Fatalf("the target cluster: %v", err)
-	}
+	r, k8s, rs, target := startClusterRestore(t, newClusterRestore(3))
 	jobs := restoreJobsOfTest(t, k8s, rs, 3)
 	report := agent.Report{Restore: &agent.RestoreResult{URI: "pvc://backups/snap.db", SizeBytes: 1, SHA256: "abc", Revision: 42}}
 	succeedRestorePod(t, k8s, jobs[0], report)
@@ -362,4 +350,17 @@ func markServing(t *testing.T, k8s client.Client, target *etcdv1alpha1.EtcdClust
 	if err := k8s.Status().Update(t.Context(), target); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startClusterRestore reconciles a restore into a new cluster once: it creates the cluster,
+// held, and its members' claims and Jobs. It returns the restore and the cluster as made.
+func startClusterRestore(t *testing.T, rs *etcdv1alpha1.EtcdRestore) (*EtcdRestoreReconciler, client.Client, *etcdv1alpha1.EtcdRestore, *etcdv1alpha1.EtcdCluster) {
+	t.Helper()
+	r, k8s := restoreReconciler(t, rs)
+	rs = reconcileRestore(t, r, rs)
+	target := &etcdv1alpha1.EtcdCluster{}
+	if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: rs.Spec.Target.ClusterName}, target); err != nil {
+		t.Fatalf("the target cluster: %v", err)
+	}
+	return r, k8s, rs, target
 }

@@ -50,6 +50,10 @@ type EtcdRestoreReconciler struct {
 	// Keyspaces proves, before a restore completes, that every member serves the same
 	// restored store.
 	Keyspaces Keyspaces
+	// ProbeAddresses finds whether anything answers at a member's addresses (etcd.FirstAnswer
+	// when nil): a cluster one of whose members answers is never deleted as one that never
+	// held data.
+	ProbeAddresses func(ctx context.Context, addrs []string) string
 }
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdrestores,verbs=get;list;watch;update;patch
@@ -356,11 +360,12 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 // once they all have.
 func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
-	members, err := r.restoreMembers(ctx, rs, c)
+	seed, err := r.seedClaim(ctx, rs, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	inPods, err := r.memberPodsRestore(ctx, rs, c, members, src)
+	members := membersPlanned(rs, c, seed)
+	inPods, err := r.memberPodsRestore(ctx, rs, c, seed, members, src)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -417,20 +422,21 @@ func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1al
 // letting the others join as learners, goes on that way); else spec.size of them, as etcd's
 // recovery guide restores every member of a cluster from the same snapshot.
 func (r *EtcdRestoreReconciler) restoreMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) ([]string, error) {
-	seed := resources.SeedMemberName(c.Name, string(rs.UID))
-	pvc := &corev1.PersistentVolumeClaim{}
-	// Live: a claim made in the last reconcile may not be in the cache yet, and members
-	// computed again from a spec.size changed since would differ from those its plan names.
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(stagedClaim(c, seed)), pvc)
-	if client.IgnoreNotFound(err) != nil {
+	seed, err := r.seedClaim(ctx, rs, c)
+	if err != nil {
 		return nil, err
 	}
-	if err == nil {
-		if planned := resources.MembersOfInitialCluster(pvc.Annotations[resources.AnnotationInitialCluster]); len(planned) > 0 {
-			return planned, nil
+	return membersPlanned(rs, c, seed), nil
+}
+
+// membersPlanned are restoreMembers given the seed's claim, nil if it has none yet.
+func membersPlanned(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed *corev1.PersistentVolumeClaim) []string {
+	if seed != nil {
+		if planned := resources.MembersOfInitialCluster(seed.Annotations[resources.AnnotationInitialCluster]); len(planned) > 0 {
+			return planned
 		}
 	}
-	return resources.RestoreMemberNames(c.Name, string(rs.UID), int(max(c.Spec.Size, 1))), nil
+	return resources.RestoreMemberNames(c.Name, string(rs.UID), int(max(c.Spec.Size, 1)))
 }
 
 // runRestoreJobs runs the Jobs that prepare members' data, one per member, and once every one

@@ -6,14 +6,15 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
@@ -29,19 +30,15 @@ import (
 // memberPodsRestore is the restore the members' pods run, or nil when Jobs prepare the members.
 // A restore goes on the way it began: the plan on the seed's claim, once made, is every
 // member's; a restore whose first Job exists goes on with Jobs.
-func (r *EtcdRestoreReconciler) memberPodsRestore(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, members []string, src snapshotSource) (*resources.MemberRestore, error) {
-	seed, err := r.seedClaim(ctx, rs, c)
-	if err != nil {
-		return nil, err
-	}
+// seed is the seed member's claim, read live (seedClaim), nil if not made yet.
+func (r *EtcdRestoreReconciler) memberPodsRestore(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed *corev1.PersistentVolumeClaim, members []string, src snapshotSource) (*resources.MemberRestore, error) {
 	if seed != nil {
 		if planned, err := resources.MemberRestoreOf(seed); err != nil || planned != nil {
 			return planned, err
 		}
 	}
-	err = r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name, 0)}, &metav1.PartialObjectMetadata{
-		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-	})
+	// From the cache of the Jobs the restore owns and watches.
+	err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: resources.RestoreJobName(rs.Name, 0)}, &batchv1.Job{})
 	if client.IgnoreNotFound(err) != nil {
 		return nil, err
 	}
@@ -135,6 +132,9 @@ func (r *EtcdRestoreReconciler) recordMemberRestores(ctx context.Context, rs *et
 	}
 	if len(permanent) > 0 {
 		why := strings.Join(permanent, "; ")
+		// Deleting the cluster is safe only if no member's etcd ever ran: none's pod says its
+		// data was installed, and nothing answers at any member's addresses, asked live.
+		installed = append(installed, r.membersAnswering(ctx, c, plan.Members)...)
 		if len(installed) == 0 {
 			if err := r.discardTarget(ctx, c); err != nil {
 				return false, ctrl.Result{}, err
@@ -172,6 +172,28 @@ func (r *EtcdRestoreReconciler) recordMemberRestores(ctx context.Context, rs *et
 		strings.Join(plan.Members, ", "), c.Name, first.URI, first.Revision, first.SHA256)
 	// Completed only from a record in status: the reconcile that completes reads it back.
 	return false, ctrl.Result{RequeueAfter: time.Second}, nil
+}
+
+// membersAnswering are those of members at whose addresses something answers, asked live: the
+// pods' statuses, read from the cache, may not yet say that a member installed its data and
+// started etcd, and a cluster one of whose members serves is never deleted as one that never
+// held data. While a pod runs its init containers nothing listens at its etcd's ports.
+func (r *EtcdRestoreReconciler) membersAnswering(ctx context.Context, c *etcdv1alpha1.EtcdCluster, members []string) []string {
+	probe := r.ProbeAddresses
+	if probe == nil {
+		probe = etcd.FirstAnswer
+	}
+	var answering []string
+	for _, member := range members {
+		pod := &corev1.Pod{}
+		if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: member}, pod); err != nil {
+			pod = nil
+		}
+		if at := probe(ctx, memberAddresses(c, member, pod)); at != "" {
+			answering = append(answering, member+" (answers at "+at+")")
+		}
+	}
+	return answering
 }
 
 // memberRestoreOutcome is what a member's pod says of its restore.

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -142,22 +143,28 @@ func TestARestoreIntoANewClusterRestoresItsMembersInTheirOwnPods(t *testing.T) {
 
 // A member's fetch that fails for good fails the restore. While no member has installed the
 // data no etcd ran, and the cluster, which never held data, is deleted; once one has, it may
-// have served, and the cluster is left for the user.
+// have served, and the cluster is left for the user. So it is when something answers at a
+// member's address, asked live, though no pod's status (read from the cache) says so yet.
 func TestAMemberPodsFailedRestoreFailsTheRestore(t *testing.T) {
 	refused := agent.Report{Error: "s3://b/snap.db is 10 bytes with sha256 x, not the recorded aaa", Permanent: true, Unrestorable: true}
 	restored := agent.Report{Restore: &agent.RestoreResult{URI: "s3://b/snap.db", SHA256: strings.Repeat("a", 64), Revision: 42}}
 	for _, tc := range []struct {
 		name             string
 		othersInstalled  bool
+		answers          bool
 		wantClusterKept  bool
 		wantMessagePiece string
 	}{
 		{name: "before any member installed the data", wantMessagePiece: "which never held data, was deleted"},
 		{name: "after a member installed it", othersInstalled: true, wantClusterKept: true, wantMessagePiece: "was left as it is"},
+		{name: "with a member answering that no pod's status says started", answers: true, wantClusterKept: true, wantMessagePiece: "answers at 10.0.0.9:2379"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs, creds := s3ClusterRestore(3)
 			r, k8s := restoreReconciler(t, rs, creds)
+			if tc.answers {
+				r.ProbeAddresses = func(context.Context, []string) string { return "10.0.0.9:2379" }
+			}
 			rs = reconcileRestore(t, r, rs)
 			members := resources.RestoreMemberNames("copy", string(rs.UID), 3)
 			pods := []*corev1.Pod{memberPodRestored(members[0], refused, jobspec.ExitPermanent, -1)}

@@ -50,7 +50,7 @@ func restoreReconciler(t *testing.T, objects ...client.Object) (*EtcdRestoreReco
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objects...).
 		WithStatusSubresource(&etcdv1alpha1.EtcdRestore{}, &etcdv1alpha1.EtcdCluster{}).Build()
 	return &EtcdRestoreReconciler{Client: cacheView(k8s), APIReader: k8s, AgentImage: "registry.test/agent", DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}, Now: time.Now,
-		Keyspaces: sameKeyspaceEverywhere}, k8s
+		Keyspaces: sameKeyspaceEverywhere, ProbeAddresses: func(context.Context, []string) string { return "" }}, k8s
 }
 
 // sameKeyspaceEverywhere answers for each of a cluster's spec.size members the same keyspace
