@@ -149,13 +149,14 @@ func reportedMembers(c *etcdv1alpha1.EtcdCluster, obs *observation) []etcdv1alph
 	return out
 }
 
-// setConditions sets the three conditions, each decided in its own function.
+// setConditions sets the three conditions, each decided in its own function. etcd answering a
+// member list (obs.reachable) is the one evidence of a quorum: that call is linearizable, so a
+// majority of voters took part in it, whether or not their pods are Ready yet.
 func setConditions(c *etcdv1alpha1.EtcdCluster, obs *observation, voters int, step membership.Step, actErr error) {
-	quorate := obs.reachable && int(c.Status.ReadyMembers) >= membership.Quorum(voters)
 	notRunning := membersNotRunning(obs)
-	setAvailable(c, quorate, voters, readyMemberPods(obs), quorumNote(step))
+	setAvailable(c, obs.reachable, voters, readyMemberPods(obs), quorumNote(step))
 	setProgressing(c, step, actErr)
-	setDegraded(c, quorate, notRunning, quorumNote(step))
+	setDegraded(c, obs.reachable, notRunning, quorumNote(step))
 }
 
 func setCondition(c *etcdv1alpha1.EtcdCluster, condType string, status metav1.ConditionStatus, reason, message string) {
@@ -164,15 +165,16 @@ func setCondition(c *etcdv1alpha1.EtcdCluster, condType string, status metav1.Co
 
 // setAvailable: clients are served only when a quorum of voters is healthy in etcd and as many
 // member pods are Ready, since the client Service sends clients to Ready pods alone.
-func setAvailable(c *etcdv1alpha1.EtcdCluster, quorate bool, voters, readyPods int, quorumNote string) {
+func setAvailable(c *etcdv1alpha1.EtcdCluster, etcdAnswers bool, voters, readyPods int, quorumNote string) {
 	s := &c.Status
+	quorum := membership.Quorum(voters)
 	switch {
-	case quorate && readyPods >= membership.Quorum(voters):
+	case etcdAnswers && int(s.ReadyMembers) >= quorum && readyPods >= quorum:
 		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumHealthy,
 			fmt.Sprintf("%d of %d voting members healthy; clients are served at %s", s.ReadyMembers, voters, s.ClientEndpoint))
-	case quorate:
+	case etcdAnswers:
 		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonMembersNotReady,
-			fmt.Sprintf("etcd has a healthy quorum, but only %d member pods are Ready: the client Service cannot reach a quorum yet", readyPods))
+			fmt.Sprintf("etcd has a quorum, but only %d of %d voting members are healthy and %d member pods Ready: the client Service cannot reach a quorum yet (Degraded says why)", s.ReadyMembers, voters, readyPods))
 	case s.ClusterID == "":
 		setCondition(c, etcdv1alpha1.ConditionAvailable, metav1.ConditionFalse, etcdv1alpha1.ReasonBootstrapping, "the cluster has not formed yet")
 	default:
@@ -197,12 +199,12 @@ func setProgressing(c *etcdv1alpha1.EtcdCluster, step membership.Step, actErr er
 
 // setDegraded names what needs attention, the worst first. It is False only when every member
 // the spec asks for runs and etcd reports each healthy.
-func setDegraded(c *etcdv1alpha1.EtcdCluster, quorate bool, notRunning []string, quorumNote string) {
+func setDegraded(c *etcdv1alpha1.EtcdCluster, etcdAnswers bool, notRunning []string, quorumNote string) {
 	s := &c.Status
 	unhealthy := unhealthyMembers(s.Members)
 	alarms := alarmsOf(s.Members)
 	switch {
-	case s.ClusterID != "" && !quorate:
+	case s.ClusterID != "" && !etcdAnswers:
 		message := "quorum is lost: " + quorumNote
 		if len(notRunning) > 0 {
 			message += "; members not running: " + strings.Join(notRunning, "; ")

@@ -159,6 +159,38 @@ func TestAvailableWaitsForReadyMemberPods(t *testing.T) {
 	}
 }
 
+// etcd answered a linearizable member list, so a quorum is serving, even while no member pod is
+// Ready yet: just after a cluster forms, or a restored one starts. Status said "quorum is lost"
+// for that second or two, with a Warning event, on every new cluster.
+func TestAClusterWhoseEtcdAnswersHasNotLostItsQuorum(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{}
+	c.Status.ClusterID = "abc"
+	for _, name := range []string{"a", "b", "c"} {
+		c.Status.Members = append(c.Status.Members, etcdv1alpha1.MemberStatus{Name: name, Errors: []string{"pod not ready"}})
+	}
+	notReady := func(name string) *corev1.Pod { p := readyPod(name); p.Status.Conditions = nil; return p }
+	setConditions(c, withPods(&observation{reachable: true}, notReady("a"), notReady("b"), notReady("c")), 3, membership.Step{Action: membership.Wait}, nil)
+	for _, condType := range []string{etcdv1alpha1.ConditionAvailable, etcdv1alpha1.ConditionDegraded} {
+		if cond := meta.FindStatusCondition(c.Status.Conditions, condType); cond.Reason == etcdv1alpha1.ReasonQuorumLost || strings.Contains(cond.Message, "quorum is lost") {
+			t.Errorf("%s = %+v while etcd answers", condType, cond)
+		}
+	}
+	if a := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable); a.Status != metav1.ConditionFalse || a.Reason != etcdv1alpha1.ReasonMembersNotReady {
+		t.Errorf("Available = %+v with no member healthy and Ready", a)
+	}
+	if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d.Reason != etcdv1alpha1.ReasonMembersUnhealthy || !strings.Contains(d.Message, "a (pod not ready)") {
+		t.Errorf("Degraded = %+v: it must name the members and why", d)
+	}
+
+	// Once etcd stops answering, the quorum is lost.
+	setConditions(c, withPods(&observation{}, notReady("a"), notReady("b"), notReady("c")), 3, membership.Step{Action: membership.Wait}, nil)
+	for _, condType := range []string{etcdv1alpha1.ConditionAvailable, etcdv1alpha1.ConditionDegraded} {
+		if cond := meta.FindStatusCondition(c.Status.Conditions, condType); cond.Reason != etcdv1alpha1.ReasonQuorumLost {
+			t.Errorf("%s = %+v while etcd does not answer", condType, cond)
+		}
+	}
+}
+
 // A two-member cluster is allowed, and status says it tolerates no failure.
 func TestTwoMembersAreWarnedOf(t *testing.T) {
 	c := &etcdv1alpha1.EtcdCluster{Spec: etcdv1alpha1.EtcdClusterSpec{Size: 2}}

@@ -39,8 +39,9 @@ const (
 	// crash-looping), or has not started on its node for long (a volume that cannot be attached
 	// or mounted, a sandbox that cannot be made); the message names the member and the cause.
 	ReasonMembersNotRunning = "MembersNotRunning"
-	// ReasonMembersNotReady: etcd serves, but fewer than a quorum of member pods are Ready, so
-	// the client Service cannot send clients to a quorum.
+	// ReasonMembersNotReady: etcd has a quorum, but fewer than a quorum of voting members are
+	// healthy with a Ready pod (as just after the cluster forms), so the client Service cannot
+	// send clients to a quorum.
 	ReasonMembersNotReady = "MembersNotReady"
 	// ReasonReconcileError: the operator could not read or write what it needs in Kubernetes.
 	ReasonReconcileError = "ReconcileError"

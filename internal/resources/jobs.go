@@ -90,11 +90,10 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 			cfg.MaxAge = r.MaxAge.Duration
 		}
 	}
-	raw, err := json.Marshal(cfg)
+	env, err := agentEnv(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("agent configuration: %w", err)
+		return nil, err
 	}
-	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, storageEnv(b.Spec.Destination)...)
 	if cfg.Auth && !cfg.TLS {
 		// The password etcd has, which differs from the user's Secret while it is rotated.
 		env = append(env, secretEnv(jobspec.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
@@ -177,12 +176,10 @@ type RestoreMember struct {
 // directory.
 func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m RestoreMember, src RestoreSource, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
 	member := m.Name
-	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
+	env, err := restoreFetchEnv(c, src, extraEnv)
 	if err != nil {
-		return nil, fmt.Errorf("agent configuration: %w", err)
+		return nil, err
 	}
-	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, storageEnv(src.Storage)...)
-	env = append(env, extraEnv...)
 	volumes, mounts := storageVolumes(src.Storage)
 	volumes = append(volumes, corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(member)},
@@ -276,14 +273,13 @@ type VerifySnapshot struct {
 // etcd serves it alone on the pod's loopback as a native sidecar; and the agent compares what
 // it serves with what the backup recorded. Nothing is written outside the pod.
 func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap VerifySnapshot, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
-	raw, err := json.Marshal(jobspec.JobConfig{
+	env, err := agentEnv(jobspec.JobConfig{
 		Cluster: c.Name, Storage: snap.Storage, Key: snap.Key, SHA256: snap.Artifact.SHA256,
 		Endpoints: []string{jobspec.VerifyClientURL}, Revision: snap.Artifact.Revision, Keyspace: snap.Artifact.Keyspace,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("agent configuration: %w", err)
+		return nil, err
 	}
-	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, storageEnv(snap.Storage)...)
 	env = append(env, extraEnv...)
 	volumes, mounts := storageVolumes(snap.Storage)
 	for i := range mounts {
@@ -372,11 +368,11 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 	if qr := c.Status.QuorumRecovery; qr != nil {
 		cfg.Recovery = QuorumRecoveryDir(qr.StartTime.Time)
 	}
-	raw, err := json.Marshal(cfg)
+	env, err := agentEnv(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("agent configuration: %w", err)
+		return nil, err
 	}
-	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, extraEnv...)
+	env = append(env, extraEnv...)
 	dataVolume, dataMount := memberDataReadOnly(member)
 	volumes := []corev1.Volume{
 		dataVolume,
@@ -421,15 +417,15 @@ func ReadLogJob(c *etcdv1alpha1.EtcdCluster, member, node string, lostAt time.Ti
 	if c.Spec.Storage.Ephemeral {
 		return nil, fmt.Errorf("cluster %s keeps its data in emptyDir volumes: member %s has no claim to read", c.Name, member)
 	}
-	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Member: member})
+	env, err := agentEnv(jobspec.JobConfig{Cluster: c.Name, Member: member})
 	if err != nil {
-		return nil, fmt.Errorf("agent configuration: %w", err)
+		return nil, err
 	}
 	volume, mount := memberDataReadOnly(member)
 	podLabels := agentPodLabels(LabelQuorumRecovery, c.Name)
 	spec := agentJobSpec(podLabels, corev1.Container{
 		Name: ReadLogContainer, Image: agentImage, Args: []string{"agent", "read-log"},
-		Env:          append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, extraEnv...),
+		Env:          append(env, extraEnv...),
 		VolumeMounts: []corev1.VolumeMount{mount},
 	}, []corev1.Volume{volume})
 	if node != "" {
@@ -503,6 +499,22 @@ func agentContainer(container corev1.Container) corev1.Container {
 	}
 	container.SecurityContext = restrictedContainer()
 	return container
+}
+
+// agentEnv is what an agent container's environment starts with: its configuration, and the
+// credentials of the storage it names, if any.
+func agentEnv(cfg jobspec.JobConfig) ([]corev1.EnvVar, error) {
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("agent configuration: %w", err)
+	}
+	return append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, storageEnv(cfg.Storage)...), nil
+}
+
+// restoreFetchEnv is the environment of a restore's fetch, in a Job or in a member's pod.
+func restoreFetchEnv(c *etcdv1alpha1.EtcdCluster, src RestoreSource, extraEnv []corev1.EnvVar) ([]corev1.EnvVar, error) {
+	env, err := agentEnv(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
+	return append(env, extraEnv...), err
 }
 
 // storageEnv passes the S3 credentials from the user's Secret by reference, so their values

@@ -65,12 +65,10 @@ func MemberRestoreOf(pvc *corev1.PersistentVolumeClaim) (*MemberRestore, error) 
 // installing the result.
 func addMemberRestore(pod *corev1.Pod, c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) {
 	r := m.Restore
-	raw, err := json.Marshal(jobspec.JobConfig{Cluster: c.Name, Storage: r.Source.Storage, Key: r.Source.Key, SHA256: r.Source.SHA256, Fallbacks: r.Source.Fallbacks})
+	env, err := restoreFetchEnv(c, r.Source, r.Env)
 	if err != nil {
-		panic(fmt.Sprintf("marshal the agent configuration: %v", err)) // plain structs always marshal
+		panic(err) // plain structs always marshal
 	}
-	env := append([]corev1.EnvVar{{Name: jobspec.ConfigEnv, Value: string(raw)}}, storageEnv(r.Source.Storage)...)
-	env = append(env, r.Env...)
 	volumes, mounts := storageVolumes(r.Source.Storage)
 	data := corev1.VolumeMount{Name: dataVolume, MountPath: dataMount}
 	bin := corev1.VolumeMount{Name: agentBinVolume, MountPath: jobspec.AgentBinDir}
