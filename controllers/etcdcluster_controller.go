@@ -108,8 +108,9 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, nil
 	}
 	before := cluster.DeepCopy()
+	announce := false // the reconcile reported on the cluster: what status newly says is announced
 	defer func() {
-		patchErr := r.patchStatus(ctx, cluster, before)
+		patchErr := r.writeStatus(ctx, cluster, before, announce)
 		if apierrors.IsConflict(patchErr) {
 			// The cluster changed since it was read: most often this reconciler's own last
 			// status write, not yet in the cache it read from. Nothing else would bring the
@@ -143,7 +144,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err == nil && errors.As(obs.etcdErr, new(*accessError)) {
 		// Credentials etcd refuses: nothing can be observed or done until the user fixes them.
 		setAccessError(cluster, obs.etcdErr)
-		r.announceDegraded(cluster, before)
+		announce = true
 		return ctrl.Result{RequeueAfter: requeueSteady}, nil
 	}
 	if err == nil {
@@ -172,8 +173,7 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 
 	report(cluster, obs, step, actErr, r.now())
-	r.announceDegraded(cluster, before)
-	r.announceQuorumRecovered(ctx, cluster, before)
+	announce = true
 	if actErr != nil {
 		return result, actErr
 	}
@@ -229,6 +229,19 @@ func (r *EtcdClusterReconciler) patchStatus(ctx context.Context, cluster, before
 	return writeStatusNow(ctx, r.Client, cluster, before, func(o client.Object) any {
 		return o.(*etcdv1alpha1.EtcdCluster).Status
 	})
+}
+
+// writeStatus patches status, then, when announce is set, posts the events of what it newly
+// says: only once it is written. A reconcile that starts from a cache not yet holding the
+// status the one before wrote computes the same change again; its patch is refused (optimistic
+// lock), and its events must be too, or the same Warning is posted twice.
+func (r *EtcdClusterReconciler) writeStatus(ctx context.Context, cluster, before *etcdv1alpha1.EtcdCluster, announce bool) error {
+	if err := r.patchStatus(ctx, cluster, before); err != nil || !announce {
+		return err
+	}
+	r.announceDegraded(cluster, before)
+	r.announceQuorumRecovered(ctx, cluster, before)
+	return nil
 }
 
 // unsupportedFeature names a spec feature this build cannot honour yet: better to say so than

@@ -7,10 +7,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
@@ -188,6 +191,36 @@ func TestAClusterWhoseEtcdAnswersHasNotLostItsQuorum(t *testing.T) {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, condType); cond.Reason != etcdv1alpha1.ReasonQuorumLost {
 			t.Errorf("%s = %+v while etcd does not answer", condType, cond)
 		}
+	}
+}
+
+// A reconcile that starts from a cache not yet holding the status the one before wrote
+// computes the same Degraded again; its status patch is refused, and so must its event be.
+// Announced before the patch, the same Warning was posted twice, and the event recorder, racing
+// its own create of the first, kept both (seen once in
+// TestAPodStuckBeforeRunningIsNamedWithTheCauseItsEventsGive under load).
+func TestAStatusChangeIsAnnouncedOnceWhenWritten(t *testing.T) {
+	cluster := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(cluster).WithStatusSubresource(cluster).Build()
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(cluster), cluster); err != nil {
+		t.Fatal(err)
+	}
+	recorder := events.NewFakeRecorder(10)
+	r := &EtcdClusterReconciler{Client: k8s, Recorder: recorder}
+	stale := cluster.DeepCopy() // as both reconciles read it
+	degrade := func() *etcdv1alpha1.EtcdCluster {
+		c := stale.DeepCopy()
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonMembersNotRunning, "members not running: c-abc12: Multi-Attach error")
+		return c
+	}
+	if err := r.writeStatus(t.Context(), degrade(), stale, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.writeStatus(t.Context(), degrade(), stale, true); !apierrors.IsConflict(err) {
+		t.Fatalf("the second write from the stale object: %v, want a conflict", err)
+	}
+	if n := len(recorder.Events); n != 1 {
+		t.Errorf("%d events for one change of Degraded, want 1", n)
 	}
 }
 

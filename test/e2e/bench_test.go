@@ -13,6 +13,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +36,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/resources"
@@ -837,7 +840,9 @@ func BenchmarkRestoreToAvailable(b *testing.B) {
 		b.Logf("operator: the cluster's status said it serves at its size at %.1f s, the restore Completed at %.1f s", servedAt.Seconds(), elapsed.Seconds())
 		restored := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: rs.Spec.Target.ClusterName, Namespace: ns}}
 		logTimeline(b, "operator", start, slices.Collect(maps.Values(jobPods)))
-		logTimeline(b, "operator", start, listPods(b, ns, client.MatchingLabels{resources.LabelCluster: restored.Name}))
+		members := listPods(b, ns, client.MatchingLabels{resources.LabelCluster: restored.Name})
+		logTimeline(b, "operator", start, members)
+		saveContainerLogs(b, start, members...)
 		deleteClusterAndWait(b, restored)
 
 		presigned, err := s3.NewPresignClient(newS3Client(s3srv.Endpoint)).PresignGetObject(ctx, &s3.GetObjectInput{
@@ -854,6 +859,7 @@ func BenchmarkRestoreToAvailable(b *testing.B) {
 		})
 		bare += time.Since(start)
 		logTimeline(b, "bare member", start, []corev1.Pod{*pod})
+		saveContainerLogs(b, start, *pod)
 		deletePodsAndWait(b, *pod)
 
 		// The floor of three members' work on this cluster: three bare members at once, each
@@ -874,6 +880,7 @@ func BenchmarkRestoreToAvailable(b *testing.B) {
 		})
 		bareThree += time.Since(start)
 		logTimeline(b, "three bare members", start, three)
+		saveContainerLogs(b, start, three...)
 		deletePodsAndWait(b, three...)
 	}
 	report(b, "operator-s", op, "bare-member-s", bare)
@@ -1050,6 +1057,37 @@ func logTimeline(b *testing.B, what string, start time.Time, pods []corev1.Pod) 
 			}
 		}
 		b.Logf("%s: pod %s: %s", what, p.Name, strings.Join(steps, ", "))
+	}
+}
+
+// saveContainerLogs writes, when BENCH_LOGS names a directory, the log of each container of
+// pods, its lines time-stamped by the kubelet, to <pod>.<container>.log, with the time the
+// iteration started in the first line: the pods' timelines to the millisecond.
+func saveContainerLogs(b *testing.B, start time.Time, pods ...corev1.Pod) {
+	dir := os.Getenv("BENCH_LOGS")
+	if dir == "" {
+		return
+	}
+	cfg, err := config.GetConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range pods {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			log, err := clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Timestamps: true}).DoRaw(context.Background())
+			if err != nil {
+				b.Logf("logs of %s/%s: %v", p.Name, c.Name, err)
+				continue
+			}
+			header := "iteration started " + start.UTC().Format(time.RFC3339Nano) + "\n"
+			if err := os.WriteFile(filepath.Join(dir, p.Name+"."+c.Name+".log"), append([]byte(header), log...), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
 
