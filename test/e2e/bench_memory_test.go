@@ -15,9 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 )
@@ -113,14 +111,7 @@ func operatorMemory(b *testing.B) containerMemory {
 		b.Fatalf("%d operator pods, want one running", len(pods.Items))
 	}
 	pod := pods.Items[0]
-	cfg, err := config.GetConfig()
-	if err != nil {
-		b.Fatal(err)
-	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	clientset := newClientset(b)
 	raw, err := clientset.CoreV1().RESTClient().Get().Resource("nodes").Name(pod.Spec.NodeName).
 		SubResource("proxy").Suffix("stats/summary").DoRaw(ctx)
 	if err != nil {

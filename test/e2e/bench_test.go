@@ -36,9 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/resources"
@@ -1068,14 +1066,7 @@ func saveContainerLogs(b *testing.B, start time.Time, pods ...corev1.Pod) {
 	if dir == "" {
 		return
 	}
-	cfg, err := config.GetConfig()
-	if err != nil {
-		b.Fatal(err)
-	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	clientset := newClientset(b)
 	for _, p := range pods {
 		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
 			log, err := clientset.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Timestamps: true}).DoRaw(context.Background())

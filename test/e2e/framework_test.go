@@ -193,6 +193,21 @@ func conditionTrue(obj *unstructured.Unstructured, conditionType string) bool {
 	return false
 }
 
+// newClientset is a client-go clientset for what controller-runtime's client does not do, such
+// as reading logs.
+func newClientset(tb testing.TB) *kubernetes.Clientset {
+	tb.Helper()
+	cfg, err := config.GetConfig()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return clientset
+}
+
 // podLog is the tail of a pod's only container's log, or why it could not be read.
 func podLog(namespace, pod string) string {
 	cfg, err := config.GetConfig()

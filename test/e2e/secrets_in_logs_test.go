@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/config"
 )
 
 // The passwords the suite gives the operator in Secrets. With s3SecretKey, and any PEM private
@@ -180,15 +179,7 @@ func operatorLogsHoldNoSecret(clientset kubernetes.Interface, followed map[strin
 // operator's agents are prints a string and is deleted, and the collector has its log.
 func TestTheLogCheckReadsPodsThatAreGone(t *testing.T) {
 	t.Parallel()
-	cfg, err := config.GetConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	collector := startLogCollector(clientset)
+	collector := startLogCollector(newClientset(t))
 	ns := testNamespace(t, "e2e-logs-")
 	planted := fmt.Sprintf("planted-%d", time.Now().UnixNano())
 	pod := &corev1.Pod{
