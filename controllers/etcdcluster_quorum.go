@@ -198,21 +198,29 @@ func quorumLostSince(c *etcdv1alpha1.EtcdCluster) (time.Time, bool) {
 
 // probeSilentVoters probes, at every address it is known by, each last voter that reported no
 // raft index: a member counted lost must not be running anywhere the operator can reach.
-// Members are probed all at once; each probe is bounded (etcd.FirstAnswer).
 func (r *EtcdClusterReconciler) probeSilentVoters(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) map[string]string {
-	probe := r.ProbeAddresses
+	silent := map[string]*corev1.Pod{}
+	for _, name := range lastVoters(c) {
+		if _, answered := obs.recovery.raftIndexes[name]; !answered {
+			silent[name] = obs.pods[name]
+		}
+	}
+	return probeMembers(ctx, r.ProbeAddresses, c, silent)
+}
+
+// probeMembers probes each member of members (by name, with its pod or nil) at every address it
+// is known by, all at once, each probe bounded (etcd.FirstAnswer, or probe when set, as tests
+// set it). It returns, by member, where something answered.
+func probeMembers(ctx context.Context, probe func(context.Context, []string) string, c *etcdv1alpha1.EtcdCluster, members map[string]*corev1.Pod) map[string]string {
 	if probe == nil {
 		probe = etcd.FirstAnswer
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	out := map[string]string{}
-	for _, name := range lastVoters(c) {
-		if _, answered := obs.recovery.raftIndexes[name]; answered {
-			continue
-		}
+	for name, pod := range members {
 		wg.Go(func() {
-			if at := probe(ctx, memberAddresses(c, name, obs.pods[name])); at != "" {
+			if at := probe(ctx, memberAddresses(c, name, pod)); at != "" {
 				mu.Lock()
 				out[name] = at
 				mu.Unlock()

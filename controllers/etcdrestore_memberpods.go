@@ -14,7 +14,6 @@ import (
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
-	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
@@ -179,17 +178,18 @@ func (r *EtcdRestoreReconciler) recordMemberRestores(ctx context.Context, rs *et
 // started etcd, and a cluster one of whose members serves is never deleted as one that never
 // held data. While a pod runs its init containers nothing listens at its etcd's ports.
 func (r *EtcdRestoreReconciler) membersAnswering(ctx context.Context, c *etcdv1alpha1.EtcdCluster, members []string) []string {
-	probe := r.ProbeAddresses
-	if probe == nil {
-		probe = etcd.FirstAnswer
-	}
-	var answering []string
+	pods := map[string]*corev1.Pod{}
 	for _, member := range members {
 		pod := &corev1.Pod{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: member}, pod); err != nil {
 			pod = nil
 		}
-		if at := probe(ctx, memberAddresses(c, member, pod)); at != "" {
+		pods[member] = pod
+	}
+	answered := probeMembers(ctx, r.ProbeAddresses, c, pods)
+	var answering []string
+	for _, member := range members {
+		if at, ok := answered[member]; ok {
 			answering = append(answering, member+" (answers at "+at+")")
 		}
 	}
