@@ -121,6 +121,11 @@ test-minkube: envtest-min-assets ## Not in CI: test/minkube, and api/'s contract
 	MIN_KUBE_ASSETS="$(ENVTEST_MIN_ASSETS)" go test $(GO_TEST_FLAGS) ./test/minkube
 	KUBEBUILDER_ASSETS="$(ENVTEST_MIN_ASSETS)" go test $(GO_TEST_FLAGS) ./api/...
 
+.PHONY: model
+MODEL_CHECKS ?= 20000
+model: ## Not in CI: the quorum-loss recovery against its model of the world, at length: 5 x MODEL_CHECKS random worlds (make test draws 500). A failure prints the shrunk trace and the seed to replay it.
+	go test -count=1 -run '^TestModelQuorumLossRecovery$$' -timeout 60m ./internal/membership -rapid.checks=$(MODEL_CHECKS)
+
 .PHONY: bench
 bench: envtest-assets $(VERSITYGW) ## Benchmarks: backup throughput and memory against real etcd and S3 servers on loopback, the manager's memory among unrelated objects (envtest); figures for docs/performance.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \

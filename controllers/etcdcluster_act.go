@@ -68,6 +68,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.recordPodSpec(ctx, c, obs, step.Members)
 	case membership.BeginRecovery:
 		// Nothing changes: report records the recovery, which makes the choice of member stick.
+	case membership.AbandonRecovery:
+		err = r.abandonRecovery(ctx, c, obs, step)
 	case membership.PreserveData:
 		err = r.preserveData(ctx, c, obs, step)
 	case membership.FenceMembers:

@@ -25,6 +25,8 @@ import (
 type observation struct {
 	pods map[string]*corev1.Pod
 	pvcs map[string]*corev1.PersistentVolumeClaim
+	// pvcsDeleting are the members whose claims are being deleted (not in pvcs).
+	pvcsDeleting map[string]bool
 
 	// etcd: the member list answered (a quorum serves), and what each member said.
 	reachable bool
@@ -78,10 +80,17 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.Etc
 	if err := r.List(ctx, pvcs, client.InNamespace(c.Namespace), selector); err != nil {
 		return nil, fmt.Errorf("list claims: %w", err)
 	}
+	obs.pvcsDeleting = map[string]bool{}
 	for i := range pvcs.Items {
-		// A claim being deleted is data going away: it must not bring its member back.
-		if name := pvcs.Items[i].Labels[resources.LabelMember]; name != "" && pvcs.Items[i].DeletionTimestamp.IsZero() {
+		name := pvcs.Items[i].Labels[resources.LabelMember]
+		switch {
+		case name == "":
+		case pvcs.Items[i].DeletionTimestamp.IsZero():
 			obs.pvcs[name] = &pvcs.Items[i]
+		default:
+			// A claim being deleted is data going away: it must not bring its member back. But
+			// its data is there while a pod uses it, and that member's etcd may still answer.
+			obs.pvcsDeleting[name] = true
 		}
 	}
 	obs.diagnosePods()
@@ -424,6 +433,9 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m.PodProblem = obs.podProblems[name]
 		m.PodOutdated, m.PodSpecUnrecorded = podSpecOutdated(specHash, pod)
 	}
+	for name := range obs.pvcsDeleting {
+		get(name).PVCDeleting = true
+	}
 	wantSize := resources.MemberStorageSize(c)
 	for name, pvc := range obs.pvcs {
 		m := get(name)
@@ -461,6 +473,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		NoSpaceAlarm:         obs.hasAlarm("NOSPACE"),
 		QuotaBytes:           obs.quotaBytes(),
 		LastVoters:           lastVoters(c),
+		LastMembers:          lastMembers(c),
 		Recovery:             recoveryPolicy(c, &obs.recovery, now),
 	}
 }

@@ -361,6 +361,7 @@ func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, seen *quorumRecoveryObservation
 		// From status only: the copy is on record before its member is rewritten (the Job,
 		// deleted then, is not the record).
 		p.Preserved = qr.PreservedData != nil
+		p.Forced = qr.ForcedTime != nil
 		p.Served = qr.ServedTime != nil
 		if qr.Backup != nil {
 			p.UnderwayRestore, p.RestoreExists = qr.Backup.EtcdRestore, seen.restore != nil
@@ -377,6 +378,16 @@ func lastVoters(c *etcdv1alpha1.EtcdCluster) []string {
 		if !m.IsLearner {
 			out = append(out, m.Name)
 		}
+	}
+	return out
+}
+
+// lastMembers are all the members status last listed, learners included: while etcd does not
+// answer, the only members whose pods may be made again.
+func lastMembers(c *etcdv1alpha1.EtcdCluster) []string {
+	out := make([]string, 0, len(c.Status.Members))
+	for _, m := range c.Status.Members {
+		out = append(out, m.Name)
 	}
 	return out
 }
@@ -473,6 +484,20 @@ func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1al
 	return nil
 }
 
+// abandonRecovery stops the forced pod of the recovery given up, if it has one: it never ran
+// (it found no node), or a person declared its machine down. Made again on a node later, it
+// would serve as a cluster of its own beside the recovery decided next. report closes the record.
+func (r *EtcdClusterReconciler) abandonRecovery(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) error {
+	pod, ok := obs.pods[step.Member]
+	if !ok || pod.Annotations[resources.AnnotationForceNewCluster] == "" || !pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); ignoreGone(err) != nil {
+		return fmt.Errorf("stop the forced pod of member %s: %w", step.Member, err)
+	}
+	return nil
+}
+
 // restoreFromBackup creates the in-place EtcdRestore of the recovery under way, from the
 // snapshot recorded when it began. The restore holds the cluster, stages the snapshot on a new
 // member's claim, and cuts over; the cluster's own steps then grow it back to its size.
@@ -497,13 +522,19 @@ func (r *EtcdClusterReconciler) restoreFromBackup(ctx context.Context, c *etcdv1
 }
 
 // recordQuorumRecovery keeps status.quorumRecovery true to what this reconcile decided and saw.
+// A recovery begins on a record of its own; it replaces the record of one that has served (its
+// rewriting is over, and the quorum it made was lost again before the cluster grew back).
 func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, now time.Time) {
-	if step.Action == membership.BeginRecovery && underwayRecovery(c) == nil {
+	qr := underwayRecovery(c)
+	if step.Action == membership.BeginRecovery && (qr == nil || qr.ServedTime != nil) {
 		c.Status.QuorumRecovery = beganRecovery(c, obs, step, now)
 		return
 	}
-	qr := underwayRecovery(c)
 	if qr == nil {
+		return
+	}
+	if why := abandoned(qr, obs, step); why != "" {
+		qr.CompletionTime, qr.Abandoned = ptrTime(now), why
 		return
 	}
 	if p := obs.recovery.preserved; p != nil && qr.PreservedData == nil {
@@ -530,6 +561,19 @@ func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step me
 	}
 }
 
+// abandoned says why the recovery under way ended without being carried through, or "": the
+// decision gave it up (its member's data is gone), or the cluster serves again without it,
+// never having served from it (restored in place, its members named anew).
+func abandoned(qr *etcdv1alpha1.QuorumRecoveryStatus, obs *observation, step membership.Step) string {
+	switch {
+	case step.Action == membership.AbandonRecovery:
+		return step.Reason
+	case obs.reachable && qr.ServedTime == nil && qr.Backup == nil && !slices.ContainsFunc(obs.members, func(m etcd.Member) bool { return m.Name == qr.Member }):
+		return "the cluster serves again without member " + qr.Member + ", which the recovery was to build on"
+	}
+	return ""
+}
+
 // recoveryRestoreFinished: a recovery from a backup is carried out by its EtcdRestore, which
 // completes only once every member holds the same restored data; until it has finished, the
 // recovery has not either. One deleted by a person leaves nothing to wait for.
@@ -541,7 +585,7 @@ func recoveryRestoreFinished(qr *etcdv1alpha1.QuorumRecoveryStatus, rs *etcdv1al
 // the newest backup's snapshot, by an EtcdRestore named after the cluster and the time.
 func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, now time.Time) *etcdv1alpha1.QuorumRecoveryStatus {
 	qr := &etcdv1alpha1.QuorumRecoveryStatus{
-		Member: step.Member, LostMembers: lostVoters(c, obs, now), StartTime: metav1.NewTime(now),
+		Member: step.Member, LostMembers: lostVoters(c, obs, step.Member, now), StartTime: metav1.NewTime(now),
 		Trigger: "spec.quorumLossRecovery.policy " + string(c.Spec.QuorumLossRecovery.Policy),
 	}
 	if step.Member != "" && c.Annotations[etcdv1alpha1.AnnotationRecoverFrom] == step.Member {
@@ -556,11 +600,19 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 	return qr
 }
 
-// lostVoters are the last voters the recovery does without: every one that is not a survivor
-// (membership.VotersByFate).
-func lostVoters(c *etcdv1alpha1.EtcdCluster, obs *observation, now time.Time) []string {
-	doneWithout := membership.VotersByFate(obs.decisionInput(c, now)).DoneWithout()
-	return slices.DeleteFunc(lastVoters(c), func(name string) bool { return !slices.Contains(doneWithout, name) })
+// lostVoters are the last voters a recovery from member does without (membership.DoneWithout),
+// with those an earlier recovery whose record it replaces did without: their claims stay kept
+// (keptFromRecovery), and their pods stay stopped.
+func lostVoters(c *etcdv1alpha1.EtcdCluster, obs *observation, member string, now time.Time) []string {
+	lost := membership.DoneWithout(obs.decisionInput(c, now), member)
+	if earlier := c.Status.QuorumRecovery; earlier != nil {
+		for _, name := range earlier.LostMembers {
+			if name != member && !slices.Contains(lost, name) {
+				lost = append(lost, name)
+			}
+		}
+	}
+	return lost
 }
 
 // fenceMembers deletes the pods of the members a recovery does without, before its survivor is
@@ -627,7 +679,12 @@ func (r *EtcdClusterReconciler) announceQuorumRecovered(ctx context.Context, c, 
 			"the newest snapshot, %s, no longer exists: EtcdRestore %s restored %s (revision %d), the newest older snapshot of EtcdBackup %s that does",
 			was.Backup.SnapshotURI, b.EtcdRestore, b.SnapshotURI, b.Revision, b.EtcdBackup)
 	}
-	if qr.CompletionTime == nil || (was != nil && was.CompletionTime != nil) {
+	if qr.CompletionTime == nil || (was != nil && was.CompletionTime != nil && was.StartTime.Equal(&qr.StartTime)) {
+		return
+	}
+	if qr.Abandoned != "" {
+		postEvent(r.Recorder, c, corev1.EventTypeWarning, "QuorumRecoveryAbandoned", "Recover",
+			"the recovery from member %s (started %s) was given up: %s", qr.Member, qr.StartTime.UTC().Format(time.RFC3339), qr.Abandoned)
 		return
 	}
 	from := "member " + qr.Member

@@ -596,9 +596,11 @@ type QuorumRecoveryStatus struct {
 	// (policy FromLatestBackup).
 	// +optional
 	Backup *RecoveryBackupStatus `json:"backup,omitempty"`
-	// LostMembers are the voting members the recovery does without: their data was gone or
-	// out of reach when it began, or they were declared lost. Their pods are stopped before the
-	// survivor is forced, and their claims, if any, are kept.
+	// LostMembers are the voting members the recovery does without: every other member of the
+	// last membership (its data gone or out of reach, declared lost, or a survivor not chosen),
+	// and those an earlier recovery this one followed did without. Their pods are stopped
+	// before the survivor is forced and never made again on their data, and their claims, if
+	// any, are kept.
 	// +optional
 	LostMembers []string `json:"lostMembers,omitempty"`
 	// Trigger is what allowed the recovery: the policy (ForceNewCluster or FromLatestBackup),
@@ -616,9 +618,15 @@ type QuorumRecoveryStatus struct {
 	// other members are added back as in a scale-up.
 	// +optional
 	ServedTime *metav1.Time `json:"servedTime,omitempty"`
-	// CompletionTime is when the cluster was available again at its spec size.
+	// CompletionTime is when the cluster was available again at its spec size, or when the
+	// recovery was abandoned.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Abandoned says why the recovery ended without being carried through, if it did: the data
+	// of the member it built on was deleted (the loss is then decided afresh), or the cluster
+	// served again without it (restored in place).
+	// +optional
+	Abandoned string `json:"abandoned,omitempty"`
 }
 
 // RecoveryBackupStatus is the backup a lost quorum is recovered from, and the restore that

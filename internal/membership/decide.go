@@ -88,6 +88,9 @@ type Member struct {
 	// PodSpecUnrecorded: the pod predates the spec hash (made by an older operator).
 	PodSpecUnrecorded bool
 	PVCExists         bool
+	// PVCDeleting: the claim is being deleted (PVCExists is then false), and kept with its data
+	// while a pod uses it (pvc-protection): the member's etcd may run on it until its pod stops.
+	PVCDeleting bool
 	// ForcedNewCluster: the pod restarts the member with --force-new-cluster, as a cluster of
 	// its own, to recover a lost quorum.
 	ForcedNewCluster bool
@@ -163,6 +166,11 @@ type Observed struct {
 	// LastVoters are the voting members etcd listed when it last answered: what a lost quorum
 	// is counted against while it does not.
 	LastVoters []string
+	// LastMembers are all the members etcd listed when it last answered, learners included:
+	// while it does not, only their pods are made again. A member it no longer listed was
+	// removed, or left out of a forced cluster, and its data belongs to a membership that must
+	// never serve again.
+	LastMembers []string
 	// Recovery says what may be done when quorum is lost for good.
 	Recovery RecoveryPolicy
 }
@@ -190,6 +198,9 @@ type RecoveryPolicy struct {
 	Underway string
 	// Preserved: a copy of Underway's data is kept.
 	Preserved bool
+	// Forced: Underway's pod was made with --force-new-cluster. From then on it may serve as
+	// a cluster of its own, and the recovery is never given up for another member.
+	Forced bool
 	// Served: Underway has served as a cluster of one since its forced restart. The rewriting
 	// is over; the usual steps add the other members back.
 	Served bool
@@ -279,6 +290,9 @@ const (
 	// ReadLogs: read how far the raft logs of Members reach from their data, with a Job each
 	// (quorum is lost for good and they do not answer). Read-only: nothing is stopped.
 	ReadLogs Action = "ReadLogs"
+	// AbandonRecovery: close the record of the recovery under way, which can no longer be
+	// carried through (its member's data is gone); the loss is then decided afresh.
+	AbandonRecovery Action = "AbandonRecovery"
 )
 
 // Step is the one thing to do next.
@@ -489,22 +503,31 @@ func startOrReplaceMissingPods(o Observed) (Step, bool) {
 	return Step{}, false
 }
 
-// replaceMembersOnLostNodes removes, while a quorum serves, a member whose node has not answered
-// the API server for the recovery's wait (its pod evicted, never ending): it would otherwise be
-// waited for as long as the node is gone. With a quorum serving here, the member cannot be part of
-// another; removed, etcd refuses it should it come back, and scale-up adds a fresh member in its
-// place. Only when the healthy voters left are a quorum (removeIfSafe).
+// replaceMembersOnLostNodes removes, while a quorum serves, a member whose data is out of reach
+// for the recovery's wait: its node has not answered the API server (its pod evicted, never
+// ending), or its pod has found no node (its volume's node is gone: deleted with its machine).
+// It would otherwise be waited for as long as the node is gone. With a quorum serving here, the
+// member cannot be part of another; removed, etcd refuses it should it come back, and scale-up
+// adds a fresh member in its place. Only when the healthy voters left are a quorum
+// (removeIfSafe).
 func replaceMembersOnLostNodes(o Observed) (Step, bool) {
 	for _, m := range o.Members {
-		if !m.InEtcd() || !outOfReachFor(m.NodeLostSince, o) {
+		if !m.InEtcd() {
 			continue
 		}
-		reason := "the member's node has not answered for " + o.Recovery.after().String() + " (spec.quorumLossRecovery.after); removing it to replace it"
-		if step, ok := removeIfSafe(o, m, OpReplacingMember, reason); ok {
+		reason := ""
+		if outOfReachFor(m.NodeLostSince, o) {
+			reason = "the member's node has not answered for " + o.Recovery.after().String()
+		} else if outOfReachFor(m.UnscheduledSince, o) && !m.Healthy {
+			reason = "the member's pod has found no node for " + o.Recovery.after().String() + ": its volume's node may be gone"
+		} else {
+			continue
+		}
+		if step, ok := removeIfSafe(o, m, OpReplacingMember, reason+" (spec.quorumLossRecovery.after); removing it to replace it"); ok {
 			return step, true
 		}
 		return Step{Action: Wait, Member: m.Name, Operation: OpReplacingMember,
-			Reason: "the member's node stopped answering, but removing it now would lose quorum"}, true
+			Reason: reason + ", but removing it now would lose quorum"}, true
 	}
 	return Step{}, false
 }

@@ -129,7 +129,7 @@ func TestNext(t *testing.T) {
 			Members: []Member{{Name: "a", PodExists: true, PVCExists: true}, {Name: "b", PodExists: true, PVCExists: true}}},
 			Step{Action: Wait}},
 		{"every pod deleted: restart them all on their data", Observed{EverFormed: true, DesiredSize: 3, DataSurvivesPod: true,
-			Members: []Member{{Name: "a", PVCExists: true}, {Name: "b", PVCExists: true}, {Name: "c", PVCExists: true}}},
+			LastMembers: []string{"a", "b", "c"}, Members: []Member{{Name: "a", PVCExists: true}, {Name: "b", PVCExists: true}, {Name: "c", PVCExists: true}}},
 			Step{Action: RestartMembers, Members: []string{"a", "b", "c"}}},
 		{"formed once, everything gone: never bootstrap again", Observed{EverFormed: true, DesiredSize: 3, DataSurvivesPod: true},
 			Step{Action: Wait}},

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,10 @@ const MinRecoveryAfter = 2 * time.Minute
 func (r RecoveryPolicy) after() time.Duration { return max(r.After, MinRecoveryAfter) }
 
 // nextWithoutQuorum: etcd does not answer. Before the cluster first forms this is bootstrap;
-// after, only restarting members on their own data is safe.
+// after, only restarting members on their own data is safe, and only the members of the last
+// membership etcd listed that no recovery does without: after a force, the members left out
+// still hold the old membership, and a majority of them restarted would serve it beside the
+// forced member (a split brain).
 func nextWithoutQuorum(o Observed) Step {
 	if !o.EverFormed {
 		return nextBootstrapStep(o)
@@ -38,7 +42,9 @@ func nextWithoutQuorum(o Observed) Step {
 		return step
 	}
 	if o.DataSurvivesPod {
-		missing := names(o.Members, func(m Member) bool { return !m.PodExists && m.PVCExists })
+		missing := names(o.Members, func(m Member) bool {
+			return !m.PodExists && m.PVCExists && slices.Contains(o.LastMembers, m.Name) && !slices.Contains(o.Recovery.DoneWithout, m.Name)
+		})
 		if len(missing) > 0 {
 			return Step{Action: RestartMembers, Members: missing, Operation: OpRecovering,
 				Reason: "recreating the pods of members whose data is intact"}
@@ -57,7 +63,8 @@ func nextWithoutQuorum(o Observed) Step {
 // restarts alone with --force-new-cluster. Only with the policy's or the user's leave: writes
 // that only the lost members had are gone.
 func recoverQuorum(o Observed) (Step, bool) {
-	forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists })
+	// A forced member a person declared lost (its machine down) serves nowhere.
+	forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists && !m.DeclaredLost })
 	if len(forced) > 0 {
 		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
 			Reason: "the member restarts as a cluster of its own from its data"}, true
@@ -89,12 +96,20 @@ func recoverQuorum(o Observed) (Step, bool) {
 				"delete their claims to restore the cluster from a backup"}, true
 	}
 	best, unread := furthestLog(o.Members, f.Survivors)
+	chosen := best
+	if slices.Contains(f.Survivors, o.Recovery.From) {
+		chosen = o.Recovery.From
+	}
+	if step, ok := survivorPending(o, chosen, lostWhat); ok {
+		return step, true
+	}
 	if o.Recovery.From != "" {
 		// The user's choice needs no raft index: it is how a cluster whose members cannot
 		// be asked (password authentication needs a quorum) is recovered.
 		if !slices.Contains(f.Survivors, o.Recovery.From) {
 			return Step{Action: Wait, Operation: OpQuorumLost,
-				Reason: "recover-from names " + o.Recovery.From + ", which is not a member whose data survives; name one of " + strings.Join(f.Survivors, ", ")}, true
+				Reason: "recover-from names " + o.Recovery.From + ", which is not a member whose data survives (" + strings.Join(f.Survivors, ", ") +
+					"): annotate the EtcdCluster with " + etcdv1alpha1.AnnotationRecoverFrom + "=" + best + " (its log reaches furthest of those reported) or another of them"}, true
 		}
 		return Step{Action: BeginRecovery, Member: o.Recovery.From, Operation: OpRecoveringQuorum,
 			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + o.Recovery.From + ", as annotated"}, true
@@ -131,8 +146,11 @@ func mayBeServingElsewhere(o Observed, f Fates, lostWhat string) (Step, bool) {
 		m := byName[name]
 		return m.Answering || !m.PodExists
 	})
-	if len(f.Unreachable) == 0 || len(f.Unreachable)+len(silent) < Quorum(len(o.LastVoters)) {
+	if len(f.Unreachable) == 0 {
 		return Step{}, false
+	}
+	if len(f.Unreachable)+len(silent) < Quorum(len(o.LastVoters)) {
+		return nodesLostLately(o, f)
 	}
 	return Step{Action: Wait, Operation: OpQuorumLost, Members: f.Unreachable,
 		Reason: "quorum is lost (" + lostWhat + "), but the nodes of members " + strings.Join(f.Unreachable, ", ") +
@@ -141,23 +159,66 @@ func mayBeServingElsewhere(o Observed, f Fates, lostWhat string) (Step, bool) {
 			etcdv1alpha1.AnnotationLostMembers + "=" + strings.Join(f.Unreachable, ",")}, true
 }
 
-// lostMemberAnswered holds the recovery while any of the members it counts lost answers a
-// probe, at any address it is known by: any answer, even an error, says something runs there.
+// survivorPending holds a recovery from member while its pod waits for a node: its data, on its
+// node's disk, cannot be copied before it runs there. If its node is gone it counts as stranded
+// once the wait is over, and another survivor is chosen.
+func survivorPending(o Observed, member, lostWhat string) (Step, bool) {
+	m, ok := index(o.Members)[member]
+	if !ok || m.UnscheduledSince.IsZero() {
+		return Step{}, false
+	}
+	return Step{Action: Wait, Operation: OpQuorumLost, Member: member,
+		Reason: "quorum is lost for good (" + lostWhat + "); the pod of member " + member + ", to recover from, has found no node yet: its data is read once it runs (" +
+			m.PodProblem + "); if its node is gone, it counts as lost after " + o.Recovery.after().String() + " (spec.quorumLossRecovery.after) and another member is recovered from"}, true
+}
+
+// nodesLostLately holds the recovery for members on nodes that stopped answering, too few to
+// serve a majority, until their nodes have been gone for the recovery's wait: a node rebooting
+// or briefly cut off brings its member back with its data, which may hold writes the survivors
+// lack. After that they are done without, as members whose pods found no node are; a person
+// who checked that their machines are down can declare them lost sooner.
+func nodesLostLately(o Observed, f Fates) (Step, bool) {
+	byName := index(o.Members)
+	lately := slices.DeleteFunc(slices.Clone(f.Unreachable), func(name string) bool { return outOfReachFor(byName[name].NodeLostSince, o) })
+	if len(lately) == 0 {
+		return Step{}, false
+	}
+	return Step{Action: Wait, Operation: OpQuorumLost, Members: lately,
+		Reason: "quorum is lost, and the nodes of members " + strings.Join(lately, ", ") + " stopped answering less than " + o.Recovery.after().String() +
+			" (spec.quorumLossRecovery.after) ago: their data may come back with them, so no recovery begins before then. " +
+			"Once you have checked that those machines are down, declare them lost: annotate the EtcdCluster with " +
+			etcdv1alpha1.AnnotationLostMembers + "=" + strings.Join(lately, ",")}, true
+}
+
+// lostMemberAnswered holds the recovery while any of the members it counts lost answers: its
+// status call (with its raft index), or a probe at any address it is known by (any answer, even
+// an error, says something runs there). A member counted lost that answers may hold the
+// furthest log, or be part of a quorum the operator cannot see whole.
 func lostMemberAnswered(o Observed, lost []string) (Step, bool) {
 	byName := index(o.Members)
 	var answered []string
 	var where []string
 	for _, name := range lost {
-		if at := byName[name].Answered; at != "" {
-			answered = append(answered, name)
-			where = append(where, "member "+name+" at "+at)
+		m := byName[name]
+		switch {
+		case m.Answering:
+			where = append(where, "member "+name+" answered its status call (raft index "+strconv.FormatUint(m.RaftIndex, 10)+")")
+		case m.Answered != "":
+			where = append(where, "member "+name+" at "+m.Answered)
+		default:
+			continue
 		}
+		if m.PVCDeleting {
+			where[len(where)-1] += ", its claim being deleted while its pod runs on it"
+		}
+		answered = append(answered, name)
 	}
 	if len(answered) == 0 {
 		return Step{}, false
 	}
 	return Step{Action: Wait, Operation: OpQuorumLost, Members: answered,
-		Reason: "members counted lost answered (" + strings.Join(where, "; ") + "): their etcd may be serving, so no recovery step is taken while they answer"}, true
+		Reason: "members counted lost answered (" + strings.Join(where, "; ") + "): their etcd may be serving, or hold the furthest log, so no recovery step is taken while they answer. " +
+			"If a declaration in " + etcdv1alpha1.AnnotationLostMembers + " names them, remove it; if their data is to go, stop their pods"}, true
 }
 
 // readLogs decides what to do about surviving members that report no raft index (a cluster
@@ -201,9 +262,13 @@ type Fates struct {
 // countedLost are the members a recovery does without on evidence: lost and stranded.
 func (f Fates) countedLost() []string { return slices.Concat(f.Lost, f.Stranded) }
 
-// DoneWithout are the members a recovery, if it goes on, does without: every last voter that
-// is not a survivor.
-func (f Fates) DoneWithout() []string { return slices.Concat(f.Lost, f.Stranded, f.Unreachable) }
+// DoneWithout are the members a recovery from member does without: every last voter but
+// member (every one, from a backup). A survivor not chosen is done without too: its pod is
+// stopped before the force like the others', and its claim kept, as it may hold writes the
+// chosen one lacks (the user may name a survivor whose log is shorter).
+func DoneWithout(o Observed, member string) []string {
+	return slices.DeleteFunc(slices.Clone(o.LastVoters), func(name string) bool { return name == member })
+}
 
 // VotersByFate sorts the last voters for a lost quorum (Fates). A person's declaration comes
 // first; a node that stopped answering comes before a claim that is gone, as a claim is only
@@ -246,8 +311,19 @@ func (f Fates) lostWhat(o Observed) string {
 		}
 	}
 	var why []string
-	if len(f.Lost) > 0 {
-		why = append(why, "members "+strings.Join(f.Lost, ", ")+" lost their data")
+	var deleting, gone []string
+	for _, name := range f.Lost {
+		if byName[name].PVCDeleting {
+			deleting = append(deleting, name)
+		} else {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		why = append(why, "members "+strings.Join(gone, ", ")+" lost their data")
+	}
+	if len(deleting) > 0 {
+		why = append(why, "the claims of members "+strings.Join(deleting, ", ")+" are being deleted")
 	}
 	if len(noNode) > 0 {
 		why = append(why, "the pods of members "+strings.Join(noNode, ", ")+" have found no node for "+o.Recovery.after().String()+
@@ -299,7 +375,10 @@ func continueRecovery(o Observed) (Step, bool) {
 	if r.UnderwayRestore == "" && r.Underway == "" {
 		return Step{}, false
 	}
-	if step, ok := lostMemberAnswered(o, r.DoneWithout); ok {
+	// Members it does without whose data survives (a survivor not chosen) are fenced, not
+	// waited for: the others hold every step while they answer.
+	survivors := VotersByFate(o).Survivors
+	if step, ok := lostMemberAnswered(o, slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool { return slices.Contains(survivors, name) })); ok {
 		step.Operation = OpRecoveringQuorum
 		return step, true
 	}
@@ -314,8 +393,31 @@ func continueRecovery(o Observed) (Step, bool) {
 	m, ok := index(o.Members)[r.Underway]
 	switch {
 	case !ok || !m.PVCExists:
-		return Step{Action: Wait, Operation: OpQuorumLost,
-			Reason: "the claim of member " + r.Underway + ", which the recovery under way builds on, is gone: restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
+		// Its data is gone: the recovery cannot go on, and waiting on its record would hold
+		// every later decision. Another survivor, or a backup, may still serve.
+		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
+			Reason: "the claim of member " + r.Underway + ", which the recovery under way builds on, is gone: the recovery is given up, and the loss decided afresh"}, true
+	case m.DeclaredLost && !m.Answering && m.Answered == "":
+		// A person checked that its machine is down: even forced, it serves nowhere.
+		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
+			Reason: "member " + r.Underway + ", which the recovery under way builds on, was declared lost (" + etcdv1alpha1.AnnotationLostMembers +
+				"): the recovery is given up, and the loss decided afresh"}, true
+	case !r.Forced && (outOfReachFor(m.NodeLostSince, o) || outOfReachFor(m.UnscheduledSince, o)):
+		// Its data cannot be copied while its node is gone, and it has not been forced: no
+		// cluster of its own can be serving. Another survivor, or its node's return, may serve.
+		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
+			Reason: "member " + r.Underway + ", which the recovery under way builds on, has been out of reach for " + o.Recovery.after().String() +
+				" (its node stopped answering, or its pod found no node) before it was forced: the recovery is given up, and the loss decided afresh"}, true
+	case m.ForcedNewCluster && m.PodExists && outOfReachFor(m.UnscheduledSince, o):
+		// Its forced pod has found no node: it never ran, so no cluster of its own serves.
+		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
+			Reason: "the forced pod of member " + r.Underway + ", which the recovery under way builds on, has found no node for " + o.Recovery.after().String() +
+				": it never ran; the recovery is given up, and the loss decided afresh"}, true
+	case m.ForcedNewCluster && m.PodExists && !m.NodeLostSince.IsZero():
+		return Step{Action: Wait, Member: r.Underway, Operation: OpRecoveringQuorum,
+			Reason: "the node of member " + r.Underway + " stopped answering after it was forced: it may serve there as a cluster of its own, so no other member is recovered from. " +
+				"Once you have checked that its machine is down, declare it lost to recover from another: annotate the EtcdCluster with " +
+				etcdv1alpha1.AnnotationLostMembers + "=" + r.Underway}, true
 	case m.ForcedNewCluster && m.PodExists:
 		return Step{Action: Wait, Member: r.Underway, Operation: OpRecoveringQuorum,
 			Reason: "the member restarts as a cluster of its own from its data"}, true
@@ -323,7 +425,9 @@ func continueRecovery(o Observed) (Step, bool) {
 		return Step{Action: PreserveData, Member: r.Underway, Operation: OpRecoveringQuorum,
 			Reason: "stopping member " + r.Underway + " and keeping a copy of its data before it is rewritten"}, true
 	}
-	forced := names(o.Members, func(x Member) bool { return x.ForcedNewCluster && x.PodExists && x.Name != r.Underway })
+	forced := names(o.Members, func(x Member) bool {
+		return x.ForcedNewCluster && x.PodExists && !x.DeclaredLost && x.Name != r.Underway
+	})
 	if len(forced) > 0 {
 		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
 			Reason: "another member runs forced as a cluster of its own: member " + r.Underway + " is not forced beside it"}, true

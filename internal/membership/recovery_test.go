@@ -13,14 +13,14 @@ import (
 // etcd last listed.
 func lostQuorum(lastVoters []string, members ...Member) Observed {
 	return Observed{EverFormed: true, Members: members, DesiredSize: len(lastVoters), DesiredVersion: "3.6.16",
-		DataSurvivesPod: true, LastVoters: lastVoters, Now: time.Unix(10000, 0),
+		DataSurvivesPod: true, LastVoters: lastVoters, LastMembers: lastVoters, Now: time.Unix(10000, 0),
 		Recovery: RecoveryPolicy{LostSince: time.Unix(10000, 0).Add(-time.Hour)}}
 }
 
 // unscheduledFor: the member's pod has found no node for d before the observation (lostFor's
-// clock).
+// clock); its etcd does not run, so it does not answer (a raft index it has is as read earlier).
 func unscheduledFor(d time.Duration, m Member) Member {
-	m.UnscheduledSince = time.Unix(10000, 0).Add(-d)
+	m.UnscheduledSince, m.Answering = time.Unix(10000, 0).Add(-d), false
 	return m
 }
 
@@ -175,8 +175,8 @@ func TestQuorumLostForGood(t *testing.T) {
 			Step{Action: BeginRecovery, Member: "b", Operation: OpRecoveringQuorum}, ""},
 		{"begun: carried through from its member, whatever the others report", underway("a", automatic(lostQuorum(abcde, noPod(survivor("a", 0)), survivor("b", 120)))),
 			Step{Action: PreserveData, Member: "a", Operation: OpRecoveringQuorum}, ""},
-		{"begun: the member's claim is gone", underway("a", automatic(lostQuorum(abcde, survivor("b", 120)))),
-			Step{Action: Wait, Operation: OpQuorumLost}, "restore the cluster from a backup"},
+		{"begun: the member's claim is gone: given up, to be decided afresh", underway("a", automatic(lostQuorum(abcde, survivor("b", 120)))),
+			Step{Action: AbandonRecovery, Member: "a", Operation: OpQuorumLost}, "the recovery is given up, and the loss decided afresh"},
 		{"a survivor that reports no index has its log read from its data", automatic(lostQuorum(abcde, survivor("a", 90), survivor("b", 0))),
 			Step{Action: ReadLogs, Members: []string{"b"}, Operation: OpQuorumLost}, "members b do not answer: reading how far their logs reach"},
 		{"so does every survivor that reports none (password authentication needs a quorum)", lostQuorum(abcde, survivor("a", 0), survivor("b", 0)),
@@ -193,7 +193,7 @@ func TestQuorumLostForGood(t *testing.T) {
 		{"the user's choice does not wait for spec.quorumLossRecovery.after", from("a", lostFor(time.Minute, lostQuorum(abc, survivor("a", 100)))),
 			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, ""},
 		{"the user's choice must be a survivor", from("c", lostQuorum(abc, survivor("a", 100))),
-			Step{Action: Wait, Operation: OpQuorumLost}, "not a member whose data survives; name one of a"},
+			Step{Action: Wait, Operation: OpQuorumLost}, "not a member whose data survives (a): annotate the EtcdCluster with etcd.database.dev/recover-from=a"},
 		{"a quorum's data survives: its pods come back, nothing is forced", automatic(lostQuorum(abc, survivor("a", 100), survivor("b", 0))),
 			Step{Action: Wait, Operation: OpQuorumLost}, "no destructive action"},
 		{"a survivor without a pod is restarted first", automatic(lostQuorum(abc, noPod(survivor("a", 0)))),

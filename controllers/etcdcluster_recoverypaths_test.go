@@ -1,0 +1,319 @@
+package controllers
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
+	"github.com/etcd-database/etcd-operator/internal/membership"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// Paths of the quorum-loss recovery that the model of the world (internal/membership's
+// TestModelQuorumLossRecovery) found, each through whole reconciles.
+
+func forceNewClusterAfter(after time.Duration) func(*etcdv1alpha1.EtcdCluster) {
+	return func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryForceNewCluster, After: &metav1.Duration{Duration: after}}
+	}
+}
+
+// setStatus changes the cluster's status as an earlier reconcile left it.
+func (a *scriptedCluster) setStatus(t *testing.T, change func(*etcdv1alpha1.EtcdClusterStatus)) {
+	t.Helper()
+	c := &etcdv1alpha1.EtcdCluster{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKeyFromObject(a.cluster), c); err != nil {
+		t.Fatal(err)
+	}
+	change(&c.Status)
+	if err := a.k8s.Status().Update(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deletePod deletes a member's pod, which is gone at once (its kubelet answers).
+func (a *scriptedCluster) deletePod(t *testing.T, name string) {
+	t.Helper()
+	if err := a.k8s.Delete(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	delete(a.etcd.Statuses, resources.ClientURL(a.cluster, name))
+}
+
+// answers makes a member answer its status call with raftIndex, as one running without a
+// quorum does.
+func (a *scriptedCluster) answers(name string, raftIndex uint64) {
+	url := resources.ClientURL(a.cluster, name)
+	st := a.etcd.Statuses[url]
+	st.RaftIndex, st.RaftAppliedIndex, st.LeaderID = raftIndex, raftIndex, 0
+	a.etcd.Statuses[url] = st
+}
+
+// After the force, the survivor serves alone and is restarted without --force-new-cluster: while
+// its pod restarts etcd answers nothing, and the members the recovery did without, their claims
+// still labelled, must not be made again. Restarted on their data, two of them are a quorum of
+// the old membership, serving the old data beside the survivor.
+func TestMembersARecoveryDidWithoutAreNeverRestartedOnTheirData(t *testing.T) {
+	a := newScriptedCluster(t, 3, forceNewClusterAfter(2*time.Minute), nil)
+	a.reconcile(t, 1)
+	survivor, b, c := a.members[0], a.members[1], a.members[2]
+	// The recovery has forced the survivor; b's and c's pods went with their node, their
+	// claims are there.
+	for _, name := range a.members {
+		a.deletePod(t, name)
+	}
+	forced := resources.MemberPod(a.cluster, resources.MemberSpec{Name: survivor, Version: "3.6.16", ForceNewCluster: true, Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"})
+	forced.Status = corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := a.k8s.Create(t.Context(), forced); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.k8s.Status().Update(t.Context(), forced); err != nil {
+		t.Fatal(err)
+	}
+	a.setStatus(t, func(s *etcdv1alpha1.EtcdClusterStatus) {
+		now := metav1.Now()
+		s.QuorumLostTime = &metav1.Time{Time: now.Add(-time.Hour)}
+		s.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{Member: survivor, LostMembers: []string{b, c}, Trigger: "spec.quorumLossRecovery.policy ForceNewCluster",
+			StartTime: now, PreservedData: &etcdv1alpha1.PreservedDataStatus{ClaimName: "x"}, ForcedTime: &now}
+	})
+	url := resources.ClientURL(a.cluster, survivor)
+	a.etcd.Statuses[url] = etcd.MemberStatus{MemberID: 1, LeaderID: 1, Version: "3.6.16", RaftIndex: 10, RaftAppliedIndex: 10}
+	a.etcd.Members = a.etcd.Members[:1]
+
+	cluster := a.reconcile(t, 1)
+	if cluster.Status.QuorumRecovery.ServedTime == nil {
+		t.Fatalf("servedTime not recorded: %+v", cluster.Status.QuorumRecovery)
+	}
+	if _, ok := a.pod(t, survivor); ok {
+		t.Fatalf("the forced survivor serves but is not restarted without the flag")
+	}
+	a.etcd.NoQuorum = true // its pod restarts: nothing answers
+	a.reconcile(t, 2)
+	if _, ok := a.pod(t, survivor); !ok {
+		t.Fatalf("the survivor is not restarted on its data")
+	}
+	for _, name := range []string{b, c} {
+		if _, ok := a.pod(t, name); ok {
+			t.Errorf("member %s, which the recovery did without, was restarted on its data: with the other, a quorum of the old membership", name)
+		}
+	}
+}
+
+// A member counted lost that answers its status call holds the recovery: declared lost by a
+// person while it runs, it may hold the furthest log. Before the recovery begins, and once under
+// way: it is not fenced.
+func TestADeclaredLostMemberThatAnswersItsStatusHoldsTheRecovery(t *testing.T) {
+	a := newScriptedCluster(t, 3, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	survivor, declared := a.members[0], a.members[1]
+	a.loseForGood(t, a.members[2:])
+	a.answers(survivor, 100)
+	a.answers(declared, 150)
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+	a.annotateCluster(t, etcdv1alpha1.AnnotationLostMembers, declared)
+
+	cluster := a.reconcile(t, 2)
+	if qr := cluster.Status.QuorumRecovery; qr != nil {
+		t.Fatalf("a recovery began from %s while %s, declared lost, answers with a longer log: %+v", qr.Member, declared, qr)
+	}
+	if d := conditionMessage(cluster, etcdv1alpha1.ConditionDegraded); !strings.Contains(d, "member "+declared+" answered its status call (raft index 150)") {
+		t.Errorf("Degraded says %q: it must name the member that answers", d)
+	}
+
+	// Under way already (begun when it did not answer): it holds the fence too.
+	a.setStatus(t, func(s *etcdv1alpha1.EtcdClusterStatus) {
+		s.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{Member: survivor, LostMembers: []string{declared, a.members[2]},
+			Trigger: "spec.quorumLossRecovery.policy ForceNewCluster", StartTime: metav1.Now(), PreservedData: &etcdv1alpha1.PreservedDataStatus{ClaimName: "x"}}
+	})
+	declaredPod, _ := a.pod(t, declared)
+	a.reconcile(t, 2)
+	if pod, ok := a.pod(t, declared); !ok || pod.UID != declaredPod.UID || !pod.DeletionTimestamp.IsZero() {
+		t.Fatalf("member %s was fenced while it answers its status call", declared)
+	}
+}
+
+// A claim being deleted keeps its data while its pod runs (pvc-protection): its member, serving
+// on it and answering, is not counted lost and fenced with its newer writes.
+func TestAMemberWhoseClaimIsBeingDeletedIsNotFencedWhileItAnswers(t *testing.T) {
+	a := newScriptedCluster(t, 3, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	survivor, leaving := a.members[0], a.members[1]
+	a.loseForGood(t, a.members[2:])
+	a.answers(survivor, 100)
+	a.answers(leaving, 150)
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PVCName(leaving)}, claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Finalizers = []string{"kubernetes.io/pvc-protection"}
+	if err := a.k8s.Update(t.Context(), claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.k8s.Delete(t.Context(), claim); err != nil {
+		t.Fatal(err)
+	}
+	leavingPod, _ := a.pod(t, leaving)
+
+	cluster := a.reconcile(t, 4)
+	if qr := cluster.Status.QuorumRecovery; qr != nil {
+		t.Fatalf("a recovery began from %s while %s answers on its claim being deleted: %+v", qr.Member, leaving, qr)
+	}
+	if pod, ok := a.pod(t, leaving); !ok || pod.UID != leavingPod.UID || !pod.DeletionTimestamp.IsZero() {
+		t.Fatalf("member %s was stopped while it answers", leaving)
+	}
+	if d := conditionMessage(cluster, etcdv1alpha1.ConditionDegraded); !strings.Contains(d, "its claim being deleted while its pod runs on it") {
+		t.Errorf("Degraded says %q: it must say the member answers on a claim being deleted", d)
+	}
+}
+
+// A second loss while the recovery before it has served but the cluster has not grown back is
+// recovered: a new record replaces the one that served, begun once, not again at every look.
+func TestASecondLossBeforeTheClusterGrewBackIsRecovered(t *testing.T) {
+	a := newScriptedCluster(t, 3, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	survivor := a.members[0]
+	a.underwayQuorumRecovery(t, survivor, []string{"c-gone1", "c-gone2"})
+	a.loseForGood(t, a.members[1:])
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+	a.events()
+
+	cluster := a.reconcile(t, 1)
+	qr := cluster.Status.QuorumRecovery
+	if qr == nil || qr.ServedTime != nil || qr.Member != survivor {
+		t.Fatalf("status.quorumRecovery = %+v: want a new recovery from %s on record", qr, survivor)
+	}
+	for _, name := range slices.Concat([]string{"c-gone1", "c-gone2"}, a.members[1:]) {
+		if !slices.Contains(qr.LostMembers, name) {
+			t.Errorf("lostMembers %v lacks %s: its claim, if any, must stay kept", qr.LostMembers, name)
+		}
+	}
+	a.reconcile(t, 2)
+	if _, ok := a.pod(t, survivor); ok {
+		t.Errorf("the survivor is not stopped for its copy: the new recovery does not go on")
+	}
+	if events := a.events(); strings.Count(events, "BeginRecovery") != 1 {
+		t.Errorf("want one BeginRecovery event; got:\n%s", events)
+	}
+}
+
+// A recovery whose member's data is gone before it served is given up, and the loss decided
+// afresh: a cluster restored in place since (its members named anew) is not held by it at its
+// next loss.
+func TestARecoveryThatCannotBeCarriedThroughIsGivenUp(t *testing.T) {
+	a := newScriptedCluster(t, 3, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	a.setStatus(t, func(s *etcdv1alpha1.EtcdClusterStatus) {
+		s.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{Member: "c-old", LostMembers: []string{"c-old1", "c-old2"},
+			Trigger: "spec.quorumLossRecovery.policy ForceNewCluster", StartTime: metav1.NewTime(time.Now().Add(-time.Hour))}
+	})
+	cluster := a.reconcile(t, 1)
+	qr := cluster.Status.QuorumRecovery
+	if qr == nil || qr.CompletionTime == nil || !strings.Contains(qr.Abandoned, "serves again without member c-old") {
+		t.Fatalf("status.quorumRecovery = %+v: the cluster serves without the recovery's member, which is given up", qr)
+	}
+	if events := a.events(); !strings.Contains(events, "QuorumRecoveryAbandoned") {
+		t.Errorf("no QuorumRecoveryAbandoned event:\n%s", events)
+	}
+
+	a.loseForGood(t, a.members[1:])
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+	cluster = a.reconcile(t, 1)
+	if qr := cluster.Status.QuorumRecovery; qr == nil || qr.Member != a.members[0] || qr.CompletionTime != nil {
+		t.Fatalf("status.quorumRecovery = %+v: the next loss is not recovered", qr)
+	}
+}
+
+// A member whose node stopped answering, too few to serve a majority with the others out of
+// sight, is waited for until its node has been gone for spec.quorumLossRecovery.after: it may
+// come back with writes the survivors lack. Then the recovery does without it, its claim kept.
+func TestAMemberOnANodeLostLatelyIsWaitedForBeforeTheRecoveryDoesWithoutIt(t *testing.T) {
+	a := newScriptedCluster(t, 5, forceNewClusterAfter(10*time.Minute), nil)
+	a.reconcile(t, 1)
+	unreachable := a.members[2]
+	a.loseForGood(t, a.members[3:])
+	a.answers(a.members[0], 100)
+	a.answers(a.members[1], 90)
+	a.onLostNode(t, unreachable)
+	pod, _ := a.pod(t, unreachable)
+	pod.Status.Conditions[len(pod.Status.Conditions)-1].LastTransitionTime = metav1.NewTime(time.Now().Add(-3 * time.Minute))
+	if err := a.k8s.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	a.quorumLostFor(t, 10*time.Hour)
+
+	cluster := a.reconcile(t, 2)
+	if qr := cluster.Status.QuorumRecovery; qr != nil {
+		t.Fatalf("a recovery began while %s's node stopped answering 3 minutes ago: %+v", unreachable, qr)
+	}
+	declare := etcdv1alpha1.AnnotationLostMembers + "=" + unreachable
+	if d := conditionMessage(cluster, etcdv1alpha1.ConditionDegraded); !strings.Contains(d, "stopped answering less than 10m0s") || !strings.Contains(d, declare) {
+		t.Errorf("Degraded says %q: it must say what it waits for and name %s", d, declare)
+	}
+
+	pod.Status.Conditions[len(pod.Status.Conditions)-1].LastTransitionTime = metav1.NewTime(time.Now().Add(-11 * time.Minute))
+	if err := a.k8s.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	cluster = a.reconcile(t, 1)
+	if qr := cluster.Status.QuorumRecovery; qr == nil || qr.Member != a.members[0] || !slices.Contains(qr.LostMembers, unreachable) {
+		t.Fatalf("status.quorumRecovery = %+v: want a recovery from %s doing without %s", qr, a.members[0], unreachable)
+	}
+}
+
+// The user may name a survivor whose log is shorter than another's; the other survivor is then
+// done without like the lost members: stopped before the force, its claim kept rather than
+// deleted as an orphan's.
+func TestASurvivorNotChosenKeepsItsClaim(t *testing.T) {
+	a := newScriptedCluster(t, 5, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	named, further := a.members[0], a.members[1]
+	a.loseForGood(t, a.members[2:])
+	a.answers(named, 100)
+	a.answers(further, 150)
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+	a.annotateCluster(t, etcdv1alpha1.AnnotationRecoverFrom, named)
+
+	cluster := a.reconcile(t, 1)
+	qr := cluster.Status.QuorumRecovery
+	if qr == nil || qr.Member != named {
+		t.Fatalf("status.quorumRecovery = %+v, want a recovery from %s, as annotated", qr, named)
+	}
+	if !slices.Contains(qr.LostMembers, further) || !keptFromRecovery(cluster, further) {
+		t.Errorf("lostMembers %v lacks %s, whose log reaches further: its claim would be deleted as an orphan's", qr.LostMembers, further)
+	}
+}
+
+// While a quorum serves, a member whose pod has found no node for spec.quorumLossRecovery.after
+// (its volume's node deleted with its machine) is removed and replaced, not waited for as long
+// as that node is gone.
+func TestAMemberWhosePodFindsNoNodeIsReplacedWhileAQuorumServes(t *testing.T) {
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{After: &metav1.Duration{Duration: 10 * time.Minute}}
+	}, nil)
+	a.reconcile(t, 1)
+	stranded := a.members[2]
+	a.deletePod(t, stranded)
+	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: stranded, Version: "3.6.16", Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"})
+	pending.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+	if err := a.k8s.Create(t.Context(), pending); err != nil {
+		t.Fatal(err)
+	}
+	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/2 nodes are available: 2 node(s) had volume node affinity conflict"}}
+	if err := a.k8s.Status().Update(t.Context(), pending); err != nil {
+		t.Fatal(err)
+	}
+
+	a.reconcile(t, 1)
+	if !slices.Contains(a.etcd.Calls, "RemoveMember") {
+		t.Fatalf("etcd calls %v: member %s, whose pod has found no node for an hour, is not removed", a.etcd.Calls, stranded)
+	}
+}
