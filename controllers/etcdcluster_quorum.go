@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -355,6 +356,9 @@ func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, seen *quorumRecoveryObservation
 	if lostSince, lost := quorumLostSince(c); lost {
 		p.LostSince = lostSince
 	}
+	if qr := c.Status.QuorumRecovery; qr != nil && forsaken(qr, qr.Member) {
+		p.Forsaken = qr.Member
+	}
 	if qr := underwayRecovery(c); qr != nil {
 		p.Underway = qr.Member
 		p.DoneWithout = qr.LostMembers
@@ -362,6 +366,7 @@ func recoveryPolicy(c *etcdv1alpha1.EtcdCluster, seen *quorumRecoveryObservation
 		// deleted then, is not the record).
 		p.Preserved = qr.PreservedData != nil
 		p.Forced = qr.ForcedTime != nil
+		p.UnderwayIndex, p.Named = uint64(max(qr.RaftIndex, 0)), strings.HasPrefix(qr.Trigger, "annotation ")
 		p.Served = qr.ServedTime != nil
 		if qr.Backup != nil {
 			p.UnderwayRestore, p.RestoreExists = qr.Backup.EtcdRestore, seen.restore != nil
@@ -535,6 +540,9 @@ func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step me
 	}
 	if why := abandoned(qr, obs, step); why != "" {
 		qr.CompletionTime, qr.Abandoned = ptrTime(now), why
+		if step.Unforced {
+			qr.ForcedTime = nil // its forced pod never ran: its data was never rewritten
+		}
 		return
 	}
 	if p := obs.recovery.preserved; p != nil && qr.PreservedData == nil {
@@ -590,6 +598,11 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 	}
 	if step.Member != "" && c.Annotations[etcdv1alpha1.AnnotationRecoverFrom] == step.Member {
 		qr.Trigger = "annotation " + etcdv1alpha1.AnnotationRecoverFrom + "=" + step.Member
+	}
+	for _, m := range obs.decisionInput(c, now).Members {
+		if m.Name == step.Member && step.Member != "" {
+			qr.RaftIndex = int64(m.RaftIndex)
+		}
 	}
 	if b := obs.recovery.latestBackup; step.Backup != "" && b != nil && b.Name == step.Backup {
 		qr.Backup = &etcdv1alpha1.RecoveryBackupStatus{
@@ -659,12 +672,19 @@ func (r *EtcdClusterReconciler) fenceFromClients(ctx context.Context, pod *corev
 	return ignoreGone(r.Patch(ctx, fenced, patch))
 }
 
-// keptFromRecovery: name is a member a quorum recovery did without. Its claim, if it has one, is
-// out of reach rather than gone, and may hold writes the survivor lacked: it is kept, never
-// deleted as an orphan's.
+// keptFromRecovery: name is a member a quorum recovery did without, or the forced member of one
+// given up. Its claim, if it has one, is out of reach rather than gone, and may hold writes the
+// cluster lacks: it is kept, never deleted as an orphan's.
 func keptFromRecovery(c *etcdv1alpha1.EtcdCluster, name string) bool {
 	qr := c.Status.QuorumRecovery
-	return qr != nil && slices.Contains(qr.LostMembers, name)
+	return qr != nil && (slices.Contains(qr.LostMembers, name) || forsaken(qr, name))
+}
+
+// forsaken: name is the forced member of a recovery given up after the force. Its data is a
+// history of its own, which may hold writes acknowledged since the force: it never serves again,
+// and its claim is kept.
+func forsaken(qr *etcdv1alpha1.QuorumRecoveryStatus, name string) bool {
+	return qr.Abandoned != "" && qr.ForcedTime != nil && qr.Member == name
 }
 
 // announceQuorumRecovered posts the events of a recovery's progress the record shows: a

@@ -317,3 +317,74 @@ func TestAMemberWhosePodFindsNoNodeIsReplacedWhileAQuorumServes(t *testing.T) {
 		t.Fatalf("etcd calls %v: member %s, whose pod has found no node for an hour, is not removed", a.etcd.Calls, stranded)
 	}
 }
+
+// The members out of sight are counted again before every step up to the force: a survivor
+// whose node stops answering after the recovery began may, with the others out of sight, be a
+// quorum of the old membership, and the force waits.
+func TestMembersOutOfSightAreCountedAgainBeforeTheForce(t *testing.T) {
+	a := newScriptedCluster(t, 5, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	survivor, other := a.members[0], a.members[1]
+	a.loseForGood(t, a.members[4:])
+	a.onLostNode(t, a.members[2])
+	a.onLostNode(t, a.members[3])
+	a.answers(survivor, 100)
+	a.answers(other, 90)
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+
+	cluster := a.reconcile(t, 1)
+	if qr := cluster.Status.QuorumRecovery; qr == nil || qr.Member != survivor || qr.RaftIndex != 100 {
+		t.Fatalf("status.quorumRecovery = %+v, want a recovery from %s at raft index 100", qr, survivor)
+	}
+	a.onLostNode(t, other) // now three of five out of sight
+	survivorPod, _ := a.pod(t, survivor)
+	cluster = a.reconcile(t, 3)
+	if pod, ok := a.pod(t, survivor); !ok || pod.UID != survivorPod.UID {
+		t.Fatalf("the survivor was stopped for its copy while three members out of sight could be a quorum")
+	}
+	if d := conditionMessage(cluster, etcdv1alpha1.ConditionDegraded); !strings.Contains(d, "their etcd may still be serving a majority") {
+		t.Errorf("Degraded says %q: it must say why the recovery waits", d)
+	}
+}
+
+// A member the recovery did without that answers with a log further than its member's, before
+// the force (counted lost while its pod found no node, then placed), gives the recovery up: the
+// loss is decided afresh, on what is known now.
+func TestAMemberDoneWithoutThatAnswersWithAFurtherLogGivesTheRecoveryUp(t *testing.T) {
+	a := newScriptedCluster(t, 3, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	survivor, stranded := a.members[0], a.members[1]
+	a.loseForGood(t, a.members[2:])
+	a.answers(survivor, 100)
+	a.deletePod(t, stranded)
+	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: stranded, Version: "3.6.16", Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"})
+	pending.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+	if err := a.k8s.Create(t.Context(), pending); err != nil {
+		t.Fatal(err)
+	}
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+	cluster := a.reconcile(t, 1)
+	if qr := cluster.Status.QuorumRecovery; qr == nil || qr.Member != survivor {
+		t.Fatalf("status.quorumRecovery = %+v, want a recovery from %s", qr, survivor)
+	}
+
+	// Its node is back: the pod runs, and the member answers with a further log.
+	placed, _ := a.pod(t, stranded)
+	placed.Spec.NodeName = "node-back"
+	if err := a.k8s.Update(t.Context(), placed); err != nil {
+		t.Fatal(err)
+	}
+	placed.Status = corev1.PodStatus{PodIP: "10.0.0.2", Phase: corev1.PodRunning}
+	if err := a.k8s.Status().Update(t.Context(), placed); err != nil {
+		t.Fatal(err)
+	}
+	a.etcd.Statuses[resources.ClientURL(a.cluster, stranded)] = etcd.MemberStatus{MemberID: 2, Version: "3.6.16", RaftIndex: 150, RaftAppliedIndex: 150}
+	cluster = a.reconcile(t, 1)
+	qr := cluster.Status.QuorumRecovery
+	if qr == nil || qr.CompletionTime == nil || !strings.Contains(qr.Abandoned, "answers with its log at 150") {
+		t.Fatalf("status.quorumRecovery = %+v: the recovery must be given up while %s answers with a further log", qr, stranded)
+	}
+	if pod, ok := a.pod(t, stranded); !ok || !pod.DeletionTimestamp.IsZero() {
+		t.Fatalf("member %s, whose log reaches further, was stopped", stranded)
+	}
+}

@@ -603,6 +603,12 @@ type QuorumRecoveryStatus struct {
 	// any, are kept.
 	// +optional
 	LostMembers []string `json:"lostMembers,omitempty"`
+	// RaftIndex is how far the member's log reached when the recovery began, as it reported it
+	// or as its data said; 0 when not known (a member named by the user that did not answer).
+	// A member done without that answers with a log further than this before the force gives
+	// the recovery up, to be decided afresh.
+	// +optional
+	RaftIndex int64 `json:"raftIndex,omitempty"`
 	// Trigger is what allowed the recovery: the policy (ForceNewCluster or FromLatestBackup),
 	// or the user's recover-from annotation.
 	Trigger string `json:"trigger"`

@@ -196,6 +196,10 @@ type RecoveryPolicy struct {
 	// carried through from that member: its pod is stopped to copy its data, and its raft
 	// index cannot be read again meanwhile.
 	Underway string
+	// UnderwayIndex is how far Underway's log reached when the recovery began (0: not known);
+	// Named, that the user named it (recover-from), whatever its log.
+	UnderwayIndex uint64
+	Named         bool
 	// Preserved: a copy of Underway's data is kept.
 	Preserved bool
 	// Forced: Underway's pod was made with --force-new-cluster. From then on it may serve as
@@ -213,6 +217,11 @@ type RecoveryPolicy struct {
 	// began): before each of its steps none may answer, and before the force their pods are
 	// stopped.
 	DoneWithout []string
+	// Forsaken is the forced member of a recovery given up after the force, before it served:
+	// its data is a history of its own, which acknowledged no write. It never runs again on it:
+	// while etcd does not answer it counts as lost, its claim kept, and while a quorum serves it
+	// is removed and replaced.
+	Forsaken string
 }
 
 // DefragPolicy says when a member's database is worth defragmenting.
@@ -308,6 +317,9 @@ type Step struct {
 	Members []string
 	// Size of a new bootstrap.
 	Size int
+	// Unforced: AbandonRecovery of a recovery whose forced pod never ran: the member's data was
+	// never rewritten, and the record no longer says it was forced.
+	Unforced bool
 	// Backup is the EtcdBackup a recovery restores (BeginRecovery with no surviving member).
 	Backup string
 	// Reason says why, for events and conditions.
@@ -484,12 +496,13 @@ func startOrReplaceMissingPods(o Observed) (Step, bool) {
 			continue
 		}
 		switch {
-		case o.DataSurvivesPod && m.PVCExists:
+		case o.DataSurvivesPod && m.PVCExists && m.Name != o.Recovery.Forsaken:
 			return Step{Action: RestartMembers, Members: []string{m.Name}, Operation: OpRecovering,
 				Reason: "recreating the pod of a member whose data is intact"}, true
 		default:
-			// Its data is gone: restarting it under the same ID would let it vote without
-			// the log it acknowledged. Remove it; scale-up then adds a fresh member.
+			// Its data is gone, or is a history of its own (forced, then given up): restarting
+			// it under the same ID would let it vote without the log it acknowledged, or serve
+			// that other history. Remove it; scale-up then adds a fresh member.
 			if learner, ok := unstartedLearner(o); ok {
 				return learnerNotStarted(o, learner)
 			}

@@ -31,9 +31,10 @@ func (r RecoveryPolicy) after() time.Duration { return max(r.After, MinRecoveryA
 
 // nextWithoutQuorum: etcd does not answer. Before the cluster first forms this is bootstrap;
 // after, only restarting members on their own data is safe, and only the members of the last
-// membership etcd listed that no recovery does without: after a force, the members left out
-// still hold the old membership, and a majority of them restarted would serve it beside the
-// forced member (a split brain).
+// membership etcd listed: after a force, the members left out still hold the old membership,
+// and a majority of them restarted would serve it beside the forced member (a split brain).
+// (While a recovery is under way and has not served, continueRecovery takes every step.) A
+// forsaken member, forced in a recovery given up, holds a history of its own: never restarted.
 func nextWithoutQuorum(o Observed) Step {
 	if !o.EverFormed {
 		return nextBootstrapStep(o)
@@ -43,7 +44,7 @@ func nextWithoutQuorum(o Observed) Step {
 	}
 	if o.DataSurvivesPod {
 		missing := names(o.Members, func(m Member) bool {
-			return !m.PodExists && m.PVCExists && slices.Contains(o.LastMembers, m.Name) && !slices.Contains(o.Recovery.DoneWithout, m.Name)
+			return !m.PodExists && m.PVCExists && slices.Contains(o.LastMembers, m.Name) && m.Name != o.Recovery.Forsaken
 		})
 		if len(missing) > 0 {
 			return Step{Action: RestartMembers, Members: missing, Operation: OpRecovering,
@@ -66,6 +67,12 @@ func recoverQuorum(o Observed) (Step, bool) {
 	// A forced member a person declared lost (its machine down) serves nowhere.
 	forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists && !m.DeclaredLost })
 	if len(forced) > 0 {
+		if lost := names(o.Members, func(m Member) bool { return slices.Contains(forced, m.Name) && !m.NodeLostSince.IsZero() }); len(lost) > 0 {
+			return Step{Action: Wait, Members: lost, Operation: OpQuorumLost,
+				Reason: "the nodes of forced members " + strings.Join(lost, ", ") + " stopped answering: they may serve there as clusters of their own, so no other member is recovered from. " +
+					"Once you have checked that those machines are down, declare them lost: annotate the EtcdCluster with " +
+					etcdv1alpha1.AnnotationLostMembers + "=" + strings.Join(lost, ",")}, true
+		}
 		return Step{Action: Wait, Members: forced, Operation: OpRecoveringQuorum,
 			Reason: "the member restarts as a cluster of its own from its data"}, true
 	}
@@ -86,18 +93,19 @@ func recoverQuorum(o Observed) (Step, bool) {
 	if step, ok := mayBeServingElsewhere(o, f, lostWhat); ok {
 		return step, true
 	}
-	if len(f.Survivors) == 0 && len(f.Stranded) == 0 && len(f.Unreachable) == 0 {
+	candidates := f.candidates()
+	if len(candidates) == 0 && len(f.Stranded) == 0 && len(f.Unreachable) == 0 {
 		return recoverFromBackup(o)
 	}
-	if len(f.Survivors) == 0 {
+	if len(candidates) == 0 {
 		// Their data may come back with their nodes: a restore would throw it away.
 		return Step{Action: Wait, Operation: OpQuorumLost, Members: append(f.Stranded, f.Unreachable...),
 			Reason: "quorum is lost (" + lostWhat + "), and no member's data can be read: bring their nodes back, or " +
 				"delete their claims to restore the cluster from a backup"}, true
 	}
-	best, unread := furthestLog(o.Members, f.Survivors)
+	best, unread := furthestLog(o.Members, candidates)
 	chosen := best
-	if slices.Contains(f.Survivors, o.Recovery.From) {
+	if slices.Contains(candidates, o.Recovery.From) {
 		chosen = o.Recovery.From
 	}
 	if step, ok := survivorPending(o, chosen, lostWhat); ok {
@@ -106,15 +114,15 @@ func recoverQuorum(o Observed) (Step, bool) {
 	if o.Recovery.From != "" {
 		// The user's choice needs no raft index: it is how a cluster whose members cannot
 		// be asked (password authentication needs a quorum) is recovered.
-		if !slices.Contains(f.Survivors, o.Recovery.From) {
+		if !slices.Contains(candidates, o.Recovery.From) {
 			return Step{Action: Wait, Operation: OpQuorumLost,
-				Reason: "recover-from names " + o.Recovery.From + ", which is not a member whose data survives (" + strings.Join(f.Survivors, ", ") +
+				Reason: "recover-from names " + o.Recovery.From + ", which is not a member whose data survives (" + strings.Join(candidates, ", ") +
 					"): annotate the EtcdCluster with " + etcdv1alpha1.AnnotationRecoverFrom + "=" + best + " (its log reaches furthest of those reported) or another of them"}, true
 		}
 		return Step{Action: BeginRecovery, Member: o.Recovery.From, Operation: OpRecoveringQuorum,
 			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + o.Recovery.From + ", as annotated"}, true
 	}
-	if len(unread) > 0 && len(f.Survivors) > 1 {
+	if len(unread) > 0 && len(candidates) > 1 {
 		return readLogs(o, unread, lostWhat), true
 	}
 	if !o.Recovery.Automatic {
@@ -141,16 +149,25 @@ func mayBeServingElsewhere(o Observed, f Fates, lostWhat string) (Step, bool) {
 	if step, ok := lostMemberAnswered(o, f.countedLost()); ok {
 		return step, true
 	}
+	if step, ok := outOfSightMayBeAQuorum(o, f, lostWhat); ok {
+		return step, true
+	}
+	return nodesLostLately(o, f)
+}
+
+// outOfSightMayBeAQuorum holds a recovery while the members out of sight — on nodes that stopped
+// answering the API server, or survivors whose pods run but do not answer the operator — are
+// enough for a quorum of the last voters. It is asked again before every step up to the force:
+// a survivor's node may stop answering after the recovery began.
+func outOfSightMayBeAQuorum(o Observed, f Fates, lostWhat string) (Step, bool) {
 	byName := index(o.Members)
+	// A survivor the recovery fenced, its pod being deleted on a node that answers, is stopping.
 	silent := slices.DeleteFunc(slices.Clone(f.Survivors), func(name string) bool {
 		m := byName[name]
-		return m.Answering || !m.PodExists
+		return m.Answering || !m.PodExists || fenced(m)
 	})
-	if len(f.Unreachable) == 0 {
+	if len(f.Unreachable) == 0 || len(f.Unreachable)+len(silent) < Quorum(len(o.LastVoters)) {
 		return Step{}, false
-	}
-	if len(f.Unreachable)+len(silent) < Quorum(len(o.LastVoters)) {
-		return nodesLostLately(o, f)
 	}
 	return Step{Action: Wait, Operation: OpQuorumLost, Members: f.Unreachable,
 		Reason: "quorum is lost (" + lostWhat + "), but the nodes of members " + strings.Join(f.Unreachable, ", ") +
@@ -248,6 +265,10 @@ func readLogs(o Observed, unread []string, lostWhat string) Step {
 type Fates struct {
 	// Survivors: their data is here to read, and their pods run or can run.
 	Survivors []string
+	// Forsaken: the forced member of a recovery given up before it served (Recovery.Forsaken).
+	// Its data, a history of its own that acknowledged no write, may be recovered from again,
+	// but it never rejoins the others: it is no survivor towards their quorum.
+	Forsaken []string
 	// Lost: their claims are gone, and with them their data.
 	Lost []string
 	// Stranded: their pods have found no node for the recovery's wait (their volumes' node is
@@ -258,6 +279,9 @@ type Fates struct {
 	// evidence that their etcd stopped, so they are not counted lost.
 	Unreachable []string
 }
+
+// candidates are the members a recovery may build on: the survivors, and a forsaken member.
+func (f Fates) candidates() []string { return slices.Concat(f.Survivors, f.Forsaken) }
 
 // countedLost are the members a recovery does without on evidence: lost and stranded.
 func (f Fates) countedLost() []string { return slices.Concat(f.Lost, f.Stranded) }
@@ -285,6 +309,8 @@ func VotersByFate(o Observed) Fates {
 			f.Unreachable = append(f.Unreachable, name)
 		case !m.PVCExists:
 			f.Lost = append(f.Lost, name)
+		case name == o.Recovery.Forsaken:
+			f.Forsaken = append(f.Forsaken, name)
 		case outOfReachFor(m.UnscheduledSince, o):
 			f.Stranded = append(f.Stranded, name)
 		default:
@@ -335,6 +361,9 @@ func (f Fates) lostWhat(o Observed) string {
 	if len(f.Unreachable) > 0 {
 		why = append(why, "the nodes of members "+strings.Join(f.Unreachable, ", ")+" stopped answering")
 	}
+	if len(f.Forsaken) > 0 {
+		why = append(why, "the recovery from member "+strings.Join(f.Forsaken, ", ")+" was given up after its forced start")
+	}
 	return strings.Join(why, "; ")
 }
 
@@ -377,10 +406,19 @@ func continueRecovery(o Observed) (Step, bool) {
 	}
 	// Members it does without whose data survives (a survivor not chosen) are fenced, not
 	// waited for: the others hold every step while they answer.
-	survivors := VotersByFate(o).Survivors
-	if step, ok := lostMemberAnswered(o, slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool { return slices.Contains(survivors, name) })); ok {
+	f := VotersByFate(o)
+	if step, ok := lostMemberAnswered(o, slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool { return slices.Contains(f.Survivors, name) })); ok {
 		step.Operation = OpRecoveringQuorum
 		return step, true
+	}
+	if r.UnderwayRestore == "" && !r.Forced {
+		if step, ok := outOfSightMayBeAQuorum(o, f, f.lostWhat(o)); ok {
+			step.Operation = OpRecoveringQuorum
+			return step, true
+		}
+		if step, ok := furtherLogAnswers(o); ok {
+			return step, true
+		}
 	}
 	if r.UnderwayRestore != "" {
 		if !r.RestoreExists {
@@ -410,7 +448,7 @@ func continueRecovery(o Observed) (Step, bool) {
 				" (its node stopped answering, or its pod found no node) before it was forced: the recovery is given up, and the loss decided afresh"}, true
 	case m.ForcedNewCluster && m.PodExists && outOfReachFor(m.UnscheduledSince, o):
 		// Its forced pod has found no node: it never ran, so no cluster of its own serves.
-		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
+		return Step{Action: AbandonRecovery, Member: r.Underway, Unforced: true, Operation: OpQuorumLost,
 			Reason: "the forced pod of member " + r.Underway + ", which the recovery under way builds on, has found no node for " + o.Recovery.after().String() +
 				": it never ran; the recovery is given up, and the loss decided afresh"}, true
 	case m.ForcedNewCluster && m.PodExists && !m.NodeLostSince.IsZero():
@@ -449,6 +487,27 @@ func continueRecovery(o Observed) (Step, bool) {
 	}
 	return Step{Action: ForceNewCluster, Member: r.Underway, Operation: OpRecoveringQuorum,
 		Reason: "restarting member " + r.Underway + " alone with its data (--force-new-cluster)"}, true
+}
+
+// furtherLogAnswers gives up a recovery not yet forced when a member it does without answers
+// with a log further than its member's was when it began, or when that was not known (it was the
+// only member left to build on): a member counted lost whose node came back, say. The loss is
+// decided afresh, on what is known now. A member the user named is theirs to choose, whatever
+// its log.
+func furtherLogAnswers(o Observed) (Step, bool) {
+	r := o.Recovery
+	if r.Named {
+		return Step{}, false
+	}
+	byName := index(o.Members)
+	for _, name := range r.DoneWithout {
+		if m := byName[name]; m.Answering && m.RaftIndex > r.UnderwayIndex {
+			return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
+				Reason: "member " + name + ", which the recovery under way does without, answers with its log at " + strconv.FormatUint(m.RaftIndex, 10) +
+					", further than member " + r.Underway + "'s when it began (" + strconv.FormatUint(r.UnderwayIndex, 10) + ", 0 if not known): the recovery is given up, and the loss decided afresh"}, true
+		}
+	}
+	return Step{}, false
 }
 
 // furthestLog is the member among names with the highest committed raft index, and those that
