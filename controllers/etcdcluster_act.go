@@ -69,7 +69,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 	case membership.BeginRecovery:
 		// Nothing changes: report records the recovery, which makes the choice of member stick.
 	case membership.AbandonRecovery:
-		err = r.abandonRecovery(ctx, c, obs, step)
+		err = r.abandonRecovery(ctx, obs, step)
 	case membership.PreserveData:
 		err = r.preserveData(ctx, c, obs, step)
 	case membership.FenceMembers:

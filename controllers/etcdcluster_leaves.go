@@ -34,7 +34,8 @@ func declaredLost(c *etcdv1alpha1.EtcdCluster) []string {
 
 // staleLeaves says, for each leave annotation on c that no longer holds, why: the cluster has a
 // quorum (and no recovery is under way to use it), or the annotation was set before the
-// operator first found this quorum lost.
+// operator first found this quorum lost: it is there when the loss is first observed, or (for
+// a loss an earlier operator version recorded) the API server's managed fields date it before.
 func staleLeaves(c *etcdv1alpha1.EtcdCluster, reachable bool) map[string]string {
 	out := map[string]string{}
 	lostAt, lost := quorumLostSince(c)
@@ -45,6 +46,10 @@ func staleLeaves(c *etcdv1alpha1.EtcdCluster, reachable bool) map[string]string 
 		switch setAt, known := annotationSetAt(c, key); {
 		case reachable && underwayRecovery(c) == nil:
 			out[key] = "the cluster has a quorum: " + key + " is a leave for recovering a lost one, and a later loss must not be recovered on it"
+		case !reachable && !lost && c.Status.ClusterID != "":
+			// The loss is observed now: a leave already there was given before it, whatever the
+			// managed fields say (a field manager's time is that of its last write of any field).
+			out[key] = key + " was set before this quorum loss was observed: it says nothing of the members as they are now; set it again if it still holds"
 		case lost && known && setAt.Before(lostAt):
 			out[key] = fmt.Sprintf("%s was set at %s, before the quorum loss was observed at %s: it says nothing of the members as they are now; set it again if it still holds",
 				key, setAt.UTC().Format(time.RFC3339), lostAt.UTC().Format(time.RFC3339))

@@ -394,9 +394,9 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 			m.InitialClusterStale = initialClusterStale(c, obs, name, pod)
 		}
 	}
-	for name, index := range obs.recovery.raftIndexes {
+	for name, st := range obs.recovery.ownStatuses {
 		m := get(name)
-		m.RaftIndex, m.Answering = index, true
+		m.RaftIndex, m.Answering, m.FollowsLeader = st.RaftIndex, true, st.LeaderID
 	}
 	for name, at := range obs.recovery.answered {
 		get(name).Answered = at

@@ -37,9 +37,10 @@ const defaultRecoveryAfter = 10 * time.Minute
 // quorumRecoveryObservation is what a reconcile learns for a recovery: each running member's
 // raft index while etcd has no quorum, and the Job copying the survivor's data.
 type quorumRecoveryObservation struct {
-	// raftIndexes by member name, from members asked one by one: without a quorum etcd
-	// answers no member list, but each member still reports its own status.
-	raftIndexes map[string]uint64
+	// ownStatuses by member name, from members asked one by one: without a quorum etcd
+	// answers no member list, but each member still reports its own status (its raft index,
+	// and the leader it follows, if any).
+	ownStatuses map[string]etcd.MemberStatus
 	// answered by member name: where a probe of a last voter that reported no raft index
 	// found something listening (see etcd.FirstAnswer).
 	answered map[string]string
@@ -83,7 +84,7 @@ func underwayRecovery(c *etcdv1alpha1.EtcdCluster) *etcdv1alpha1.QuorumRecoveryS
 func (r *EtcdClusterReconciler) observeQuorumRecovery(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
 	formedAndLost := !obs.reachable && c.Status.ClusterID != ""
 	if formedAndLost && obs.client != nil {
-		obs.recovery.raftIndexes = raftIndexesWithoutQuorum(ctx, c, obs)
+		obs.recovery.ownStatuses = statusesWithoutQuorum(ctx, c, obs)
 	}
 	if formedAndLost {
 		obs.recovery.answered = r.probeSilentVoters(ctx, c, obs)
@@ -150,7 +151,7 @@ func (r *EtcdClusterReconciler) observeLogReads(ctx context.Context, c *etcdv1al
 	lostAt, lost := quorumLostSince(c)
 	obs.recovery.logReads = map[string]logRead{}
 	for _, name := range lastVoters(c) {
-		if _, answered := obs.recovery.raftIndexes[name]; answered {
+		if _, answered := obs.recovery.ownStatuses[name]; answered {
 			continue
 		}
 		job := &batchv1.Job{}
@@ -202,7 +203,7 @@ func quorumLostSince(c *etcdv1alpha1.EtcdCluster) (time.Time, bool) {
 func (r *EtcdClusterReconciler) probeSilentVoters(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) map[string]string {
 	silent := map[string]*corev1.Pod{}
 	for _, name := range lastVoters(c) {
-		if _, answered := obs.recovery.raftIndexes[name]; !answered {
+		if _, answered := obs.recovery.ownStatuses[name]; !answered {
 			silent[name] = obs.pods[name]
 		}
 	}
@@ -291,9 +292,10 @@ func (r *EtcdClusterReconciler) readLogs(ctx context.Context, c *etcdv1alpha1.Et
 	return errors.Join(errs...)
 }
 
-// latestBackup is the EtcdBackup of the cluster whose newest snapshot that did not fail
-// verification is the newest, or nil if none has one: a snapshot that failed is never
-// restored.
+// latestBackup is the EtcdBackup of the cluster whose newest snapshot of this cluster that did
+// not fail verification is the newest, or nil if none has one: a snapshot that failed is never
+// restored, and neither is one of another etcd cluster (its ID differs: a cluster made again
+// under the same name, whose EtcdBackups were left, is not restored from its predecessor's).
 func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*etcdv1alpha1.EtcdBackup, error) {
 	backups := &etcdv1alpha1.EtcdBackupList{}
 	if err := r.List(ctx, backups, client.InNamespace(c.Namespace)); err != nil {
@@ -302,22 +304,22 @@ func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha
 	var latest *etcdv1alpha1.EtcdBackup
 	for i := range backups.Items {
 		b := &backups.Items[i]
-		newest := newestRestorable(b)
+		newest := newestRestorableOf(b, c.Status.ClusterID)
 		if b.Spec.ClusterName != c.Name || newest == nil {
 			continue
 		}
-		if latest == nil || newest.StartTime.After(newestRestorable(latest).StartTime.Time) {
+		if latest == nil || newest.StartTime.After(newestRestorableOf(latest, c.Status.ClusterID).StartTime.Time) {
 			latest = b
 		}
 	}
 	return latest, nil
 }
 
-// raftIndexesWithoutQuorum asks each member whose pod runs for its status, all at once.
-func raftIndexesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) map[string]uint64 {
+// statusesWithoutQuorum asks each member whose pod runs for its own status, all at once.
+func statusesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) map[string]etcd.MemberStatus {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	out := map[string]uint64{}
+	out := map[string]etcd.MemberStatus{}
 	for name, pod := range obs.pods {
 		if pod.Status.PodIP == "" || !pod.DeletionTimestamp.IsZero() {
 			continue
@@ -328,7 +330,7 @@ func raftIndexesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, 
 				return
 			}
 			mu.Lock()
-			out[name] = st.RaftIndex
+			out[name] = st
 			mu.Unlock()
 		})
 	}
@@ -492,7 +494,7 @@ func (r *EtcdClusterReconciler) forceNewCluster(ctx context.Context, c *etcdv1al
 // abandonRecovery stops the forced pod of the recovery given up, if it has one: it never ran
 // (it found no node), or a person declared its machine down. Made again on a node later, it
 // would serve as a cluster of its own beside the recovery decided next. report closes the record.
-func (r *EtcdClusterReconciler) abandonRecovery(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step) error {
+func (r *EtcdClusterReconciler) abandonRecovery(ctx context.Context, obs *observation, step membership.Step) error {
 	pod, ok := obs.pods[step.Member]
 	if !ok || pod.Annotations[resources.AnnotationForceNewCluster] == "" || !pod.DeletionTimestamp.IsZero() {
 		return nil
@@ -606,7 +608,7 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 	}
 	if b := obs.recovery.latestBackup; step.Backup != "" && b != nil && b.Name == step.Backup {
 		qr.Backup = &etcdv1alpha1.RecoveryBackupStatus{
-			EtcdBackup: b.Name, SnapshotURI: newestRestorable(b).URI, Revision: newestRestorable(b).Revision,
+			EtcdBackup: b.Name, SnapshotURI: newestRestorableOf(b, c.Status.ClusterID).URI, Revision: newestRestorableOf(b, c.Status.ClusterID).Revision,
 			EtcdRestore: resources.QuorumRecoveryRestoreName(c.Name, now),
 		}
 	}

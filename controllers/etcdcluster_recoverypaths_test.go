@@ -388,3 +388,77 @@ func TestAMemberDoneWithoutThatAnswersWithAFurtherLogGivesTheRecoveryUp(t *testi
 		t.Fatalf("member %s, whose log reaches further, was stopped", stranded)
 	}
 }
+
+// A member that answers its status and follows a leader holds the recovery: etcd answered the
+// operator no member list, yet a quorum leads somewhere it does not reach.
+func TestAMemberFollowingALeaderHoldsTheRecovery(t *testing.T) {
+	a := lostMajority(t, etcdv1alpha1.QuorumLossRecoveryForceNewCluster)
+	survivor := a.members[0]
+	a.etcd.LeaderWithoutQuorum = true
+	st := a.etcd.Statuses[resources.ClientURL(a.cluster, survivor)]
+	st.LeaderID = 7
+	a.etcd.Statuses[resources.ClientURL(a.cluster, survivor)] = st
+
+	cluster := a.reconcile(t, 2)
+	if qr := cluster.Status.QuorumRecovery; qr != nil {
+		t.Fatalf("a recovery began while %s follows a leader: %+v", survivor, qr)
+	}
+	if d := conditionMessage(cluster, etcdv1alpha1.ConditionDegraded); !strings.Contains(d, "member "+survivor+" follows a leader (ID 7)") {
+		t.Errorf("Degraded says %q: it must name the member that follows a leader", d)
+	}
+	a.etcd.LeaderWithoutQuorum = false
+	if cluster = a.reconcile(t, 1); cluster.Status.QuorumRecovery == nil {
+		t.Fatalf("no recovery once no member follows a leader")
+	}
+}
+
+// A leave already on the cluster when its quorum loss is first observed was given before that
+// loss: it is removed, with an event, and nothing is recovered on it, whatever the managed fields
+// say of its time (a field manager's time is that of its last write of any field).
+func TestALeaveGivenBeforeTheLossIsObservedIsRemoved(t *testing.T) {
+	a := newScriptedCluster(t, 3, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	a.loseForGood(t, a.members[1:])
+	a.annotateCluster(t, etcdv1alpha1.AnnotationRecoverFrom, a.members[0])
+	a.events()
+
+	cluster := a.reconcile(t, 2) // the removal, then the loss on record
+	if _, ok := cluster.Annotations[etcdv1alpha1.AnnotationRecoverFrom]; ok {
+		t.Fatalf("recover-from, set before the loss was observed, is kept")
+	}
+	if qr := cluster.Status.QuorumRecovery; qr != nil {
+		t.Fatalf("a recovery began on a leave given before the loss: %+v", qr)
+	}
+	if events := a.events(); !strings.Contains(events, "AnnotationIgnored") || !strings.Contains(events, "set before this quorum loss was observed") {
+		t.Errorf("want an AnnotationIgnored event saying why; got:\n%s", events)
+	}
+	a.annotateCluster(t, etcdv1alpha1.AnnotationRecoverFrom, a.members[0])
+	if cluster = a.reconcile(t, 1); cluster.Status.QuorumRecovery == nil {
+		t.Fatalf("no recovery on a leave given once the loss was observed: %s", conditionMessage(cluster, etcdv1alpha1.ConditionDegraded))
+	}
+}
+
+// A cluster made again under the name of one deleted, whose EtcdBackups were left, is never
+// restored from its predecessor's snapshots: they record another etcd cluster ID.
+func TestARecoveryFromABackupRestoresOnlyTheClustersOwnSnapshots(t *testing.T) {
+	ofCluster := func(b *etcdv1alpha1.EtcdBackup, id string) *etcdv1alpha1.EtcdBackup {
+		b.Status.LastBackup.ClusterID = id
+		return b
+	}
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup, After: &metav1.Duration{}}
+	}, func() []client.Object {
+		return []client.Object{
+			ofCluster(completedBackup("predecessors", "c", 50, 900), "dead"),
+			ofCluster(completedBackup("own", "c", 10, 300), "1"),
+		}
+	})
+	a.reconcile(t, 1)
+	a.loseForGood(t, a.members)
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+
+	cluster := a.reconcile(t, 1)
+	if qr := cluster.Status.QuorumRecovery; qr == nil || qr.Backup == nil || qr.Backup.EtcdBackup != "own" || qr.Backup.Revision != 300 {
+		t.Fatalf("status.quorumRecovery = %+v: want the cluster's own snapshot (own, revision 300), not its predecessor's", qr)
+	}
+}

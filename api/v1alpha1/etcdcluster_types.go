@@ -606,7 +606,7 @@ type QuorumRecoveryStatus struct {
 	// RaftIndex is how far the member's log reached when the recovery began, as it reported it
 	// or as its data said; 0 when not known (a member named by the user that did not answer).
 	// A member done without that answers with a log further than this before the force gives
-	// the recovery up, to be decided afresh.
+	// the recovery up; a new one may then begin, from the member whose log reaches furthest.
 	// +optional
 	RaftIndex int64 `json:"raftIndex,omitempty"`
 	// Trigger is what allowed the recovery: the policy (ForceNewCluster or FromLatestBackup),
@@ -629,8 +629,9 @@ type QuorumRecoveryStatus struct {
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
 	// Abandoned says why the recovery ended without being carried through, if it did: the data
-	// of the member it built on was deleted (the loss is then decided afresh), or the cluster
-	// served again without it (restored in place).
+	// of the member it built on was deleted or out of reach, a member done without answered
+	// with a further log, its forced pod never ran, its member was declared lost (a new
+	// recovery may then begin), or the cluster served again without it (restored in place).
 	// +optional
 	Abandoned string `json:"abandoned,omitempty"`
 }

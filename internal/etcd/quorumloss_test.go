@@ -14,7 +14,8 @@ import (
 )
 
 // What quorum-loss recovery relies on, checked against real etcd: a member whose peers are
-// gone for good still answers Status (its committed raft index, to choose the survivor) and
+// gone for good still answers Status (its committed raft index, to choose the survivor; no
+// leader, once it has heard none for an election timeout) and
 // streams a snapshot (the copy kept before anything is rewritten); restarted once with
 // --force-new-cluster it serves alone, with every key it had, and lists itself only.
 func TestSurvivorOfQuorumLossAnswersStatusSnapshotsAndServesAloneWhenForced(t *testing.T) {
@@ -40,6 +41,17 @@ func TestSurvivorOfQuorumLossAnswersStatusSnapshotsAndServesAloneWhenForced(t *t
 	st, err := cl.Status(t.Context(), survivor.ClientURL)
 	if err != nil || st.RaftIndex == 0 {
 		t.Fatalf("status of the survivor without quorum: %+v, %v", st, err)
+	}
+	// It follows no leader once it has heard none for an election timeout: the recovery holds
+	// while a member follows one (a quorum leads where the operator does not reach).
+	for deadline := time.Now().Add(10 * time.Second); st.LeaderID != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the survivor still follows leader %x 10 s after its peers stopped", st.LeaderID)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if st, err = cl.Status(t.Context(), survivor.ClientURL); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var snap bytes.Buffer
 	info, err := cl.Snapshot(t.Context(), survivor.ClientURL, &snap)

@@ -110,6 +110,10 @@ type Member struct {
 	// While etcd does not answer a member list (quorum lost):
 	// Answering: the member answered the operator's status call itself.
 	Answering bool
+	// FollowsLeader is the ID of the leader the answering member follows, or 0. A member
+	// follows a leader only while it hears from one (else it campaigns): a leader with a
+	// quorum serves somewhere the operator does not reach.
+	FollowsLeader uint64
 	// Answered is the address at which a probe of a member that did not answer its status call
 	// found something listening, or "": probed at every address it is known by (its pod's IP,
 	// its DNS name; client and peer ports).

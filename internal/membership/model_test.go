@@ -439,7 +439,7 @@ func (w *world) dropStaleLeaves(reachable bool) {
 			continue
 		}
 		underway := w.record != nil && !w.record.completed
-		if (reachable && !underway) || (!w.quorumLostAt.IsZero() && l.setAt.Before(w.quorumLostAt)) {
+		if (reachable && !underway) || (!reachable && w.quorumLostAt.IsZero()) || (!w.quorumLostAt.IsZero() && l.setAt.Before(w.quorumLostAt)) {
 			*l = leave{}
 		}
 	}

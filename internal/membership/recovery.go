@@ -149,10 +149,27 @@ func mayBeServingElsewhere(o Observed, f Fates, lostWhat string) (Step, bool) {
 	if step, ok := lostMemberAnswered(o, f.countedLost()); ok {
 		return step, true
 	}
+	if step, ok := leaderFollowed(o); ok {
+		return step, true
+	}
 	if step, ok := outOfSightMayBeAQuorum(o, f, lostWhat); ok {
 		return step, true
 	}
 	return nodesLostLately(o, f)
+}
+
+// leaderFollowed holds a recovery while a member that answers follows a leader: etcd answered
+// no member list, yet a leader, which keeps its place only while a quorum hears it, leads
+// somewhere the operator does not reach. Members stop following a leader they no longer hear
+// within an election timeout, so this holds a recovery seconds at most when the quorum is gone.
+func leaderFollowed(o Observed) (Step, bool) {
+	for _, m := range o.Members {
+		if m.Answering && m.FollowsLeader != 0 {
+			return Step{Action: Wait, Operation: OpQuorumLost, Members: []string{m.Name},
+				Reason: "member " + m.Name + " follows a leader (ID " + strconv.FormatUint(m.FollowsLeader, 16) + "): a quorum may be serving where the operator does not reach it, so no recovery step is taken"}, true
+		}
+	}
+	return Step{}, false
 }
 
 // outOfSightMayBeAQuorum holds a recovery while the members out of sight — on nodes that stopped
@@ -412,6 +429,10 @@ func continueRecovery(o Observed) (Step, bool) {
 		return step, true
 	}
 	if r.UnderwayRestore == "" && !r.Forced {
+		if step, ok := leaderFollowed(o); ok {
+			step.Operation = OpRecoveringQuorum
+			return step, true
+		}
 		if step, ok := outOfSightMayBeAQuorum(o, f, f.lostWhat(o)); ok {
 			step.Operation = OpRecoveringQuorum
 			return step, true

@@ -28,8 +28,10 @@ type Cluster struct {
 	Statuses    map[string]etcd.MemberStatus // by client URL
 	Unreachable bool
 	// NoQuorum: a majority is lost. The member list and every change fail, as they need a
-	// quorum; each member in Statuses still answers its own status, as a real one does.
-	NoQuorum bool
+	// quorum; each member in Statuses still answers its own status, as a real one does, with
+	// no leader unless LeaderWithoutQuorum (a quorum the operator does not reach still leads).
+	NoQuorum            bool
+	LeaderWithoutQuorum bool
 
 	// AuthEnabled and RootPassword model etcd's authentication: with it on, a dial with
 	// another password fails with etcd.ErrAuthFailed, as a real dial does. RootUser says the
@@ -96,6 +98,9 @@ func (c *client) Status(_ context.Context, clientURL string) (etcd.MemberStatus,
 	st, ok := c.f.Statuses[clientURL]
 	if c.f.Unreachable || !ok || c.f.busy[clientURL] {
 		return etcd.MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, ErrUnreachable)
+	}
+	if c.f.NoQuorum && !c.f.LeaderWithoutQuorum {
+		st.LeaderID = 0 // without a quorum no leader is heard: members campaign
 	}
 	return st, nil
 }
