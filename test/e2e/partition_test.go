@@ -414,29 +414,7 @@ func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
 	node1 := nodeOtherThan(t, node2)
 	// No taint eviction: the second node's pods go only with its Node object.
 	c := forcedAfterTheFloorNeverEvicted(ns, "return", 1)
-	// a on the first node, then b and c on the second: the cluster grows with one node cordoned
-	// at a time.
-	cordon(t, node2, true)
-	if err := k8sClient.Create(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	waitAvailable(t, c, 1)
-	cordon(t, node1, true)
-	cordon(t, node2, false)
-	scaleTo(t, c, 3)
-	cordon(t, node1, false)
-	var a corev1.Pod
-	var old []corev1.Pod
-	for _, p := range memberPods(t, c) {
-		if p.Spec.NodeName == node1 {
-			a = p
-		} else {
-			old = append(old, p)
-		}
-	}
-	if a.Name == "" || len(old) != 2 || old[0].Spec.NodeName != node2 || old[1].Spec.NodeName != node2 {
-		t.Fatalf("want one member on %s and two on %s: %v", node1, node2, podsByNode(memberPods(t, c)))
-	}
+	a, old := oneMemberHereTwoThere(t, c, node1, node2)
 	oldIDs := memberIDsAt(t, a.Status.PodIP+":"+strconv.Itoa(resources.ClientPort), old)
 	t.Logf("a %s on %s; on %s: %s %s, %s %s (member IDs %x)", a.Name, node1, node2, old[0].Name, old[0].Status.PodIP, old[1].Name, old[1].Status.PodIP, oldIDs)
 
@@ -449,30 +427,12 @@ func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
 	before.stop()
 	time.Sleep(2 * time.Second) // every acknowledged write reaches a, which applied it
 
-	cut := newPartition(t)
-	for _, p := range old {
-		cut.drop(t, a.Status.PodIP, p.Status.PodIP)
-		cut.drop(t, operatorPodIP(t), p.Status.PodIP)
-	}
-	machine := stopSecondNode(t)
-	waitForWithin(t, "quorum lost", recoveryTimeout, func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
-			return false, err
-		}
-		d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
-		return d != nil && d.Reason == etcdv1alpha1.ReasonQuorumLost && c.Status.QuorumLostTime != nil, nil
-	})
-	if qr := c.Status.QuorumRecovery; qr != nil && qr.ForcedTime != nil {
-		t.Fatalf("a was forced while the second node's Node object was there: %+v", *qr)
-	}
+	cut, machine := stopTheSecondMachine(t, c, a, old)
 
 	// From here, every look at the client Service's endpoints and at the membership behind it is
 	// kept, with whether a had been forced by then.
 	fenced := watchServiceForOldMembers(t, c, old, oldIDs)
-	if err := k8sClient.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node2}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("deleted Node %s: its machine is declared gone", node2)
+	declareNodeGone(t, node2)
 	waitForWithin(t, "the cluster recovered at size 3 on the first node", recoveryTimeout, func(ctx context.Context) (bool, error) {
 		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
 		return err == nil && c.Status.QuorumRecovery != nil && c.Status.QuorumRecovery.CompletionTime != nil && isAvailable(c, 3), err
@@ -513,18 +473,7 @@ func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
 	// ends the pods the API server no longer has. The old members' claims, kept, are on that
 	// node: nothing of the cluster may run there.
 	machine.restartKubelet(t)
-	waitForWithin(t, "the second node registered and Ready again", 2*time.Minute, func(ctx context.Context) (bool, error) {
-		n := &corev1.Node{}
-		if err := k8sClient.Get(ctx, client.ObjectKey{Name: node2}, n); err != nil {
-			return false, ignoreNotFound(err)
-		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
-	})
+	waitRegisteredAndReady(t, node2)
 	holdsFor(t, time.Minute, "nothing of the cluster runs on the returned node", func(ctx context.Context) (string, error) {
 		for _, p := range memberPods(t, c) {
 			if p.Spec.NodeName == node2 {
@@ -559,6 +508,284 @@ func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
 	after.verifyAt(t, service)
 	counts := checkLinearizable(t, workload)
 	t.Logf("linearizable: %+v", counts)
+}
+
+// returnWatch is how long a lost node, back while the forced survivor cannot restart, is
+// watched for a member the recovery did without that starts again there.
+const returnWatch = 75 * time.Second
+
+// A lost node back while the forced survivor restarts: the members a recovery did without
+// never start again on their old data. Members b and c run on a second node and a on the
+// first, as in the test above; the second machine stops and is cut off, its Node object is
+// deleted, and the operator forces a into a cluster of one. Once a serves alone it is
+// restarted without --force-new-cluster, and until it is back the cluster answers nobody.
+// Here the first node is cordoned as soon as a's forced pod is bound to it, so that its next
+// pod finds no node and the cluster stays so while the second machine comes back, as after a
+// reboot: its processes gone, the partition healed, its kubelet started afresh, registering
+// its Node again. That node's disk still holds b's and c's claims, and in the old membership
+// kept there b and c are a quorum: started there, they would serve the old cluster beside the
+// forced one. For returnWatch from the return, then on until the cluster is whole again: no
+// pod of b or c is bound to the returned node, the client Service never lists a pod of b or c,
+// and nothing at b's or c's addresses, nor behind the Service, answers as b or c (their member
+// IDs in the old membership). Then the first node takes pods again, and the cluster serves at
+// size 3 without b's and c's member IDs, with every write acknowledged before the loss.
+func TestALostNodesMembersStayDownWhileTheSurvivorRestarts(t *testing.T) {
+	node2 := os.Getenv("E2E_SECOND_NODE")
+	if node2 == "" {
+		t.Skip("needs a second node: run with make test-partition")
+	}
+	ctx := context.Background()
+	ns := testNamespace(t, "e2e-restart-")
+	node1 := nodeOtherThan(t, node2)
+	// No taint eviction: the second node's pods go only with its Node object.
+	c := forcedAfterTheFloorNeverEvicted(ns, "restart", 1)
+	a, old := oneMemberHereTwoThere(t, c, node1, node2)
+	oldIDs := memberIDsAt(t, a.Status.PodIP+":"+strconv.Itoa(resources.ClientPort), old)
+	t.Logf("a %s on %s; on %s: %s %s, %s %s (member IDs %x)", a.Name, node1, node2, old[0].Name, old[0].Status.PodIP, old[1].Name, old[1].Status.PodIP, oldIDs)
+
+	service := clientServiceEndpoint(t, c)
+	before := startWriter(t, service, "/e2e/restart/before")
+	waitFor(t, "writes acknowledged before the loss", func(context.Context) (bool, error) { return before.ackedCount() > 20, nil })
+	before.stop()
+	time.Sleep(2 * time.Second) // every acknowledged write reaches a, which applied it
+
+	cut, machine := stopTheSecondMachine(t, c, a, old)
+	declareNodeGone(t, node2)
+
+	// The pod a is forced in runs on the first node; a's next pod must find none.
+	var forcedPod corev1.Pod
+	if err := pollUntil(ctx, recoveryTimeout, func(context.Context) (bool, error) {
+		for _, p := range memberPods(t, c) {
+			if p.Name == a.Name && p.Annotations[resources.AnnotationForceNewCluster] != "" && p.Spec.NodeName != "" {
+				forcedPod = p
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("a's forced pod bound to a node: %v", err)
+	}
+	cordon(t, node1, true)
+	if forcedPod.Spec.NodeName != node1 {
+		t.Fatalf("a's forced pod %s is on %s, not %s", forcedPod.UID, forcedPod.Spec.NodeName, node1)
+	}
+	t.Logf("a's forced pod (%s) bound to %s; %s cordoned", forcedPod.UID, node1, node1)
+	waitForWithin(t, "a served alone, and its forced pod gone", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return false, err
+		}
+		if qr := c.Status.QuorumRecovery; qr == nil || qr.ForcedTime == nil || qr.ServedTime == nil {
+			return false, nil
+		}
+		return !slices.ContainsFunc(memberPods(t, c), func(p corev1.Pod) bool { return p.UID == forcedPod.UID }), nil
+	})
+	if qr := c.Status.QuorumRecovery; qr.Member != a.Name || !slices.Equal(slices.Sorted(slices.Values(qr.LostMembers)), []string{old[0].Name, old[1].Name}) {
+		t.Errorf("status.quorumRecovery %+v: want a recovery from %s without %s and %s", *qr, a.Name, old[0].Name, old[1].Name)
+	}
+	for _, p := range memberPods(t, c) {
+		if p.Name == a.Name && p.Spec.NodeName != "" {
+			t.Fatalf("a's pod after the forced one (%s) was bound to %s before the cordon: the cluster was not held unreachable", p.UID, p.Spec.NodeName)
+		}
+	}
+	t.Logf("a served alone at %s; its forced pod is gone, and its next pod finds no node", c.Status.QuorumRecovery.ServedTime)
+
+	// The second machine comes back as after a reboot, with b's and c's claims on its disk.
+	machine.reboot(t)
+	cut.heal(t)
+	machine.restartKubelet(t)
+	returned := time.Now()
+	waitRegisteredAndReady(t, node2)
+	for _, p := range old {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PVCName(p.Name)}, pvc); err != nil {
+			t.Fatalf("the claim of %s, which holds its data on %s: %v", p.Name, node2, err)
+		}
+	}
+	t.Logf("%s back and Ready %s after its kubelet started; the claims of %s and %s are there", node2, time.Since(returned).Round(time.Second), old[0].Name, old[1].Name)
+
+	// Each thing seen is kept once, with when it was first seen.
+	var sightings []string
+	seen := map[string]bool{}
+	for time.Since(returned) < returnWatch {
+		at := time.Now().UTC().Format("15:04:05.000")
+		for _, what := range oldMembersSeen(t, c, old, oldIDs, node2, service) {
+			if !seen[what] {
+				seen[what] = true
+				sightings = append(sightings, what+" (from "+at+")")
+			}
+		}
+		for _, p := range memberPods(t, c) {
+			if p.Name == a.Name && p.Spec.NodeName != "" {
+				t.Fatalf("a's pod %s was bound to %s while the node was cordoned", p.UID, p.Spec.NodeName)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	if len(sightings) > 0 {
+		t.Fatalf("while a restarted, members done without came back on %s:\n%s", node2, strings.Join(sightings, "\n"))
+	}
+	t.Logf("for %s after %s came back, no pod of %s or %s was bound there, listed by the Service or answered as an old member", returnWatch, node2, old[0].Name, old[1].Name)
+
+	cordon(t, node1, false)
+	waitForWithin(t, "the cluster serving at size 3 again", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		if seen := oldMembersSeen(t, c, old, oldIDs, node2, service); len(seen) > 0 {
+			return false, fmt.Errorf("once a could restart, members done without came back: %v", seen)
+		}
+		err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c)
+		return err == nil && isAvailable(c, 3), err
+	})
+	members, err := memberList(service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if slices.Contains(oldIDs, m.ID) {
+			t.Errorf("member %x (%s) of the old membership is a member again", m.ID, m.Name)
+		}
+	}
+	t.Logf("members at the end: %v", podsByNode(memberPods(t, c)))
+	before.verifyAt(t, service)
+}
+
+// oldMembersSeen looks once for members a recovery did without (old, of member IDs oldIDs)
+// back on node: a pod of theirs bound to it, listed by the client Service, or anything at
+// their old pods' IPs or their pods' current ones, or behind the Service, that answers a read
+// or a member list as one of them.
+func oldMembersSeen(t *testing.T, c *etcdv1alpha1.EtcdCluster, old []corev1.Pod, oldIDs []uint64, node, service string) []string {
+	t.Helper()
+	oldNames := map[string]bool{}
+	ips := map[string]bool{}
+	for _, p := range old {
+		oldNames[p.Name] = true
+		ips[p.Status.PodIP] = true
+	}
+	var seen []string
+	for _, p := range memberPods(t, c) {
+		if !oldNames[p.Name] {
+			continue
+		}
+		if p.Spec.NodeName == node {
+			seen = append(seen, fmt.Sprintf("pod %s of %s (%s) bound to %s", p.UID, p.Name, p.Status.Phase, node))
+		}
+		if p.Status.PodIP != "" {
+			ips[p.Status.PodIP] = true
+		}
+	}
+	eps := &discoveryv1.EndpointSliceList{}
+	if err := k8sClient.List(context.Background(), eps, client.InNamespace(c.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: resources.ClientServiceName(c.Name)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range eps.Items {
+		for _, e := range s.Endpoints {
+			if e.TargetRef != nil && oldNames[e.TargetRef.Name] {
+				seen = append(seen, fmt.Sprintf("pod %s of %s at %v among the client Service's endpoints", e.TargetRef.UID, e.TargetRef.Name, e.Addresses))
+			}
+		}
+	}
+	var mu sync.Mutex
+	var probes sync.WaitGroup
+	for ip := range ips {
+		probes.Go(func() {
+			if id, err := memberAnsweringAt(ip); err == nil && slices.Contains(oldIDs, id) {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("a read at %s answered by old member %x", ip, id))
+				mu.Unlock()
+			}
+		})
+	}
+	probes.Go(func() {
+		members, err := memberList(service)
+		if err != nil {
+			return
+		}
+		for _, m := range members {
+			if slices.Contains(oldIDs, m.ID) {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("member %x (%s) in the membership behind the Service", m.ID, m.Name))
+				mu.Unlock()
+			}
+		}
+	})
+	probes.Wait()
+	return seen
+}
+
+// oneMemberHereTwoThere creates c, of size 1, and grows it to 3 with its first member a on
+// node1 and the two others on node2, one node cordoned at a time.
+func oneMemberHereTwoThere(t *testing.T, c *etcdv1alpha1.EtcdCluster, node1, node2 string) (a corev1.Pod, there []corev1.Pod) {
+	t.Helper()
+	cordon(t, node2, true)
+	if err := k8sClient.Create(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, c, 1)
+	cordon(t, node1, true)
+	cordon(t, node2, false)
+	scaleTo(t, c, 3)
+	cordon(t, node1, false)
+	for _, p := range memberPods(t, c) {
+		if p.Spec.NodeName == node1 {
+			a = p
+		} else {
+			there = append(there, p)
+		}
+	}
+	if a.Name == "" || len(there) != 2 || there[0].Spec.NodeName != node2 || there[1].Spec.NodeName != node2 {
+		t.Fatalf("want one member on %s and two on %s: %v", node1, node2, podsByNode(memberPods(t, c)))
+	}
+	return a, there
+}
+
+// stopTheSecondMachine cuts the members on the second node (old) off from a and from the
+// operator, stops the machine (stopSecondNode), and waits until the operator finds the quorum
+// lost: it must force nothing while the second node's Node object is there.
+func stopTheSecondMachine(t *testing.T, c *etcdv1alpha1.EtcdCluster, a corev1.Pod, old []corev1.Pod) (*partition, *stoppedMachine) {
+	t.Helper()
+	cut := newPartition(t)
+	for _, p := range old {
+		cut.drop(t, a.Status.PodIP, p.Status.PodIP)
+		cut.drop(t, operatorPodIP(t), p.Status.PodIP)
+	}
+	machine := stopSecondNode(t)
+	waitForWithin(t, "quorum lost", recoveryTimeout, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+			return false, err
+		}
+		d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+		return d != nil && d.Reason == etcdv1alpha1.ReasonQuorumLost && c.Status.QuorumLostTime != nil, nil
+	})
+	if qr := c.Status.QuorumRecovery; qr != nil && qr.ForcedTime != nil {
+		t.Fatalf("a was forced while the second node's Node object was there: %+v", *qr)
+	}
+	return cut, machine
+}
+
+// waitRegisteredAndReady waits for a node's kubelet, started afresh, to register its Node and
+// report it Ready.
+func waitRegisteredAndReady(t *testing.T, node string) {
+	t.Helper()
+	waitForWithin(t, "node "+node+" registered and Ready again", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		n := &corev1.Node{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+			return false, ignoreNotFound(err)
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// declareNodeGone deletes the Node object of a machine that stopped, as a cloud's node
+// controller or a person does: its pods go with it.
+func declareNodeGone(t *testing.T, node string) {
+	t.Helper()
+	if err := k8sClient.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted Node %s: its machine is declared gone", node)
 }
 
 // forcedAfterTheFloorNeverEvicted is a cluster of the partition tests: quorum-loss recovery
@@ -662,15 +889,25 @@ func memberList(endpoint string) ([]*etcdserverpb.Member, error) {
 
 // oldMemberServes: a linearizable read at ip's client port succeeded.
 func oldMemberServes(ip string) bool {
+	_, err := memberAnsweringAt(ip)
+	return err == nil
+}
+
+// memberAnsweringAt makes a linearizable read at ip's client port and says which member
+// answered it (the response header's member ID).
+func memberAnsweringAt(ip string) (uint64, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ip + ":" + strconv.Itoa(resources.ClientPort)}, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		return false
+		return 0, err
 	}
 	defer func() { _ = cli.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err = cli.Get(ctx, "/e2e/return/probe")
-	return err == nil
+	resp, err := cli.Get(ctx, "/e2e/return/probe")
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.MemberId, nil
 }
 
 // serviceWatch records, every 200 ms once the survivor is forced, any old member the client
@@ -757,6 +994,57 @@ func stopSecondNode(t *testing.T) *stoppedMachine {
 	t.Cleanup(func() { m.thaw(t) })
 	m.kubelet = stopKubeletOf(t, "node2-kubelet")
 	return m
+}
+
+// reboot ends every process of the second node's pods, as a machine that restarts loses
+// them, and thaws their cgroups: killed while frozen, they end without running again. The
+// kubelet stays stopped.
+func (m *stoppedMachine) reboot(t *testing.T) {
+	t.Helper()
+	if m.freezer == "" {
+		t.Fatal("the second node's pods are not frozen")
+	}
+	root := filepath.Dir(m.freezer)
+	var killed []int
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.Name() != "cgroup.procs" {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, field := range strings.Fields(string(raw)) {
+			pid, err := strconv.Atoi(field)
+			if err != nil {
+				return err
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+				killed = append(killed, pid)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("end the second node's pods' processes: %v", err)
+	}
+	m.thaw(t)
+	if err := pollUntil(context.Background(), 30*time.Second, func(context.Context) (bool, error) {
+		return !slices.ContainsFunc(killed, processRuns), nil
+	}); err != nil {
+		t.Fatalf("the second node's pods' processes (%v) did not end: %v", killed, err)
+	}
+	t.Logf("ended %d processes of the second node's pods, as a reboot does", len(killed))
+}
+
+// processRuns: pid is a process that has not ended (a zombie has).
+func processRuns(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, state, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(state, "Z")
 }
 
 // thaw runs the pods' processes again; the kubelet stays stopped.
