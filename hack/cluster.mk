@@ -234,7 +234,7 @@ test-partition: cluster-deploy ## Not in CI: the split-brain tests, members cut 
 	$(CLUSTER_ENV) hack/cluster/second-node.sh down
 	$(CLUSTER_E2E_ENV) E2E_PARTITION=1 go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^(TestQuorumLossBehindAPartition|TestDeclaredLostMembersAreFencedFromClients)$$' ./test/e2e/
 	$(CLUSTER_ENV) hack/cluster/second-node.sh up
-	$(CLUSTER_E2E_ENV) E2E_PARTITION=1 E2E_SECOND_NODE=$(CLUSTER_NODE2_NAME) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestALostNodesMembersComeBackAfterTheForce$$' ./test/e2e/; \
+	$(CLUSTER_E2E_ENV) E2E_PARTITION=1 E2E_SECOND_NODE=$(CLUSTER_NODE2_NAME) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^(TestALostNodesMembersComeBackAfterTheForce|TestALostNodesMembersStayDownWhileTheSurvivorRestarts)$$' ./test/e2e/; \
 		status=$$?; $(CLUSTER_ENV) hack/cluster/second-node.sh down; exit $$status
 
 .PHONY: test-e2e-extended
