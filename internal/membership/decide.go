@@ -499,8 +499,11 @@ func startOrReplaceMissingPods(o Observed) (Step, bool) {
 		if !m.InEtcd() || m.PodExists {
 			continue
 		}
+		// (The comparison stands outside the switch: the mutation tester cannot see a test run a
+		// switch case's expression.)
+		restartable := o.DataSurvivesPod && m.PVCExists && m.Name != o.Recovery.Forsaken
 		switch {
-		case o.DataSurvivesPod && m.PVCExists && m.Name != o.Recovery.Forsaken:
+		case restartable:
 			return Step{Action: RestartMembers, Members: []string{m.Name}, Operation: OpRecovering,
 				Reason: "recreating the pod of a member whose data is intact"}, true
 		default:

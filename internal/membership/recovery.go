@@ -67,7 +67,8 @@ func recoverQuorum(o Observed) (Step, bool) {
 	// A forced member a person declared lost (its machine down) serves nowhere.
 	forced := names(o.Members, func(m Member) bool { return m.ForcedNewCluster && m.PodExists && !m.DeclaredLost })
 	if len(forced) > 0 {
-		if lost := names(o.Members, func(m Member) bool { return slices.Contains(forced, m.Name) && !m.NodeLostSince.IsZero() }); len(lost) > 0 {
+		onLostNode := func(m Member) bool { return slices.Contains(forced, m.Name) && !m.NodeLostSince.IsZero() }
+		if lost := names(o.Members, onLostNode); len(lost) > 0 {
 			return Step{Action: Wait, Members: lost, Operation: OpQuorumLost,
 				Reason: "the nodes of forced members " + strings.Join(lost, ", ") + " stopped answering: they may serve there as clusters of their own, so no other member is recovered from. " +
 					"Once you have checked that those machines are down, declare them lost: annotate the EtcdCluster with " +
@@ -234,12 +235,11 @@ func lostMemberAnswered(o Observed, lost []string) (Step, bool) {
 	var where []string
 	for _, name := range lost {
 		m := byName[name]
-		switch {
-		case m.Answering:
+		if m.Answering {
 			where = append(where, "member "+name+" answered its status call (raft index "+strconv.FormatUint(m.RaftIndex, 10)+")")
-		case m.Answered != "":
+		} else if m.Answered != "" {
 			where = append(where, "member "+name+" at "+m.Answered)
-		default:
+		} else {
 			continue
 		}
 		if m.PVCDeleting {
@@ -319,6 +319,7 @@ func VotersByFate(o Observed) Fates {
 	var f Fates
 	for _, name := range o.LastVoters {
 		m := byName[name]
+		forsaken := name == o.Recovery.Forsaken
 		switch {
 		case m.DeclaredLost:
 			f.Stranded = append(f.Stranded, name)
@@ -326,7 +327,7 @@ func VotersByFate(o Observed) Fates {
 			f.Unreachable = append(f.Unreachable, name)
 		case !m.PVCExists:
 			f.Lost = append(f.Lost, name)
-		case name == o.Recovery.Forsaken:
+		case forsaken:
 			f.Forsaken = append(f.Forsaken, name)
 		case outOfReachFor(m.UnscheduledSince, o):
 			f.Stranded = append(f.Stranded, name)
@@ -428,7 +429,7 @@ func continueRecovery(o Observed) (Step, bool) {
 		step.Operation = OpRecoveringQuorum
 		return step, true
 	}
-	if r.UnderwayRestore == "" && !r.Forced {
+	if !r.Forced {
 		if step, ok := leaderFollowed(o); ok {
 			step.Operation = OpRecoveringQuorum
 			return step, true
@@ -437,6 +438,10 @@ func continueRecovery(o Observed) (Step, bool) {
 			step.Operation = OpRecoveringQuorum
 			return step, true
 		}
+	}
+	// A restore from a backup replaces every member's data: a log further than none is no
+	// reason to give it up.
+	if !r.Forced && r.UnderwayRestore == "" {
 		if step, ok := furtherLogAnswers(o); ok {
 			return step, true
 		}
@@ -450,13 +455,14 @@ func continueRecovery(o Observed) (Step, bool) {
 			Reason: "EtcdRestore " + r.UnderwayRestore + " restores the cluster from its newest backup; its status says how far it has gone"}, true
 	}
 	m, ok := index(o.Members)[r.Underway]
+	declaredAndSilent := m.DeclaredLost && !m.Answering && m.Answered == ""
 	switch {
 	case !ok || !m.PVCExists:
 		// Its data is gone: the recovery cannot go on, and waiting on its record would hold
 		// every later decision. Another survivor, or a backup, may still serve.
 		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
 			Reason: "the claim of member " + r.Underway + ", which the recovery under way builds on, is gone: the recovery is given up, and the loss decided afresh"}, true
-	case m.DeclaredLost && !m.Answering && m.Answered == "":
+	case declaredAndSilent:
 		// A person checked that its machine is down: even forced, it serves nowhere.
 		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
 			Reason: "member " + r.Underway + ", which the recovery under way builds on, was declared lost (" + etcdv1alpha1.AnnotationLostMembers +

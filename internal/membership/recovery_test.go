@@ -72,6 +72,67 @@ func TestQuorumLostForGood(t *testing.T) {
 		want     Step
 		reason   string // a part of the reason, when it matters
 	}{
+		{"a member that answers while following a leader holds the recovery: a quorum leads out of reach",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, with(survivor("a", 100), func(m *Member) { m.FollowsLeader = 0x1f }), noPVC(survivor("b", 0))))),
+			Step{Action: Wait, Members: []string{"a"}, Operation: OpQuorumLost}, "member a follows a leader (ID 1f)"},
+		{"under way, a member following a leader holds it before the force",
+			doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)), with(survivor("b", 0), func(m *Member) { m.Answering, m.FollowsLeader = true, 2 }))))),
+			Step{Action: Wait, Members: []string{"b"}, Operation: OpRecoveringQuorum}, "member b follows a leader (ID 2)"},
+		{"a forced member on a node that stopped answering may serve there: nothing else is recovered, and status says how to go on",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), with(nodeLostFor(time.Hour, survivor("b", 0)), func(m *Member) { m.ForcedNewCluster = true })))),
+			Step{Action: Wait, Members: []string{"b"}, Operation: OpQuorumLost}, "the nodes of forced members b stopped answering"},
+		{"a forsaken member is recovered from again, never restarted on its data",
+			func() Observed {
+				o := lostFor(10*time.Minute, automatic(lostQuorum(abc, noPod(survivor("a", 0)), noPVC(survivor("b", 0)), noPVC(survivor("c", 0)))))
+				o.Recovery.Forsaken = "a"
+				return o
+			}(),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "the recovery from member a was given up after its forced start"},
+		{"a forsaken member does not count towards the quorum of the others",
+			func() Observed {
+				o := lostFor(10*time.Minute, automatic(lostQuorum(abc, noPod(survivor("a", 0)), survivor("b", 90), noPVC(survivor("c", 0)))))
+				o.Recovery.Forsaken = "a"
+				return o
+			}(),
+			Step{Action: ReadLogs, Members: []string{"a"}, Operation: OpQuorumLost}, "members a do not answer"},
+		{"a restore from a backup under way is not given up for a member answering with a log",
+			doneWithout(abc, restoring("r", true, underway("", fromBackup("nightly", lostQuorum(abc, survivor("a", 5)))))),
+			Step{Action: Wait, Operation: OpRecoveringQuorum}, "EtcdRestore r restores the cluster"},
+		{"a member done without that answers with a further log gives a recovery not yet forced up",
+			func() Observed {
+				o := doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)), survivor("b", 120)))))
+				o.Recovery.UnderwayIndex = 100
+				return o
+			}(),
+			Step{Action: AbandonRecovery, Member: "a", Operation: OpQuorumLost}, "answers with its log at 120, further than member a's when it began (100"},
+		{"but not one the user named",
+			func() Observed {
+				o := doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)), survivor("b", 120)))))
+				o.Recovery.UnderwayIndex, o.Recovery.Named = 100, true
+				return o
+			}(),
+			Step{Action: FenceMembers, Members: []string{"b"}, Operation: OpRecoveringQuorum}, ""},
+		{"nor one whose log is no further",
+			func() Observed {
+				o := doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, noPod(survivor("a", 0)), survivor("b", 100)))))
+				o.Recovery.UnderwayIndex = 100
+				return o
+			}(),
+			Step{Action: FenceMembers, Members: []string{"b"}, Operation: OpRecoveringQuorum}, ""},
+		{"a forced pod that found no node for spec.quorumLossRecovery.after never ran: given up, no longer forced",
+			func() Observed {
+				o := lostFor(10*time.Minute, doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc,
+					with(unscheduledFor(10*time.Minute, survivor("a", 0)), func(m *Member) { m.ForcedNewCluster = true }))))))
+				o.Recovery.Forced = true
+				return o
+			}(),
+			Step{Action: AbandonRecovery, Member: "a", Unforced: true, Operation: OpQuorumLost}, "has found no node for 10m0s: it never ran"},
+		{"the underway member declared lost, silent: given up",
+			doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, declaredLost(noPod(survivor("a", 0))))))),
+			Step{Action: AbandonRecovery, Member: "a", Operation: OpQuorumLost}, "was declared lost"},
+		{"the underway member declared lost but answering: carried on",
+			doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, declaredLost(answering(noPod(survivor("a", 0)))))))),
+			Step{Action: ForceNewCluster, Member: "a", Operation: OpRecoveringQuorum}, ""},
 		{"pods that found no node for spec.quorumLossRecovery.after: their data is out of reach, the survivor recovers",
 			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100), unscheduledFor(10*time.Minute, survivor("b", 0)), unscheduledFor(10*time.Minute, survivor("c", 0))))),
 			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "the pods of members b, c have found no node for 10m0s"},
