@@ -292,10 +292,9 @@ func (r *EtcdClusterReconciler) readLogs(ctx context.Context, c *etcdv1alpha1.Et
 	return errors.Join(errs...)
 }
 
-// latestBackup is the EtcdBackup of the cluster whose newest snapshot of this cluster that did
-// not fail verification is the newest, or nil if none has one: a snapshot that failed is never
-// restored, and neither is one of another etcd cluster (its ID differs: a cluster made again
-// under the same name, whose EtcdBackups were left, is not restored from its predecessor's).
+// latestBackup is the EtcdBackup of the cluster whose newest snapshot that did not fail
+// verification is the newest, or nil if none has one: a snapshot that failed is never
+// restored.
 func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*etcdv1alpha1.EtcdBackup, error) {
 	backups := &etcdv1alpha1.EtcdBackupList{}
 	if err := r.List(ctx, backups, client.InNamespace(c.Namespace)); err != nil {
@@ -304,11 +303,11 @@ func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha
 	var latest *etcdv1alpha1.EtcdBackup
 	for i := range backups.Items {
 		b := &backups.Items[i]
-		newest := newestRestorableOf(b, c.Status.ClusterID)
+		newest := newestRestorable(b)
 		if b.Spec.ClusterName != c.Name || newest == nil {
 			continue
 		}
-		if latest == nil || newest.StartTime.After(newestRestorableOf(latest, c.Status.ClusterID).StartTime.Time) {
+		if latest == nil || newest.StartTime.After(newestRestorable(latest).StartTime.Time) {
 			latest = b
 		}
 	}
@@ -608,7 +607,7 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 	}
 	if b := obs.recovery.latestBackup; step.Backup != "" && b != nil && b.Name == step.Backup {
 		qr.Backup = &etcdv1alpha1.RecoveryBackupStatus{
-			EtcdBackup: b.Name, SnapshotURI: newestRestorableOf(b, c.Status.ClusterID).URI, Revision: newestRestorableOf(b, c.Status.ClusterID).Revision,
+			EtcdBackup: b.Name, SnapshotURI: newestRestorable(b).URI, Revision: newestRestorable(b).Revision,
 			EtcdRestore: resources.QuorumRecoveryRestoreName(c.Name, now),
 		}
 	}

@@ -437,28 +437,3 @@ func TestALeaveGivenBeforeTheLossIsObservedIsRemoved(t *testing.T) {
 		t.Fatalf("no recovery on a leave given once the loss was observed: %s", conditionMessage(cluster, etcdv1alpha1.ConditionDegraded))
 	}
 }
-
-// A cluster made again under the name of one deleted, whose EtcdBackups were left, is never
-// restored from its predecessor's snapshots: they record another etcd cluster ID.
-func TestARecoveryFromABackupRestoresOnlyTheClustersOwnSnapshots(t *testing.T) {
-	ofCluster := func(b *etcdv1alpha1.EtcdBackup, id string) *etcdv1alpha1.EtcdBackup {
-		b.Status.LastBackup.ClusterID = id
-		return b
-	}
-	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
-		c.Spec.QuorumLossRecovery = etcdv1alpha1.QuorumLossRecoverySpec{Policy: etcdv1alpha1.QuorumLossRecoveryFromLatestBackup, After: &metav1.Duration{}}
-	}, func() []client.Object {
-		return []client.Object{
-			ofCluster(completedBackup("predecessors", "c", 50, 900), "dead"),
-			ofCluster(completedBackup("own", "c", 10, 300), "1"),
-		}
-	})
-	a.reconcile(t, 1)
-	a.loseForGood(t, a.members)
-	a.quorumLostFor(t, membership.MinRecoveryAfter)
-
-	cluster := a.reconcile(t, 1)
-	if qr := cluster.Status.QuorumRecovery; qr == nil || qr.Backup == nil || qr.Backup.EtcdBackup != "own" || qr.Backup.Revision != 300 {
-		t.Fatalf("status.quorumRecovery = %+v: want the cluster's own snapshot (own, revision 300), not its predecessor's", qr)
-	}
-}

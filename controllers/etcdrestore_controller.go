@@ -288,23 +288,13 @@ func failedVerification(a *etcdv1alpha1.BackupArtifact) bool {
 // newestRestorable is the newest snapshot b's status names that did not fail verification, or
 // nil: status.lastBackup unless it failed, else the newest in the history that did not.
 func newestRestorable(b *etcdv1alpha1.EtcdBackup) *etcdv1alpha1.BackupArtifact {
-	return newestRestorableOf(b, "")
-}
-
-// newestRestorableOf is newestRestorable among the snapshots of the etcd cluster whose ID is
-// clusterID (any, when ""). A snapshot that does not record its cluster's ID (taken by an
-// earlier operator version) is counted as any cluster's.
-func newestRestorableOf(b *etcdv1alpha1.EtcdBackup, clusterID string) *etcdv1alpha1.BackupArtifact {
 	var newest *etcdv1alpha1.BackupArtifact
 	candidates := []*etcdv1alpha1.BackupArtifact{b.Status.LastBackup}
 	for i := range b.Status.History {
 		candidates = append(candidates, b.Status.History[i].Artifact)
 	}
 	for _, a := range candidates {
-		if a == nil || failedVerification(a) || (clusterID != "" && a.ClusterID != "" && a.ClusterID != clusterID) {
-			continue
-		}
-		if newest == nil || a.StartTime.After(newest.StartTime.Time) {
+		if a != nil && !failedVerification(a) && (newest == nil || a.StartTime.After(newest.StartTime.Time)) {
 			newest = a
 		}
 	}
