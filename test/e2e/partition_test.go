@@ -405,18 +405,8 @@ func TestDeclaredLostMembersAreFencedFromClients(t *testing.T) {
 // acknowledged before the loss and through the Service after the force is there at the end,
 // and the history of a workload through the Service from the force on is linearizable.
 func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
-	node2 := os.Getenv("E2E_SECOND_NODE")
-	if node2 == "" {
-		t.Skip("needs a second node: run with make test-partition")
-	}
 	ctx := context.Background()
-	ns := testNamespace(t, "e2e-return-")
-	node1 := nodeOtherThan(t, node2)
-	// No taint eviction: the second node's pods go only with its Node object.
-	c := forcedAfterTheFloorNeverEvicted(ns, "return", 1)
-	a, old := oneMemberHereTwoThere(t, c, node1, node2)
-	oldIDs := memberIDsAt(t, a.Status.PodIP+":"+strconv.Itoa(resources.ClientPort), old)
-	t.Logf("a %s on %s; on %s: %s %s, %s %s (member IDs %x)", a.Name, node1, node2, old[0].Name, old[0].Status.PodIP, old[1].Name, old[1].Status.PodIP, oldIDs)
+	c, _, node2, a, old, oldIDs := oneHereTwoOnTheSecondNode(t, "e2e-return-", "return")
 
 	service := clientServiceEndpoint(t, c)
 	// Clients connected through the Service before the loss, reading all along: half with
@@ -449,7 +439,7 @@ func TestALostNodesMembersComeBackAfterTheForce(t *testing.T) {
 	waitFor(t, "writes acknowledged through the Service after the force", func(context.Context) (bool, error) { return after.ackedCount() > 20, nil })
 
 	// a was restarted to be forced: its new IP is cut off from the old members too.
-	forcedA := getPod(t, ns, a.Name)
+	forcedA := getPod(t, c.Namespace, a.Name)
 	for _, p := range old {
 		cut.drop(t, forcedA.Status.PodIP, p.Status.PodIP)
 	}
@@ -530,18 +520,8 @@ const returnWatch = 75 * time.Second
 // IDs in the old membership). Then the first node takes pods again, and the cluster serves at
 // size 3 without b's and c's member IDs, with every write acknowledged before the loss.
 func TestALostNodesMembersStayDownWhileTheSurvivorRestarts(t *testing.T) {
-	node2 := os.Getenv("E2E_SECOND_NODE")
-	if node2 == "" {
-		t.Skip("needs a second node: run with make test-partition")
-	}
 	ctx := context.Background()
-	ns := testNamespace(t, "e2e-restart-")
-	node1 := nodeOtherThan(t, node2)
-	// No taint eviction: the second node's pods go only with its Node object.
-	c := forcedAfterTheFloorNeverEvicted(ns, "restart", 1)
-	a, old := oneMemberHereTwoThere(t, c, node1, node2)
-	oldIDs := memberIDsAt(t, a.Status.PodIP+":"+strconv.Itoa(resources.ClientPort), old)
-	t.Logf("a %s on %s; on %s: %s %s, %s %s (member IDs %x)", a.Name, node1, node2, old[0].Name, old[0].Status.PodIP, old[1].Name, old[1].Status.PodIP, oldIDs)
+	c, node1, node2, a, old, oldIDs := oneHereTwoOnTheSecondNode(t, "e2e-restart-", "restart")
 
 	service := clientServiceEndpoint(t, c)
 	before := startWriter(t, service, "/e2e/restart/before")
@@ -597,7 +577,7 @@ func TestALostNodesMembersStayDownWhileTheSurvivorRestarts(t *testing.T) {
 	waitRegisteredAndReady(t, node2)
 	for _, p := range old {
 		pvc := &corev1.PersistentVolumeClaim{}
-		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.PVCName(p.Name)}, pvc); err != nil {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: resources.PVCName(p.Name)}, pvc); err != nil {
 			t.Fatalf("the claim of %s, which holds its data on %s: %v", p.Name, node2, err)
 		}
 	}
@@ -1176,4 +1156,22 @@ func (r *serviceReaders) answeredByOldMembersSince(since time.Time, oldIDs []uin
 		}
 	}
 	return withKeepAlive, without
+}
+
+// oneHereTwoOnTheSecondNode is a 3-member cluster under policy ForceNewCluster whose pods the
+// taint eviction never takes (they go only with their Node object): a on node1, the node the
+// operator runs on, and the old members b and c on node2, the second node (skipped without
+// one). It returns their member IDs too.
+func oneHereTwoOnTheSecondNode(t *testing.T, nsPrefix, name string) (c *etcdv1alpha1.EtcdCluster, node1, node2 string, a corev1.Pod, old []corev1.Pod, oldIDs []uint64) {
+	t.Helper()
+	node2 = os.Getenv("E2E_SECOND_NODE")
+	if node2 == "" {
+		t.Skip("needs a second node: run with make test-partition")
+	}
+	node1 = nodeOtherThan(t, node2)
+	c = forcedAfterTheFloorNeverEvicted(testNamespace(t, nsPrefix), name, 1)
+	a, old = oneMemberHereTwoThere(t, c, node1, node2)
+	oldIDs = memberIDsAt(t, a.Status.PodIP+":"+strconv.Itoa(resources.ClientPort), old)
+	t.Logf("a %s on %s; on %s: %s %s, %s %s (member IDs %x)", a.Name, node1, node2, old[0].Name, old[0].Status.PodIP, old[1].Name, old[1].Status.PodIP, oldIDs)
+	return c, node1, node2, a, old, oldIDs
 }
