@@ -593,14 +593,15 @@ func recoveryRestoreFinished(qr *etcdv1alpha1.QuorumRecoveryStatus, rs *etcdv1al
 // beganRecovery is the record of a recovery begun by step: from the member it names, or from
 // the newest backup's snapshot, by an EtcdRestore named after the cluster and the time.
 func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step, now time.Time) *etcdv1alpha1.QuorumRecoveryStatus {
+	input := obs.decisionInput(c, now)
 	qr := &etcdv1alpha1.QuorumRecoveryStatus{
-		Member: step.Member, LostMembers: lostVoters(c, obs, step.Member, now), StartTime: metav1.NewTime(now),
+		Member: step.Member, LostMembers: lostVoters(c, input, step.Member), StartTime: metav1.NewTime(now),
 		Trigger: "spec.quorumLossRecovery.policy " + string(c.Spec.QuorumLossRecovery.Policy),
 	}
 	if step.Member != "" && c.Annotations[etcdv1alpha1.AnnotationRecoverFrom] == step.Member {
 		qr.Trigger = "annotation " + etcdv1alpha1.AnnotationRecoverFrom + "=" + step.Member
 	}
-	for _, m := range obs.decisionInput(c, now).Members {
+	for _, m := range input.Members {
 		if m.Name == step.Member && step.Member != "" {
 			qr.RaftIndex = int64(m.RaftIndex)
 		}
@@ -617,8 +618,8 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 // lostVoters are the last voters a recovery from member does without (membership.DoneWithout),
 // with those an earlier recovery whose record it replaces did without: their claims stay kept
 // (keptFromRecovery), and their pods stay stopped.
-func lostVoters(c *etcdv1alpha1.EtcdCluster, obs *observation, member string, now time.Time) []string {
-	lost := membership.DoneWithout(obs.decisionInput(c, now), member)
+func lostVoters(c *etcdv1alpha1.EtcdCluster, input membership.Observed, member string) []string {
+	lost := membership.DoneWithout(input, member)
 	if earlier := c.Status.QuorumRecovery; earlier != nil {
 		for _, name := range earlier.LostMembers {
 			if name != member && !slices.Contains(lost, name) {

@@ -47,6 +47,23 @@ func (a *scriptedCluster) deletePod(t *testing.T, name string) {
 	delete(a.etcd.Statuses, resources.ClientURL(a.cluster, name))
 }
 
+// pendingForAnHour makes a member's pod again as one that has found no node for an hour: its
+// volume's node is gone (volume node affinity conflict).
+func (a *scriptedCluster) pendingForAnHour(t *testing.T, name string) {
+	t.Helper()
+	a.deletePod(t, name)
+	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: name, Version: "3.6.16", Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"})
+	pending.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+	if err := a.k8s.Create(t.Context(), pending); err != nil {
+		t.Fatal(err)
+	}
+	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/2 nodes are available: 2 node(s) had volume node affinity conflict"}}
+	if err := a.k8s.Status().Update(t.Context(), pending); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // answers makes a member answer its status call with raftIndex, as one running without a
 // quorum does.
 func (a *scriptedCluster) answers(name string, raftIndex uint64) {
@@ -300,17 +317,7 @@ func TestAMemberWhosePodFindsNoNodeIsReplacedWhileAQuorumServes(t *testing.T) {
 	}, nil)
 	a.reconcile(t, 1)
 	stranded := a.members[2]
-	a.deletePod(t, stranded)
-	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: stranded, Version: "3.6.16", Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"})
-	pending.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
-	if err := a.k8s.Create(t.Context(), pending); err != nil {
-		t.Fatal(err)
-	}
-	pending.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
-		Message: "0/2 nodes are available: 2 node(s) had volume node affinity conflict"}}
-	if err := a.k8s.Status().Update(t.Context(), pending); err != nil {
-		t.Fatal(err)
-	}
+	a.pendingForAnHour(t, stranded)
 
 	a.reconcile(t, 1)
 	if !slices.Contains(a.etcd.Calls, "RemoveMember") {
@@ -356,12 +363,7 @@ func TestAMemberDoneWithoutThatAnswersWithAFurtherLogGivesTheRecoveryUp(t *testi
 	survivor, stranded := a.members[0], a.members[1]
 	a.loseForGood(t, a.members[2:])
 	a.answers(survivor, 100)
-	a.deletePod(t, stranded)
-	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: stranded, Version: "3.6.16", Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"})
-	pending.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
-	if err := a.k8s.Create(t.Context(), pending); err != nil {
-		t.Fatal(err)
-	}
+	a.pendingForAnHour(t, stranded)
 	a.quorumLostFor(t, membership.MinRecoveryAfter)
 	cluster := a.reconcile(t, 1)
 	if qr := cluster.Status.QuorumRecovery; qr == nil || qr.Member != survivor {

@@ -465,7 +465,7 @@ func (w *world) operatorStep(cut bool) Step {
 	if cut {
 		w.logf("operator stops before recording")
 	} else {
-		w.record_(o, step)
+		w.recordStatus(o, step)
 	}
 	w.now = w.now.Add(2 * time.Second)
 	return step
@@ -629,8 +629,8 @@ func (w *world) checkClaimHoldsNothingLost(m *worldMember) {
 	}
 }
 
-// record_ keeps status as the reconciler's report does.
-func (w *world) record_(o Observed, step Step) {
+// recordStatus keeps status as the reconciler's report does.
+func (w *world) recordStatus(o Observed, step Step) {
 	if o.Reachable {
 		l, _ := w.serving()
 		lin := w.lineages[l]
