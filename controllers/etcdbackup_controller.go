@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -249,7 +250,7 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 	run := etcdv1alpha1.BackupRun{Job: job.Name, StartTime: job.Status.StartTime, CompletionTime: ptrTime(jobFinishTime(job)), Phase: etcdv1alpha1.BackupCompleted}
 	run.Artifact = &etcdv1alpha1.BackupArtifact{
 		URI: res.URI, SizeBytes: res.SizeBytes, SHA256: res.SHA256, Revision: res.Revision,
-		EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID,
+		EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID, ClusterUID: types.UID(job.Annotations[resources.AnnotationClusterUID]),
 		StartTime: metav1.NewTime(res.StartTime), CompletionTime: metav1.NewTime(res.CompletionTime),
 		Keyspace: res.Keyspace,
 	}

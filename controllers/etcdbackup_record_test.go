@@ -32,7 +32,8 @@ func TestFinishedRunIsRecordedBeforeItsJobIsDeleted(t *testing.T) {
 			Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}}},
 	}
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "once-run", Namespace: "ns", UID: "job-uid", Labels: map[string]string{resources.LabelBackup: "once"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "once-run", Namespace: "ns", UID: "job-uid", Labels: map[string]string{resources.LabelBackup: "once"},
+			Annotations: map[string]string{resources.AnnotationClusterUID: "cluster-uid"}},
 		Status: batchv1.JobStatus{CompletionTime: ptrTime(finished),
 			Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}},
 	}
@@ -76,6 +77,9 @@ func TestFinishedRunIsRecordedBeforeItsJobIsDeleted(t *testing.T) {
 	}
 	if got.Status.LastBackup == nil || got.Status.LastBackup.URI != report.Backup.URI || len(got.Status.History) != 1 {
 		t.Fatalf("status after the retry: last %+v, history %+v", got.Status.LastBackup, got.Status.History)
+	}
+	if uid := got.Status.LastBackup.ClusterUID; uid != "cluster-uid" {
+		t.Errorf("status records the snapshot's cluster UID as %q, the Job was made for cluster-uid", uid)
 	}
 	if k := got.Status.LastBackup.Keyspace; k == nil || *k != *report.Backup.Keyspace {
 		t.Fatalf("status records the snapshot's keyspace as %+v, the agent reported %+v", k, report.Backup.Keyspace)

@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -257,7 +259,31 @@ func TestFromLatestBackupSkipsASnapshotThatFailedVerification(t *testing.T) {
 		t.Fatalf("latest backup %v, want hourly: nightly's newest snapshot failed verification and its next is older", latest)
 	}
 	// Alone, the backup whose newest failed is still chosen, by its newest sound snapshot.
-	if got := newestRestorable(failedNewest); got == nil || got.URI != failedNewest.Status.History[1].Artifact.URI {
+	if got := newestRestorable(failedNewest, ""); got == nil || got.URI != failedNewest.Status.History[1].Artifact.URI {
 		t.Fatalf("newest restorable snapshot %+v, want the one before the failed one", got)
+	}
+}
+
+// Snapshots of an earlier EtcdCluster of the same name (another UID) are neither the newest of
+// the cluster's nor a fallback for one of its snapshots; those recorded with no UID may be.
+func TestSnapshotsOfAnEarlierClusterOfTheSameNameAreNotItsOwn(t *testing.T) {
+	at := func(minute int, uid types.UID) *etcdv1alpha1.BackupArtifact {
+		return &etcdv1alpha1.BackupArtifact{URI: fmt.Sprintf("pvc://b/%d.db", minute), ClusterUID: uid,
+			StartTime: metav1.NewTime(time.Date(2026, 11, 28, 12, minute, 0, 0, time.UTC))}
+	}
+	b := &etcdv1alpha1.EtcdBackup{Status: etcdv1alpha1.EtcdBackupStatus{LastBackup: at(50, "earlier"), History: []etcdv1alpha1.BackupRun{
+		{Artifact: at(50, "earlier")}, {Artifact: at(40, "now")}, {Artifact: at(30, "earlier")}, {Artifact: at(20, "")}, {Artifact: at(10, "now")}}}}
+	if got := newestRestorable(b, "now"); got == nil || got.URI != "pvc://b/40.db" {
+		t.Errorf("newest of cluster now: %+v, want 40.db", got)
+	}
+	if got := newestRestorable(b, ""); got == nil || got.URI != "pvc://b/50.db" {
+		t.Errorf("newest of any cluster: %+v, want 50.db", got)
+	}
+	var uris []string
+	for _, a := range olderArtifacts(b, at(45, "now")) {
+		uris = append(uris, a.URI)
+	}
+	if want := []string{"pvc://b/40.db", "pvc://b/20.db", "pvc://b/10.db"}; !slices.Equal(uris, want) {
+		t.Errorf("fallbacks of a snapshot of cluster now: %v, want %v", uris, want)
 	}
 }

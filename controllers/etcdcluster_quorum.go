@@ -292,9 +292,9 @@ func (r *EtcdClusterReconciler) readLogs(ctx context.Context, c *etcdv1alpha1.Et
 	return errors.Join(errs...)
 }
 
-// latestBackup is the EtcdBackup of the cluster whose newest snapshot that did not fail
+// latestBackup is the EtcdBackup of the cluster whose newest snapshot of it that did not fail
 // verification is the newest, or nil if none has one: a snapshot that failed is never
-// restored.
+// restored, nor one of an earlier cluster of the same name.
 func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*etcdv1alpha1.EtcdBackup, error) {
 	backups := &etcdv1alpha1.EtcdBackupList{}
 	if err := r.List(ctx, backups, client.InNamespace(c.Namespace)); err != nil {
@@ -303,11 +303,11 @@ func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha
 	var latest *etcdv1alpha1.EtcdBackup
 	for i := range backups.Items {
 		b := &backups.Items[i]
-		newest := newestRestorable(b)
+		newest := newestRestorable(b, c.UID)
 		if b.Spec.ClusterName != c.Name || newest == nil {
 			continue
 		}
-		if latest == nil || newest.StartTime.After(newestRestorable(latest).StartTime.Time) {
+		if latest == nil || newest.StartTime.After(newestRestorable(latest, c.UID).StartTime.Time) {
 			latest = b
 		}
 	}
@@ -607,27 +607,23 @@ func beganRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step membershi
 		}
 	}
 	if b := obs.recovery.latestBackup; step.Backup != "" && b != nil && b.Name == step.Backup {
+		newest := newestRestorable(b, c.UID)
 		qr.Backup = &etcdv1alpha1.RecoveryBackupStatus{
-			EtcdBackup: b.Name, SnapshotURI: newestRestorable(b).URI, Revision: newestRestorable(b).Revision,
+			EtcdBackup: b.Name, SnapshotURI: newest.URI, Revision: newest.Revision,
 			EtcdRestore: resources.QuorumRecoveryRestoreName(c.Name, now),
 		}
 	}
 	return qr
 }
 
-// lostVoters are the last voters a recovery from member does without (membership.DoneWithout),
-// with those an earlier recovery whose record it replaces did without: their claims stay kept
-// (keptFromRecovery), and their pods stay stopped.
+// lostVoters are the members a recovery from member does without (membership.DoneWithout),
+// with the earlier recovery's whose claims are still the cluster's.
 func lostVoters(c *etcdv1alpha1.EtcdCluster, input membership.Observed, member string) []string {
-	lost := membership.DoneWithout(input, member)
-	if earlier := c.Status.QuorumRecovery; earlier != nil {
-		for _, name := range earlier.LostMembers {
-			if name != member && !slices.Contains(lost, name) {
-				lost = append(lost, name)
-			}
-		}
+	var earlier []string
+	if qr := c.Status.QuorumRecovery; qr != nil {
+		earlier = qr.LostMembers
 	}
-	return lost
+	return membership.DoneWithout(input, member, earlier)
 }
 
 // fenceMembers deletes the pods of the members a recovery does without, before its survivor is

@@ -425,6 +425,12 @@ func TestQuorumLostWithEveryMemberIsRestoredFromTheLatestBackup(t *testing.T) {
 			completedBackup("hourly", "c", 30, 700),
 			completedBackup("nightly", "c", 0, 500),
 			completedBackup("other-cluster", "d", 59, 900),
+			// Of a cluster c deleted since: the same name, another cluster.
+			func() *etcdv1alpha1.EtcdBackup {
+				b := completedBackup("of-an-earlier-c", "c", 58, 800)
+				b.Status.LastBackup.ClusterUID = "uid-of-an-earlier-c"
+				return b
+			}(),
 			&etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "never-ran", Namespace: "ns"}, Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "c"}},
 		}
 	})

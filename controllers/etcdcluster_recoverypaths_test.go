@@ -198,6 +198,10 @@ func TestASecondLossBeforeTheClusterGrewBackIsRecovered(t *testing.T) {
 	a.reconcile(t, 1)
 	survivor := a.members[0]
 	a.underwayQuorumRecovery(t, survivor, []string{"c-gone1", "c-gone2"})
+	// c-gone1's claim is still the cluster's; c-gone2's is gone.
+	if err := a.k8s.Create(t.Context(), resources.MemberPVC(a.cluster, resources.MemberSpec{Name: "c-gone1"})); err != nil {
+		t.Fatal(err)
+	}
 	a.loseForGood(t, a.members[1:])
 	a.quorumLostFor(t, membership.MinRecoveryAfter)
 	a.events()
@@ -207,10 +211,8 @@ func TestASecondLossBeforeTheClusterGrewBackIsRecovered(t *testing.T) {
 	if qr == nil || qr.ServedTime != nil || qr.Member != survivor {
 		t.Fatalf("status.quorumRecovery = %+v: want a new recovery from %s on record", qr, survivor)
 	}
-	for _, name := range slices.Concat([]string{"c-gone1", "c-gone2"}, a.members[1:]) {
-		if !slices.Contains(qr.LostMembers, name) {
-			t.Errorf("lostMembers %v lacks %s: its claim, if any, must stay kept", qr.LostMembers, name)
-		}
+	if want := slices.Concat(a.members[1:], []string{"c-gone1"}); !slices.Equal(qr.LostMembers, want) {
+		t.Errorf("lostMembers %v, want %v: the members lost now, and those of the earlier recovery whose claims must stay kept", qr.LostMembers, want)
 	}
 	a.reconcile(t, 2)
 	if _, ok := a.pod(t, survivor); ok {
@@ -218,6 +220,29 @@ func TestASecondLossBeforeTheClusterGrewBackIsRecovered(t *testing.T) {
 	}
 	if events := a.events(); strings.Count(events, "BeginRecovery") != 1 {
 		t.Errorf("want one BeginRecovery event; got:\n%s", events)
+	}
+}
+
+// A loss long after a recovery completed records only the members its own recovery does
+// without: the earlier recovery's members, their claims gone, are not lost again (the record
+// names the loss the user is asked about, and a restore from a backup is checked against it).
+func TestALossAfterACompletedRecoveryRecordsOnlyTheMembersLostNow(t *testing.T) {
+	a := newScriptedCluster(t, 3, forceNewClusterAfter(0), nil)
+	a.reconcile(t, 1)
+	a.setStatus(t, func(s *etcdv1alpha1.EtcdClusterStatus) {
+		now := metav1.Now()
+		s.QuorumRecovery = &etcdv1alpha1.QuorumRecoveryStatus{Member: a.members[0], LostMembers: []string{"c-old1", "c-old2"},
+			Trigger: "spec.quorumLossRecovery.policy ForceNewCluster", StartTime: now, ForcedTime: &now, ServedTime: &now, CompletionTime: &now}
+	})
+	a.loseForGood(t, a.members[1:])
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+
+	qr := a.reconcile(t, 1).Status.QuorumRecovery
+	if qr == nil || qr.CompletionTime != nil || qr.Member != a.members[0] {
+		t.Fatalf("status.quorumRecovery = %+v: want a new recovery from %s on record", qr, a.members[0])
+	}
+	if !slices.Equal(qr.LostMembers, a.members[1:]) {
+		t.Errorf("lostMembers %v, want %v: the members of a completed recovery, their claims gone, are not lost again", qr.LostMembers, a.members[1:])
 	}
 }
 

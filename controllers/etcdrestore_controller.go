@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -266,7 +267,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 // with the given URI.
 func chooseArtifact(b *etcdv1alpha1.EtcdBackup, uri string) *etcdv1alpha1.BackupArtifact {
 	if uri == "" {
-		return newestRestorable(b)
+		return newestRestorable(b, "")
 	}
 	if b.Status.LastBackup != nil && b.Status.LastBackup.URI == uri {
 		return b.Status.LastBackup
@@ -286,27 +287,43 @@ func failedVerification(a *etcdv1alpha1.BackupArtifact) bool {
 }
 
 // newestRestorable is the newest snapshot b's status names that did not fail verification, or
-// nil: status.lastBackup unless it failed, else the newest in the history that did not.
-func newestRestorable(b *etcdv1alpha1.EtcdBackup) *etcdv1alpha1.BackupArtifact {
+// nil: status.lastBackup unless it failed, else the newest in the history that did not. With
+// a cluster UID, only snapshots of that EtcdCluster count (takenOf).
+func newestRestorable(b *etcdv1alpha1.EtcdBackup, cluster types.UID) *etcdv1alpha1.BackupArtifact {
 	var newest *etcdv1alpha1.BackupArtifact
 	candidates := []*etcdv1alpha1.BackupArtifact{b.Status.LastBackup}
 	for i := range b.Status.History {
 		candidates = append(candidates, b.Status.History[i].Artifact)
 	}
 	for _, a := range candidates {
-		if a != nil && !failedVerification(a) && (newest == nil || a.StartTime.After(newest.StartTime.Time)) {
+		if a == nil || failedVerification(a) || !takenOf(a, cluster) {
+			continue
+		}
+		if newest == nil || a.StartTime.After(newest.StartTime.Time) {
 			newest = a
 		}
 	}
 	return newest
 }
 
+// takenOf: a is a snapshot of the EtcdCluster with the given UID (any, for ""). An EtcdBackup
+// names its cluster by name, and outlives it: a cluster deleted and made again under the same
+// name is another cluster, whose snapshots its successor must never be recovered from. A
+// snapshot recorded without a UID (by an operator before it recorded one) has only the name.
+func takenOf(a *etcdv1alpha1.BackupArtifact, cluster types.UID) bool {
+	return cluster == "" || a.ClusterUID == "" || a.ClusterUID == cluster
+}
+
 // olderArtifacts are the snapshots b's status names that were taken before a and did not fail
-// verification, newest first.
+// verification, newest first; of a's EtcdCluster only, should a record which (takenOf).
 func olderArtifacts(b *etcdv1alpha1.EtcdBackup, a *etcdv1alpha1.BackupArtifact) []*etcdv1alpha1.BackupArtifact {
 	var older []*etcdv1alpha1.BackupArtifact
 	for _, run := range b.Status.History {
-		if o := run.Artifact; o != nil && !failedVerification(o) && o.StartTime.Before(&a.StartTime) && !slices.ContainsFunc(older, func(x *etcdv1alpha1.BackupArtifact) bool { return x.URI == o.URI }) {
+		o := run.Artifact
+		if o == nil || failedVerification(o) || !o.StartTime.Before(&a.StartTime) || !takenOf(o, a.ClusterUID) {
+			continue
+		}
+		if !slices.ContainsFunc(older, func(x *etcdv1alpha1.BackupArtifact) bool { return x.URI == o.URI }) {
 			older = append(older, o)
 		}
 	}

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // EtcdBackupSpec is a one-shot backup, or, with a schedule, a series of them.
@@ -163,6 +164,11 @@ type BackupArtifact struct {
 	// ClusterID of the etcd cluster, in hexadecimal.
 	// +optional
 	ClusterID string `json:"clusterID,omitempty"`
+	// ClusterUID is the UID of the EtcdCluster the snapshot was taken of. An EtcdCluster
+	// deleted and made again under the same name is another cluster: its quorum-loss recovery
+	// never restores this snapshot. Absent in records written before it was recorded.
+	// +optional
+	ClusterUID types.UID `json:"clusterUID,omitempty"`
 	// StartTime of the snapshot.
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Started",xDescriptors="urn:alm:descriptor:timestamp"
 	StartTime metav1.Time `json:"startTime"`

@@ -645,14 +645,11 @@ func (w *world) recordStatus(o Observed, step Step) {
 		r = nil
 	}
 	if step.Action == BeginRecovery && (r == nil || r.served) {
-		lost := DoneWithout(o, step.Member)
+		var earlier []string
 		if w.record != nil {
-			for _, name := range w.record.lostMembers {
-				if name != step.Member && !slices.Contains(lost, name) {
-					lost = append(lost, name)
-				}
-			}
+			earlier = w.record.lostMembers
 		}
+		lost := DoneWithout(o, step.Member, earlier)
 		w.record = &recoveryRecord{member: step.Member, lostMembers: lost, byPerson: o.Recovery.From == step.Member,
 			raftIndex: index(o.Members)[step.Member].RaftIndex}
 		return

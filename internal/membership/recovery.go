@@ -307,8 +307,22 @@ func (f Fates) countedLost() []string { return slices.Concat(f.Lost, f.Stranded)
 // member (every one, from a backup). A survivor not chosen is done without too: its pod is
 // stopped before the force like the others', and its claim kept, as it may hold writes the
 // chosen one lacks (the user may name a survivor whose log is shorter).
-func DoneWithout(o Observed, member string) []string {
-	return slices.DeleteFunc(slices.Clone(o.LastVoters), func(name string) bool { return name == member })
+//
+// earlier are the members done without by the recovery whose record this one replaces: those
+// whose claims are still the cluster's stay done without (their claims kept, their pods never
+// made again), as they may hold writes the new survivor lacks; those whose claims are gone, or
+// were released, have nothing left to keep and are not lost again.
+func DoneWithout(o Observed, member string, earlier []string) []string {
+	lost := slices.DeleteFunc(slices.Clone(o.LastVoters), func(name string) bool { return name == member })
+	byName := index(o.Members)
+	for _, name := range earlier {
+		m, seen := byName[name]
+		claimHeld := seen && (m.PVCExists || m.PVCDeleting)
+		if claimHeld && name != member && !slices.Contains(lost, name) {
+			lost = append(lost, name)
+		}
+	}
+	return lost
 }
 
 // VotersByFate sorts the last voters for a lost quorum (Fates). A person's declaration comes

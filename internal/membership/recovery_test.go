@@ -316,3 +316,26 @@ func TestQuorumLostForGood(t *testing.T) {
 		})
 	}
 }
+
+// A recovery that replaces the record of an earlier one keeps doing without the earlier one's
+// members whose claims are still the cluster's (they may hold writes its survivor lacks), and
+// only those: a member whose claim is gone has nothing left to keep.
+func TestDoneWithoutKeepsTheEarlierRecoverysMembersWhoseClaimsRemain(t *testing.T) {
+	o := lostQuorum([]string{"a", "b", "c"}, survivor("a", 10), noPod(survivor("b", 0)),
+		Member{Name: "old1", PVCExists: true}, Member{Name: "old2", PVCDeleting: true}, Member{Name: "old3", PodExists: true})
+	for _, tc := range []struct {
+		member  string
+		earlier []string
+		want    []string
+	}{
+		{"a", nil, []string{"b", "c"}},
+		{"", nil, []string{"a", "b", "c"}},
+		{"a", []string{"old1", "old2", "old3", "old4"}, []string{"b", "c", "old1", "old2"}},
+		{"a", []string{"b", "a"}, []string{"b", "c"}},
+		{"old1", []string{"old1"}, []string{"a", "b", "c"}},
+	} {
+		if got := DoneWithout(o, tc.member, tc.earlier); !slices.Equal(got, tc.want) {
+			t.Errorf("DoneWithout(%q, earlier %v) = %v, want %v", tc.member, tc.earlier, got, tc.want)
+		}
+	}
+}

@@ -30,6 +30,9 @@ const (
 	LabelQuorumRecovery = "etcd.database.dev/quorum-recovery"
 	// AnnotationScheduledFor is the run time a backup Job was started for (RFC 3339).
 	AnnotationScheduledFor = "etcd.database.dev/scheduled-for"
+	// AnnotationClusterUID is the UID of the EtcdCluster a backup Job was made for, recorded
+	// with its snapshot.
+	AnnotationClusterUID = "etcd.database.dev/cluster-uid"
 
 	// BackupContainer is the agent container of a backup Job.
 	BackupContainer = "agent"
@@ -122,7 +125,7 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 			Name:        BackupJobName(b.Name, scheduledFor),
 			Namespace:   b.Namespace,
 			Labels:      agentJobLabels(podLabels, c),
-			Annotations: map[string]string{AnnotationScheduledFor: scheduledFor.UTC().Format(time.RFC3339)},
+			Annotations: map[string]string{AnnotationScheduledFor: scheduledFor.UTC().Format(time.RFC3339), AnnotationClusterUID: string(c.UID)},
 		},
 		Spec: spec,
 	}, nil

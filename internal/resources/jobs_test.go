@@ -35,6 +35,7 @@ func ptrInt32(v int32) *int32 { return &v }
 func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 	c := testCluster()
 	c.Spec.TLS = &etcdv1alpha1.TLSSpec{}
+	c.UID = "cluster-uid"
 	b := testBackup(etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
 		Bucket: "snaps", Prefix: "p/", Endpoint: "https://s3.example", CredentialsSecretName: "s3-creds", CASecretName: "s3-ca",
 	}})
@@ -45,6 +46,9 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 	}
 	if job.Name != "nightly-20261122t030000" || job.Namespace != "db" || job.Labels[LabelBackup] != "nightly" {
 		t.Errorf("job %s/%s labels %v", job.Namespace, job.Name, job.Labels)
+	}
+	if uid := job.Annotations[AnnotationClusterUID]; uid != "cluster-uid" {
+		t.Errorf("the Job names cluster UID %q, want the cluster's, recorded with its snapshot", uid)
 	}
 	pod := job.Spec.Template.Spec
 	ctr := pod.Containers[0]
