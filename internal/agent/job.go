@@ -126,10 +126,14 @@ const verifyReady = 5 * time.Minute
 func RunVerify(ctx context.Context) int {
 	report := Report{}
 	cfg, err := readJobConfig()
+	var clientTLS *tls.Config
+	if err == nil {
+		clientTLS, err = VerifyClientTLS(verifyTLSDir())
+	}
 	var result VerifyResult
 	if err == nil {
 		result, err = VerifyRestored(ctx, VerifyConfig{
-			Etcd: etcd.Config{Endpoints: cfg.Endpoints}, Revision: cfg.Revision, Keyspace: cfg.Keyspace, Ready: verifyReady,
+			Etcd: etcd.Config{Endpoints: cfg.Endpoints, TLS: clientTLS}, Revision: cfg.Revision, Keyspace: cfg.Keyspace, Ready: verifyReady,
 		})
 	}
 	switch {
@@ -153,8 +157,16 @@ func verifyFetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer source.Close()
-	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: podPaths.verifyScratch, KeepDir: true})
+	result, err := Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: podPaths.verifyScratch, KeepDir: true})
+	if err != nil {
+		return result, err
+	}
+	// The restored member starts next, on the material made here (jobspec.VerifyEtcdTLSArgs).
+	return result, WriteVerifyTLS(verifyTLSDir(), time.Now())
 }
+
+// verifyTLSDir is where the verify pod's TLS material is, in its scratch directory.
+func verifyTLSDir() string { return filepath.Join(podPaths.verifyScratch, jobspec.VerifyTLSSubdir) }
 
 // RunRestoreInstall is `manager agent restore-install`: move the restored data into place.
 func RunRestoreInstall() int {
@@ -300,20 +312,30 @@ func readJobConfig() (jobspec.JobConfig, error) {
 func etcdConfig(cfg jobspec.JobConfig) (etcd.Config, error) {
 	out := etcd.Config{Endpoints: cfg.Endpoints}
 	if cfg.TLS {
-		pair, err := tls.LoadX509KeyPair(filepath.Join(jobspec.EtcdTLSDir, certs.KeyCert), filepath.Join(jobspec.EtcdTLSDir, certs.KeyKey))
-		if err != nil {
-			return out, permanentError{fmt.Errorf("the cluster's client certificate: %w", err)}
-		}
-		roots, err := readCA(filepath.Join(jobspec.EtcdTLSDir, certs.KeyCA))
+		var err error
+		out.TLS, err = loadClientTLS(jobspec.EtcdTLSDir, certs.KeyCert, certs.KeyKey, certs.KeyCA)
 		if err != nil {
 			return out, err
 		}
-		out.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}
 	}
 	if cfg.Auth && !cfg.TLS {
 		out.Username, out.Password = "root", os.Getenv(jobspec.EtcdPasswordEnv)
 	}
 	return out, nil
+}
+
+// loadClientTLS is a client's TLS configuration from the files in dir: its certificate and
+// key, and the CA its server's certificate is checked against, the only one trusted.
+func loadClientTLS(dir, certFile, keyFile, caFile string) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, certFile), filepath.Join(dir, keyFile))
+	if err != nil {
+		return nil, permanentError{fmt.Errorf("the client certificate in %s: %w", dir, err)}
+	}
+	roots, err := readCA(filepath.Join(dir, caFile))
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}, nil
 }
 
 func readCA(file string) (*x509.CertPool, error) {

@@ -41,8 +41,17 @@ type VerifyResult struct {
 
 // VerifyRestored compares the keyspace the restored member serves with the snapshot's record.
 // A difference is a result with a Mismatch, not an error: errors are for a check that could not
-// be made.
+// be made. A member that refuses the verifier's user refuses it for good: that error is
+// permanent, and says the verifier, not the snapshot, was refused.
 func VerifyRestored(ctx context.Context, cfg VerifyConfig) (VerifyResult, error) {
+	result, err := verifyRestored(ctx, cfg)
+	if etcd.RefusedTheUser(err) {
+		return result, permanentError{fmt.Errorf("the restored member refused the verifier: %w", err)}
+	}
+	return result, err
+}
+
+func verifyRestored(ctx context.Context, cfg VerifyConfig) (VerifyResult, error) {
 	cl, err := etcd.New(cfg.Etcd)
 	if err != nil {
 		return VerifyResult{}, err

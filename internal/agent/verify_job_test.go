@@ -92,6 +92,16 @@ func TestVerifyFetchFromABucketHoldsTheObjectToItsSHA256(t *testing.T) {
 	if _, err := os.Stat(leftover); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("what an earlier attempt left in the scratch directory is still there: %v", err)
 	}
+	// The restored member's TLS material, made for the pod, the keys readable by its user alone.
+	tlsDir := filepath.Join(scratch, jobspec.VerifyTLSSubdir)
+	if _, err := agent.VerifyClientTLS(tlsDir); err != nil {
+		t.Errorf("no client certificate for the verifier after the fetch: %v", err)
+	}
+	for _, key := range []string{jobspec.VerifyServerKeyFile, jobspec.VerifyClientKeyFile} {
+		if fi, err := os.Stat(filepath.Join(tlsDir, key)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want it there, 0600", key, err, fi)
+		}
+	}
 
 	object := filepath.Join(srv.Root, strings.TrimPrefix(res.URI, "s3://"))
 	data, err := os.ReadFile(object)
@@ -216,7 +226,7 @@ func TestVerifyComparesTheRestoredKeyspaceWithTheRecord(t *testing.T) {
 				tc.change(&keyspace)
 				cfg.Keyspace = &keyspace
 			}
-			code, report := runAsJob(t, agent.RunVerify, cfg, t.TempDir(), t.TempDir())
+			code, report := runAsJob(t, agent.RunVerify, cfg, t.TempDir(), restored.scratch)
 			got := report.Verify
 			if got == nil {
 				t.Fatalf("exit %d, no verification in the report %+v", code, report)

@@ -177,6 +177,18 @@ func (e *client) AddLearner(ctx context.Context, peerURL string) (Member, error)
 // ErrAuthFailed is returned by New when etcd refuses the user name and password.
 var ErrAuthFailed = errors.New("etcd refused the user name and password")
 
+// RefusedTheUser says whether etcd refused a call for the user that made it, or for making it
+// with no user (authentication enabled): asking again as the same client will not change it.
+func RefusedTheUser(err error) bool {
+	for _, refusal := range []error{rpctypes.ErrUserEmpty, rpctypes.ErrAuthFailed, rpctypes.ErrUserNotFound,
+		rpctypes.ErrPermissionDenied, rpctypes.ErrInvalidAuthToken, rpctypes.ErrInvalidAuthMgmt} {
+		if errors.Is(err, refusal) || errors.Is(rpctypes.Error(errors.Unwrap(err)), refusal) {
+			return true
+		}
+	}
+	return errors.Is(err, ErrAuthFailed)
+}
+
 // ErrLearnerNotReady is returned by PromoteLearner while the learner has not caught up.
 var ErrLearnerNotReady = errors.New("learner has not caught up with the leader yet")
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 )
@@ -299,4 +301,26 @@ func TestAnInitialMemberIsListedByNameBeforeItRuns(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// RefusedTheUser tells etcd's refusals of the user (as clientv3 returns them, wrapped) from
+// every other failure.
+func TestRefusedTheUser(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("status of x: %w", rpctypes.ErrUserEmpty), true},
+		{fmt.Errorf("hash: %w", rpctypes.ErrUserNotFound), true},
+		{fmt.Errorf("hash: %w", rpctypes.ErrPermissionDenied), true},
+		{fmt.Errorf("connect: %w", etcd.ErrAuthFailed), true},
+		{fmt.Errorf("hash: %w", rpctypes.ErrGRPCUserEmpty), true},
+		{fmt.Errorf("status of x: %w", context.DeadlineExceeded), false},
+		{fmt.Errorf("hash: %w", rpctypes.ErrCompacted), false},
+		{nil, false},
+	} {
+		if got := etcd.RefusedTheUser(tc.err); got != tc.want {
+			t.Errorf("RefusedTheUser(%v) = %t, want %t", tc.err, got, tc.want)
+		}
+	}
 }

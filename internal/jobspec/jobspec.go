@@ -128,6 +128,34 @@ const (
 	// VerifyMember is the restored member's name; VerifyClientURL and VerifyPeerURL its
 	// loopback addresses, reachable from no other pod.
 	VerifyMember    = "verify"
-	VerifyClientURL = "http://127.0.0.1:2379"
+	VerifyClientURL = "https://127.0.0.1:2379"
 	VerifyPeerURL   = "http://127.0.0.1:2380"
+	// VerifyTLSDir, inside VerifyScratchDir, holds the TLS material made in the pod for the
+	// restored member: a CA, the member's server certificate, and a client certificate for
+	// root (VerifyEtcdTLSArgs).
+	VerifyTLSDir    = VerifyScratchDir + "/" + VerifyTLSSubdir
+	VerifyTLSSubdir = "tls"
+	// The files in VerifyTLSDir.
+	VerifyCAFile         = "ca.crt"
+	VerifyServerCertFile = "server.crt"
+	VerifyServerKeyFile  = "server.key"
+	VerifyClientCertFile = "client.crt"
+	VerifyClientKeyFile  = "client.key"
+	// VerifyClientUser is the common name of the verifier's client certificate: the user the
+	// restored member takes it for.
+	VerifyClientUser = "root"
 )
+
+// VerifyEtcdTLSArgs are the restored member's flags for the TLS material in dir: it serves
+// clients over TLS and requires a client certificate signed by the pod's CA, whose common name
+// it takes as the user. A snapshot of a cluster with authentication enabled carries its users,
+// and its member refuses a client that names none; through root's certificate the verifier is
+// root whatever root's password was when the snapshot was taken.
+func VerifyEtcdTLSArgs(dir string) []string {
+	return []string{
+		"--cert-file=" + dir + "/" + VerifyServerCertFile,
+		"--key-file=" + dir + "/" + VerifyServerKeyFile,
+		"--trusted-ca-file=" + dir + "/" + VerifyCAFile,
+		"--client-cert-auth",
+	}
+}

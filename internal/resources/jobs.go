@@ -314,7 +314,7 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 	member := agentContainer(corev1.Container{
 		Name: VerifyEtcdContainer, Image: etcdImage,
 		Command: []string{"/usr/local/bin/etcd"},
-		Args: []string{
+		Args: append([]string{
 			"--name=" + jobspec.VerifyMember,
 			"--data-dir=" + jobspec.VerifyDataDir,
 			"--listen-client-urls=" + jobspec.VerifyClientURL,
@@ -322,16 +322,19 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 			"--listen-peer-urls=" + jobspec.VerifyPeerURL,
 			"--initial-advertise-peer-urls=" + jobspec.VerifyPeerURL,
 			"--initial-cluster=" + initialCluster,
-		},
+		}, jobspec.VerifyEtcdTLSArgs(jobspec.VerifyTLSDir)...),
 		VolumeMounts: []corev1.VolumeMount{scratch},
 		// A native sidecar: it starts before the check and is stopped once the check ends.
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 	})
-	// etcd holds the database in memory as it grows: no agent's limit.
-	member.Resources.Limits = nil
+	// etcd maps the database into memory: not the agent's limit but a member's, which a
+	// namespace whose ResourceQuota demands limits admits as it admits the members.
+	member.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: memberResources(c).Limits[corev1.ResourceMemory]}
 	member.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
 	verify := agentContainer(corev1.Container{
 		Name: VerifyContainer, Image: agentImage, Args: []string{"agent", "verify"}, Env: env[:1],
+		// Root's client certificate for the restored member, made by the fetch.
+		VolumeMounts: []corev1.VolumeMount{{Name: scratch.Name, MountPath: scratch.MountPath, ReadOnly: true}},
 	})
 
 	podLabels := agentPodLabels(LabelBackup, b.Name)

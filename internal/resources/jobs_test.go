@@ -473,6 +473,29 @@ func TestVerifyJobRestoresInItsOwnPodAndOnlyReadsTheDestination(t *testing.T) {
 		!slices.Equal(cfg.Endpoints, []string{jobspec.VerifyClientURL}) {
 		t.Errorf("verify configuration %+v", cfg)
 	}
+	// The restored member serves over TLS and takes a client certificate's name as the user:
+	// a snapshot of a cluster with authentication is verified as root.
+	member, verifier := pod.InitContainers[2], pod.Containers[0]
+	for _, arg := range slices.Concat([]string{"--listen-client-urls=" + jobspec.VerifyClientURL}, jobspec.VerifyEtcdTLSArgs(jobspec.VerifyTLSDir)) {
+		if !slices.Contains(member.Args, arg) {
+			t.Errorf("the restored member's args %v lack %s", member.Args, arg)
+		}
+	}
+	if !strings.HasPrefix(jobspec.VerifyClientURL, "https://") || !slices.Contains(member.Args, "--client-cert-auth") {
+		t.Errorf("the restored member serves %s, args %v: want TLS with client certificates", jobspec.VerifyClientURL, member.Args)
+	}
+	if len(verifier.VolumeMounts) != 1 || verifier.VolumeMounts[0].MountPath != jobspec.VerifyScratchDir || !verifier.VolumeMounts[0].ReadOnly {
+		t.Errorf("the verifier mounts %+v: want the scratch directory, read-only, for its client certificate", verifier.VolumeMounts)
+	}
+	// A namespace whose ResourceQuota demands limits admits the pod: every container has one.
+	for _, ctr := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+		if _, ok := ctr.Resources.Limits[corev1.ResourceMemory]; !ok {
+			t.Errorf("container %s has no memory limit: a ResourceQuota on limits.memory refuses the pod", ctr.Name)
+		}
+	}
+	if got, want := member.Resources.Limits[corev1.ResourceMemory], memberResources(c).Limits[corev1.ResourceMemory]; got.Cmp(want) != 0 {
+		t.Errorf("the restored member's memory limit %s, want a member's, %s", got.String(), want.String())
+	}
 }
 
 // agentJobsOf builds, for cluster c, one Job of each kind the operator starts whose pods are not
