@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/etcd/etcdfake"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -205,5 +207,83 @@ func TestLoginPasswords(t *testing.T) {
 				t.Fatalf("tried %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// etcd with authentication on refuses a client with no user: a cluster without spec.auth
+// whose data was restored from a snapshot of a cluster with it, or whose authentication was
+// turned on by hand. Status says so, with the fix, in Degraded and a Warning event, and
+// nothing is decided on what the operator could not see: not a lost quorum, not a cluster
+// still to form, not members that did not answer. etcd 3.6 refuses the member list
+// (etcdfake does as it does); an etcd that served it would refuse the members' status.
+func TestEtcdRefusingTheOperatorsUserIsReportedWithTheFix(t *testing.T) {
+	for name, tc := range map[string]struct {
+		formed bool
+		refuse func(*etcdfake.Cluster)
+	}{
+		"formed, the member list refused": {true, func(f *etcdfake.Cluster) { f.AuthEnabled, f.RootUser, f.RootPassword = true, true, "then" }},
+		"never formed (restored), the member list refused": {false, func(f *etcdfake.Cluster) {
+			f.AuthEnabled, f.RootUser, f.RootPassword = true, true, "then"
+		}},
+		"formed, the members' status refused": {true, func(f *etcdfake.Cluster) { f.Fail = map[string]error{"Status": rpctypes.ErrUserEmpty} }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+				if !tc.formed {
+					c.Status.ClusterID = ""
+				}
+			}, nil)
+			tc.refuse(a.etcd)
+			got := a.reconcile(t, 2)
+
+			degraded := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+			if degraded == nil || degraded.Status != metav1.ConditionTrue || degraded.Reason != etcdv1alpha1.ReasonAuthRequired ||
+				!strings.Contains(degraded.Message, "user name is empty") || !strings.Contains(degraded.Message, "set spec.auth.rootSecretName") {
+				t.Fatalf("Degraded %+v, want True AuthRequired with etcd's refusal and the fix (spec.auth.rootSecretName)", degraded)
+			}
+			available := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionAvailable)
+			if available == nil || available.Status != metav1.ConditionUnknown || available.Reason != etcdv1alpha1.ReasonAuthRequired {
+				t.Fatalf("Available %+v, want Unknown AuthRequired: whether clients are served is not known", available)
+			}
+			if got.Status.QuorumLostTime != nil || strings.Contains(degraded.Message, "did not answer") {
+				t.Fatalf("status reports what was not observed: quorum lost at %v, Degraded %q", got.Status.QuorumLostTime, degraded.Message)
+			}
+			if len(a.etcd.Calls) != 0 {
+				t.Fatalf("calls %v: nothing is done on what could not be observed", a.etcd.Calls)
+			}
+			if ev := a.events(); strings.Count(ev, "Warning "+etcdv1alpha1.ReasonAuthRequired) != 1 {
+				t.Fatalf("events %q, want one Warning AuthRequired", ev)
+			}
+			if !tc.formed || a.etcd.Fail != nil {
+				return
+			}
+
+			// The fix the condition names: spec.auth, with root's password in its Secret.
+			if err := a.k8s.Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "ns"},
+				Data: map[string][]byte{"password": []byte("then")}}); err != nil {
+				t.Fatal(err)
+			}
+			got.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: "root"}
+			if err := a.k8s.Update(t.Context(), got); err != nil {
+				t.Fatal(err)
+			}
+			got = a.reconcile(t, 2)
+			if !meta.IsStatusConditionTrue(got.Status.Conditions, etcdv1alpha1.ConditionAvailable) || degradedReason(got) != "" {
+				t.Fatalf("with spec.auth and root's password: conditions %+v, want Available and not Degraded", got.Status.Conditions)
+			}
+		})
+	}
+}
+
+// A refusal of the operator's calls once logged in as root is reported as credentials etcd
+// rejects, with etcd's words, never as members that did not answer.
+func TestEtcdRefusingRootsCallsIsReported(t *testing.T) {
+	a := newAuthCluster(t, "pw", &resources.RootRecord{Password: "pw", History: []resources.RootPasswordSet{passwordSet("pw", 3)}}, true, "pw")
+	a.etcd.Fail = map[string]error{"Status": rpctypes.ErrPermissionDenied}
+	got := a.reconcile(t, 1)
+	cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+	if cond == nil || cond.Reason != etcdv1alpha1.ReasonCredentialsRejected || !strings.Contains(cond.Message, "permission denied") ||
+		!strings.Contains(cond.Message, "Secret root") {
+		t.Fatalf("Degraded %+v, want CredentialsRejected with etcd's refusal, naming Secret root", cond)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -124,7 +125,7 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 	}
 	obs.clusterID, obs.members, err = cl.Members(ctx)
 	if err != nil {
-		obs.etcdErr = err
+		obs.etcdErr = r.refusedTheOperator(c, err)
 		return
 	}
 	obs.reachable = true
@@ -132,13 +133,41 @@ func (r *EtcdClusterReconciler) observeEtcd(ctx context.Context, c *etcdv1alpha1
 		enabled, err := cl.AuthEnabled(ctx)
 		obs.authEnabled, obs.authKnown = enabled, err == nil
 	}
-	obs.statuses = r.memberStatuses(ctx, cl, obs)
+	var refused error
+	obs.statuses, refused = r.memberStatuses(ctx, cl, obs)
+	if refused != nil {
+		obs.etcdErr = r.refusedTheOperator(c, refused)
+		return
+	}
 	for _, st := range obs.statuses {
 		if st.LeaderID != 0 {
 			obs.leaderID = st.LeaderID
 		}
 	}
 	obs.unhealthy = memberHealth(c, obs)
+}
+
+// refusedTheOperator is err as an accessError when etcd refused the operator's user
+// (etcd.RefusedTheUser): asked again by the same client, etcd answers the same, and what it
+// withholds (the member list, the members' status) is what every step is decided on. Any other
+// error is returned as it is. The refused client is dropped: the next look logs in afresh.
+func (r *EtcdClusterReconciler) refusedTheOperator(c *etcdv1alpha1.EtcdCluster, err error) error {
+	if !etcd.RefusedTheUser(err) {
+		return err
+	}
+	r.Etcd.Forget(client.ObjectKeyFromObject(c).String())
+	if c.Spec.Auth == nil {
+		// etcd refuses a client with no user only while authentication is on.
+		return &accessError{reason: etcdv1alpha1.ReasonAuthRequired, err: fmt.Errorf(
+			"etcd has authentication on and refuses the operator, which has no user to connect as: EtcdCluster %s has no spec.auth (%w). "+
+				"Its data comes from a snapshot of a cluster with authentication on, or authentication was turned on outside the operator: "+
+				"set spec.auth.rootSecretName to a Secret whose %q key holds etcd's root password (for restored data, root's password when the snapshot was taken)",
+			c.Name, err, rootPasswordKey)}
+	}
+	return &accessError{reason: etcdv1alpha1.ReasonCredentialsRejected, err: fmt.Errorf(
+		"etcd refuses the operator's calls as root (%w): the root user or its role was changed outside the operator. "+
+			"etcd's root user must have the root role, and Secret %s the password etcd has",
+		err, c.Spec.Auth.RootSecretName)}
 }
 
 // memberHealth is the one place that judges members' health, for the decision and for status
@@ -265,11 +294,15 @@ func podProblem(pod *corev1.Pod, claim *corev1.PersistentVolumeClaim) string {
 }
 
 // memberStatuses asks every member whose pod may answer (mayAnswer) for its status, all at
-// once: a member that is restarting would otherwise hold the reconcile for the call timeout.
-func (r *EtcdClusterReconciler) memberStatuses(ctx context.Context, cl etcd.Client, obs *observation) map[uint64]etcd.MemberStatus {
+// once: a member that is restarting would otherwise hold the reconcile for the call timeout. A
+// member that does not answer is left out; one that refuses the operator's user
+// (etcd.RefusedTheUser) answered, and its refusal is returned: that of the first member by
+// name, so that the same refusal reads the same at every look.
+func (r *EtcdClusterReconciler) memberStatuses(ctx context.Context, cl etcd.Client, obs *observation) (map[uint64]etcd.MemberStatus, error) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	statuses := map[uint64]etcd.MemberStatus{}
+	refusals := map[string]error{}
 	for _, m := range obs.members {
 		pod, ok := obs.pods[m.Name]
 		if m.Name == "" || len(m.ClientURLs) == 0 || !ok || !mayAnswer(pod) {
@@ -277,16 +310,22 @@ func (r *EtcdClusterReconciler) memberStatuses(ctx context.Context, cl etcd.Clie
 		}
 		wg.Go(func() {
 			st, err := cl.Status(ctx, m.ClientURLs[0])
-			if err != nil {
-				return
-			}
 			mu.Lock()
-			statuses[m.ID] = st
-			mu.Unlock()
+			defer mu.Unlock()
+			switch {
+			case etcd.RefusedTheUser(err):
+				refusals[m.Name] = err
+			case err == nil:
+				statuses[m.ID] = st
+			}
 		})
 	}
 	wg.Wait()
-	return statuses
+	if len(refusals) > 0 {
+		first := slices.Min(slices.Collect(maps.Keys(refusals)))
+		return statuses, fmt.Errorf("member %s: %w", first, refusals[first])
+	}
+	return statuses, nil
 }
 
 // mayAnswer says whether the etcd of a member's pod may answer. One with no IP cannot, nor one

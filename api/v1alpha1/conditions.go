@@ -28,6 +28,10 @@ const (
 	ReasonChangingRootPassword = "ChangingRootPassword"
 	// ReasonCredentialsRejected: etcd refuses every root password the operator knows.
 	ReasonCredentialsRejected = "CredentialsRejected"
+	// ReasonAuthRequired: etcd has authentication on and the cluster has no spec.auth, so the
+	// operator has no user to connect as (EtcdCluster); the snapshot was taken with
+	// authentication on and the restore's target has no auth (EtcdRestore).
+	ReasonAuthRequired = "AuthRequired"
 	// ReasonAuthWithoutTLS (event): spec.auth without spec.tls sends the root password in
 	// clear text.
 	ReasonAuthWithoutTLS = "AuthWithoutTLS"

@@ -192,6 +192,18 @@ func TestRootPasswordIsSetAndChangedAgainstRealEtcd(t *testing.T) {
 	if _, err := servers[0].Client(t).Put(t.Context(), "k", "v"); err == nil {
 		t.Fatal("an anonymous client could write with auth on")
 	}
+	// A client with no user is refused everything, the member list too, as etcdfake refuses
+	// it: the operator of a cluster without spec.auth whose etcd has authentication on (its
+	// data restored from a snapshot of a cluster with it) learns nothing of it but that.
+	if _, _, err := c.Members(t.Context()); !etcd.RefusedTheUser(err) {
+		t.Fatalf("member list for a client with no user, auth on: %v, want a refusal of the user", err)
+	}
+	if _, err := c.Status(t.Context(), endpoints[0]); !etcd.RefusedTheUser(err) {
+		t.Fatalf("status for a client with no user, auth on: %v, want a refusal of the user", err)
+	}
+	if _, err := c.AuthEnabled(t.Context()); !etcd.RefusedTheUser(err) {
+		t.Fatalf("auth status for a client with no user, auth on: %v, want a refusal of the user", err)
+	}
 
 	if err := root.SetRootPassword(t.Context(), "rotated"); err != nil {
 		t.Fatalf("change the password with auth on: %v", err)

@@ -12,6 +12,8 @@ import (
 	"io"
 	"sync"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 )
 
@@ -34,7 +36,10 @@ type Cluster struct {
 	LeaderWithoutQuorum bool
 
 	// AuthEnabled and RootPassword model etcd's authentication: with it on, a dial with
-	// another password fails with etcd.ErrAuthFailed, as a real dial does. RootUser says the
+	// another password fails with etcd.ErrAuthFailed, as a real dial does, and a client dialled
+	// with no user name is refused every call (rpctypes.ErrUserEmpty), the member list too, as
+	// real etcd 3.6 refuses it (TestRootPasswordIsSetAndChangedAgainstRealEtcd). Client
+	// certificates, whose name real etcd takes for the user, are not modelled. RootUser says the
 	// root user exists.
 	AuthEnabled  bool
 	RootUser     bool
@@ -62,7 +67,7 @@ func (f *Cluster) Dial(cfg etcd.Config) (etcd.Client, error) {
 	if cfg.Username != "" && f.AuthEnabled && (!f.RootUser || cfg.Password != f.RootPassword) {
 		return nil, fmt.Errorf("etcdfake: %w", etcd.ErrAuthFailed)
 	}
-	return &client{f: f}, nil
+	return &client{f: f, anonymous: cfg.Username == ""}, nil
 }
 
 // Password is the root password etcd has now.
@@ -72,12 +77,23 @@ func (f *Cluster) Password() string {
 	return f.RootPassword
 }
 
-type client struct{ f *Cluster }
+type client struct {
+	f *Cluster
+	// anonymous: dialled with no user name.
+	anonymous bool
+}
 
-// call records a state-changing call and returns the error scripted for it.
+// refused is etcd's refusal of a client with no user while authentication is on.
+func (c *client) refused() bool { return c.anonymous && c.f.AuthEnabled }
+
+// call records a state-changing call and returns the error scripted for it. One etcd refuses
+// is not recorded: it changed nothing.
 func (c *client) call(name string) error {
 	if c.f.Unreachable || c.f.NoQuorum {
 		return ErrUnreachable
+	}
+	if c.refused() {
+		return rpctypes.ErrUserEmpty
 	}
 	c.f.Calls = append(c.f.Calls, name)
 	return c.f.Fail[name]
@@ -89,6 +105,9 @@ func (c *client) Members(context.Context) (uint64, []etcd.Member, error) {
 	if c.f.Unreachable || c.f.NoQuorum {
 		return 0, nil, ErrUnreachable
 	}
+	if c.refused() {
+		return 0, nil, fmt.Errorf("list members: %w", rpctypes.ErrUserEmpty) // as the real client says it
+	}
 	return c.f.ID, append([]etcd.Member(nil), c.f.Members...), nil
 }
 
@@ -98,6 +117,12 @@ func (c *client) Status(_ context.Context, clientURL string) (etcd.MemberStatus,
 	st, ok := c.f.Statuses[clientURL]
 	if c.f.Unreachable || !ok || c.f.busy[clientURL] {
 		return etcd.MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, ErrUnreachable)
+	}
+	if c.refused() {
+		return etcd.MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, rpctypes.ErrUserEmpty) // as the real client says it
+	}
+	if err := c.f.Fail["Status"]; err != nil {
+		return etcd.MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, err)
 	}
 	if c.f.NoQuorum && !c.f.LeaderWithoutQuorum {
 		st.LeaderID = 0 // without a quorum no leader is heard: members campaign
@@ -110,6 +135,9 @@ func (c *client) AuthEnabled(context.Context) (bool, error) {
 	defer c.f.mu.Unlock()
 	if c.f.Unreachable {
 		return false, ErrUnreachable
+	}
+	if c.refused() {
+		return false, fmt.Errorf("auth status: %w", rpctypes.ErrUserEmpty)
 	}
 	return c.f.AuthEnabled, nil
 }
