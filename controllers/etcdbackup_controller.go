@@ -252,7 +252,7 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 		URI: res.URI, SizeBytes: res.SizeBytes, SHA256: res.SHA256, Revision: res.Revision,
 		EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID, ClusterUID: types.UID(job.Annotations[resources.AnnotationClusterUID]),
 		StartTime: metav1.NewTime(res.StartTime), CompletionTime: metav1.NewTime(res.CompletionTime),
-		Keyspace: res.Keyspace,
+		Keyspace: res.Keyspace, AuthEnabled: res.AuthEnabled,
 	}
 	// What the run's Job was told to keep: runs of one EtcdBackup never overlap, so status
 	// has named no other snapshot since it was made.

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -86,5 +87,30 @@ func TestFinishedRunIsRecordedBeforeItsJobIsDeleted(t *testing.T) {
 	}
 	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(job), &batchv1.Job{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the recorded run's Job: %v, want it deleted", err)
+	}
+}
+
+// A run's record says whether etcd had authentication on when its snapshot was taken, as the
+// Job found it; a report without it (an agent before it was reported) records it unknown.
+func TestARunRecordsWhetherItsSnapshotHasAuthentication(t *testing.T) {
+	on := true
+	for name, tc := range map[string]struct {
+		reported *bool
+		want     string
+	}{"reported on": {&on, "true"}, "not reported": {nil, "unknown"}} {
+		t.Run(name, func(t *testing.T) {
+			b := &etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: "ns"}}
+			job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "once-run", Namespace: "ns"},
+				Status: batchv1.JobStatus{CompletionTime: ptrTime(time.Now())}}
+			report := agent.Report{Backup: &agent.BackupResult{URI: "pvc://backups/x.db", SHA256: "abc", Revision: 7, AuthEnabled: tc.reported}}
+			(&EtcdBackupReconciler{Now: time.Now}).record(b, job, true, report)
+			got := "unknown"
+			if a := b.Status.LastBackup; a != nil && a.AuthEnabled != nil {
+				got = fmt.Sprint(*a.AuthEnabled)
+			}
+			if got != tc.want {
+				t.Fatalf("the snapshot's record says authentication %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -169,6 +169,13 @@ type BackupArtifact struct {
 	// never restores this snapshot. Absent in records written before it was recorded.
 	// +optional
 	ClusterUID types.UID `json:"clusterUID,omitempty"`
+	// AuthEnabled says whether etcd had authentication on when the snapshot was taken, as etcd
+	// itself answered just before and just after it. A restore of the snapshot brings
+	// authentication back on, with the users and the root password of then. Absent when not
+	// known: in records written before it was recorded, or when etcd's answer changed while
+	// the snapshot was taken.
+	// +optional
+	AuthEnabled *bool `json:"authEnabled,omitempty"`
 	// StartTime of the snapshot.
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Started",xDescriptors="urn:alm:descriptor:timestamp"
 	StartTime metav1.Time `json:"startTime"`

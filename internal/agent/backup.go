@@ -55,6 +55,9 @@ type BackupResult struct {
 	ClusterID      string    `json:"clusterID"`
 	StartTime      time.Time `json:"startTime"`
 	CompletionTime time.Time `json:"completionTime"`
+	// AuthEnabled is whether etcd had authentication on while the snapshot was taken (a
+	// restore of it has it on); nil when not known (authDuring).
+	AuthEnabled *bool `json:"authEnabled,omitempty"`
 	// Keyspace is what the member held at the start of the snapshot, to check a restore of it
 	// against; nil when the member had compacted that revision away meanwhile.
 	Keyspace *etcdv1alpha1.SnapshotKeyspace `json:"keyspace,omitempty"`
@@ -90,6 +93,8 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		return BackupResult{}, err
 	}
 
+	authBefore := authStatus(ctx, cl)
+
 	pr, pw := io.Pipe()
 	streamed := make(chan etcd.SnapshotInfo, 1)
 	go func() {
@@ -103,6 +108,8 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 	if uploadErr != nil {
 		return BackupResult{}, uploadErr
 	}
+
+	auth := authDuring(authBefore, authStatus(ctx, cl))
 
 	stored, err := cfg.Destination.Verify(ctx, key)
 	if err != nil {
@@ -118,7 +125,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		URI: cfg.Destination.URI(key), SizeBytes: stored.SizeBytes, SHA256: stored.SHA256,
 		Revision: info.Revision, EtcdVersion: info.EtcdVersion,
 		Member: etcd.FormatID(info.MemberID), ClusterID: etcd.FormatID(info.ClusterID),
-		StartTime: start, CompletionTime: cfg.Now(), Keyspace: keyspace,
+		StartTime: start, CompletionTime: cfg.Now(), Keyspace: keyspace, AuthEnabled: auth,
 	}
 	result.Pruned, err = prune(ctx, cfg, key)
 	if err != nil {
@@ -143,6 +150,27 @@ func describeKeyspace(ctx context.Context, cl etcd.Client, source string, revisi
 		return nil, err
 	}
 	return &etcdv1alpha1.SnapshotKeyspace{Revision: d.Revision, HashKV: int64(d.Hash), CompactRevision: d.CompactRevision, KeyCount: d.Keys}, nil
+}
+
+// authStatus is whether etcd has authentication on, or nil when it does not say: a backup is
+// not failed for it, its snapshot is only recorded without it.
+func authStatus(ctx context.Context, cl etcd.Client) *bool {
+	enabled, err := cl.AuthEnabled(ctx)
+	if err != nil {
+		return nil
+	}
+	return &enabled
+}
+
+// authDuring is whether etcd had authentication on while the snapshot was taken, from its
+// answers just before and just after: the snapshot holds the state of a moment between the two.
+// Should they differ (authentication turned on meanwhile), or either be missing, it is not
+// known.
+func authDuring(before, after *bool) *bool {
+	if before == nil || after == nil || *before != *after {
+		return nil
+	}
+	return before
 }
 
 // The object metadata a snapshot's keyspace digest is stored under, next to the snapshot,

@@ -369,3 +369,18 @@ func TestASnapshotStoredOtherThanStreamedFailsTheRunAndIsDeleted(t *testing.T) {
 		})
 	}
 }
+
+// A backup records whether etcd had authentication on when the snapshot was taken, as etcd
+// answered: a restore of the snapshot brings it back on, and a restore into a new cluster
+// without auth is refused for it. Asked of etcd, not of the spec, which can say otherwise (auth
+// turned on with etcdctl, or not on yet while the operator waits for the cluster to be whole).
+func TestABackupRecordsWhetherAuthenticationWasOn(t *testing.T) {
+	_, _, plain := backUpCluster(t, 1, 3)
+	if plain.AuthEnabled == nil || *plain.AuthEnabled {
+		t.Errorf("a snapshot of a cluster without authentication: authEnabled %v, want false", plain.AuthEnabled)
+	}
+	_, authenticated := backUpAnAuthenticatedCluster(t)
+	if authenticated.AuthEnabled == nil || !*authenticated.AuthEnabled {
+		t.Errorf("a snapshot of a cluster with authentication on: authEnabled %v, want true", authenticated.AuthEnabled)
+	}
+}
