@@ -194,6 +194,9 @@ type snapshotSource struct {
 	// Job may fall back to, as a revision bump must reach past the highest revision seen from
 	// whichever it restores.
 	revision int64
+	// withAuth is the first of the snapshots the Job may restore (the one asked for, then its
+	// fallbacks) that a backup recorded as taken with authentication on, if any.
+	withAuth *etcdv1alpha1.BackupArtifact
 }
 
 func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (snapshotSource, error) {
@@ -228,10 +231,16 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
 		src.uri, src.etcdVersion, src.cluster, src.backup = artifact.URI, artifact.EtcdVersion, backup.Spec.ClusterName, backup.Name
 		src.revision = artifact.Revision
+		if authOn(artifact) {
+			src.withAuth = artifact
+		}
 		for _, older := range olderArtifacts(backup, artifact) {
 			if key, ok := strings.CutPrefix(older.URI, base); ok {
 				src.Fallbacks = append(src.Fallbacks, jobspec.Snapshot{Key: key, SHA256: older.SHA256})
 				src.revision = min(src.revision, older.Revision)
+				if src.withAuth == nil && authOn(older) {
+					src.withAuth = older
+				}
 			}
 		}
 	}
@@ -340,6 +349,9 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	spec := rs.Spec.Target.Cluster.DeepCopy()
 	if tooOld(spec.Version, src.etcdVersion) {
 		return nil, failed(etcdv1alpha1.ReasonVersionTooOld, "the snapshot was taken with etcd %s; target.cluster.version %s is older and cannot read it", src.etcdVersion, spec.Version)
+	}
+	if err := r.authRequired(ctx, rs, src, spec.Auth, "target.cluster has no auth", "Set target.cluster.auth.rootSecretName", "nothing was created"); err != nil {
+		return nil, err
 	}
 	if spec.Paused {
 		return nil, failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.paused: a paused cluster would never form from the restored member")
@@ -790,6 +802,19 @@ func servesAtSize(c *etcdv1alpha1.EtcdCluster) bool {
 	return meta.IsStatusConditionTrue(c.Status.Conditions, etcdv1alpha1.ConditionAvailable) && c.Status.ReadyMembers >= c.Spec.Size
 }
 
+// refusesTheOperator is the cluster's Degraded reason and message when etcd refuses the
+// operator (AuthRequired, CredentialsRejected), or "": the cluster will not serve until someone
+// acts, and says what to do, which a restore waiting on it says too rather than only count its
+// ready members.
+func refusesTheOperator(c *etcdv1alpha1.EtcdCluster) string {
+	cond := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded)
+	if cond == nil || cond.Status != metav1.ConditionTrue ||
+		(cond.Reason != etcdv1alpha1.ReasonAuthRequired && cond.Reason != etcdv1alpha1.ReasonCredentialsRejected) {
+		return ""
+	}
+	return cond.Reason + ": " + cond.Message
+}
+
 // restoreServeDeadline bounds how long a restore whose data is installed waits for its cluster
 // to serve before it says so and stops holding OLM upgrades back. It is not failed: the data
 // is the cluster's now, and the cluster reconciler goes on bringing it up.
@@ -797,8 +822,11 @@ const restoreServeDeadline = 15 * time.Minute
 
 // awaitServing reports a restore waiting, after its data was installed, for its cluster to
 // serve at its size: as progress until restoreServeDeadline, then as ClusterNotServing, with a
-// Warning event when that starts.
+// Warning event when that starts. Either says why when etcd refuses the operator.
 func (r *EtcdRestoreReconciler) awaitServing(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, progress string) ctrl.Result {
+	if refused := refusesTheOperator(c); refused != "" {
+		progress += "; " + refused
+	}
 	if rs.Status.InstallTime == nil {
 		rs.Status.InstallTime = ptrTime(r.Now())
 	}

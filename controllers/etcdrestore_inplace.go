@@ -118,6 +118,10 @@ func (r *EtcdRestoreReconciler) checkInPlaceStart(ctx context.Context, rs *etcdv
 	if tooOld(c.Spec.Version, src.etcdVersion) {
 		return ctrl.Result{}, failed(etcdv1alpha1.ReasonVersionTooOld, "the snapshot was taken with etcd %s; EtcdCluster %s runs %s, which cannot read it", src.etcdVersion, c.Name, c.Spec.Version)
 	}
+	if err := r.authRequired(ctx, rs, src, c.Spec.Auth, fmt.Sprintf("EtcdCluster %s has no spec.auth", c.Name),
+		fmt.Sprintf("Set spec.auth.rootSecretName on EtcdCluster %s", c.Name), fmt.Sprintf("EtcdCluster %s was not touched", c.Name)); err != nil {
+		return ctrl.Result{}, err
+	}
 	backups := &etcdv1alpha1.EtcdBackupList{}
 	if err := r.List(ctx, backups, client.InNamespace(rs.Namespace)); err != nil {
 		return ctrl.Result{}, err

@@ -171,9 +171,9 @@ type BackupArtifact struct {
 	ClusterUID types.UID `json:"clusterUID,omitempty"`
 	// AuthEnabled says whether etcd had authentication on when the snapshot was taken, as etcd
 	// itself answered just before and just after it. A restore of the snapshot brings
-	// authentication back on, with the users and the root password of then. Absent when not
-	// known: in records written before it was recorded, or when etcd's answer changed while
-	// the snapshot was taken.
+	// authentication back on, with the users and the root password of then: a restore of it
+	// into a cluster without auth is refused. Absent when not known: in records written before
+	// it was recorded, or when etcd's answer changed while the snapshot was taken.
 	// +optional
 	AuthEnabled *bool `json:"authEnabled,omitempty"`
 	// StartTime of the snapshot.

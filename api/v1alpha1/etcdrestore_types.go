@@ -119,6 +119,10 @@ type RestoreTarget struct {
 	// Cluster is the spec of the new EtcdCluster (New mode). Its version must be at least
 	// the version the snapshot was taken with, and it can be neither paused nor ephemeral: the
 	// restored data is prepared on the first member's claim, and the cluster forms from it.
+	// A snapshot its EtcdBackup recorded as taken with authentication on (authEnabled) needs
+	// auth here, its Secret holding root's password of the snapshot's time (any password
+	// when the operator kept that one for the backed-up cluster): the restored etcd refuses
+	// every client without a user, and the restore is refused without it.
 	// +optional
 	Cluster *EtcdClusterSpec `json:"cluster,omitempty"`
 }
