@@ -152,6 +152,10 @@ func (m *matrixCell) clusterSpec(t *testing.T, name string, cfg matrix.Config) *
 		Spec: etcdv1alpha1.EtcdClusterSpec{
 			Size: int32(size), Version: version,
 			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("256Mi"))},
+			// Small requests, so that the cells' members fit the node's CPU beside each other.
+			PodTemplate: etcdv1alpha1.PodTemplate{Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			}},
 		},
 	}
 	switch cfg[matrix.TLS] {
@@ -531,8 +535,9 @@ func (m *matrixCell) putWith(c *etcdv1alpha1.EtcdCluster, password string) error
 	if err != nil {
 		return err
 	}
+	// With TLS, the members ask for a client certificate; with a user and password as well,
+	// etcd takes the password.
 	a.user, a.password = "root", password
-	a.tls = withoutClientCertificate(a.tls) // or the certificate's name, root, would do
 	cl := a.client()
 	if cl == nil {
 		return fmt.Errorf("no client")
@@ -641,17 +646,6 @@ func (a etcdAccess) client() *clientv3.Client {
 			return (&net.Dialer{}).DialContext(ctx, "tcp", a.addr)
 		})},
 	})
-}
-
-// withoutClientCertificate is cfg presenting no client certificate: a TLS cluster's members ask
-// for one but, with authentication on, take a user and password instead.
-func withoutClientCertificate(cfg *tls.Config) *tls.Config {
-	if cfg == nil {
-		return nil
-	}
-	cfg = cfg.Clone()
-	cfg.Certificates = nil
-	return cfg
 }
 
 // memberKeyspacesDiffer says how the members' keyspaces differ, or "" (etcdtest.KeyspacesDiffer),
