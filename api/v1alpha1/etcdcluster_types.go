@@ -194,7 +194,7 @@ type PodTemplate struct {
 	// term under requiredDuringSchedulingIgnoredDuringExecution. An image of other platforms
 	// (spec.repository) needs a nodeAffinity of its own. The operator's Jobs for the cluster
 	// (backups, their verification, restores, quorum-loss recovery) take the nodeAffinity set
-	// here, narrowed to nodes of those platforms (their agent runs the operator's image, built
+	// here, narrowed to nodes of those platforms (they run the operator's own image, built
 	// for them only): one that allows no such node leaves them Pending. They never take
 	// podAffinity or podAntiAffinity. As every podTemplate change, a change here restarts the
 	// members one at a time.
