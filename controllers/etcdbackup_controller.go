@@ -90,8 +90,9 @@ func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return result, err
 }
 
-// reconcileRuns records the finished runs, then cleans up after them, then starts the run that
-// is due. before is the status as last written; it is updated when status is written early.
+// reconcileRuns records the finished runs, then cleans up after them, then follows the
+// verification, then starts the run that is due. before is the status as last written; it is
+// updated when status is written early.
 func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) (ctrl.Result, error) {
 	// The story the events summarise, step by step: kubectl logs with LOG_LEVEL=debug.
 	log := ctrl.LoggerFrom(ctx).V(1).WithValues("backup", b.Name)
@@ -119,10 +120,23 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 			// gofail: var backupFinishedJobDeleted struct{}
 		}
 	}
-	if err := r.reconcileVerification(ctx, b, before); err != nil {
+	verifyRecheck, err := r.reconcileVerification(ctx, b, before)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if active := activeJob(jobs, finished); active != nil {
+	result, err := r.followOrStartRun(ctx, b, activeJob(jobs, finished), recheck)
+	if err == nil {
+		// A verify pod late to start, or waiting for an image, wakes nothing.
+		result.RequeueAfter = sooner(result.RequeueAfter, verifyRecheck)
+	}
+	return result, err
+}
+
+// followOrStartRun reports the active run, if any; else waits for a finished Job's report
+// (recheck), or for the next run, or starts the run that is due.
+func (r *EtcdBackupReconciler) followOrStartRun(ctx context.Context, b *etcdv1alpha1.EtcdBackup, active *batchv1.Job, recheck time.Duration) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx).V(1).WithValues("backup", b.Name)
+	if active != nil {
 		b.Status.ActiveJob, b.Status.Phase = active.Name, etcdv1alpha1.BackupRunning
 		setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionUnknown, etcdv1alpha1.ReasonRunning, "Job %s is taking a snapshot", active.Name)
 		log.Info("step", "action", "WaitForRun", "job", active.Name, "reason", etcdv1alpha1.ReasonRunning)

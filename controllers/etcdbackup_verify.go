@@ -23,55 +23,57 @@ import (
 // reconcileVerification records the verify Jobs that finished, then starts the one spec.verify
 // asks for, if any: observe (the verify Jobs), decide (snapshotToVerify), act (one Job at a
 // time), report (the snapshot's verification, status.lastVerified, the Verified condition and
-// an event). Verifying never touches the destination nor the cluster.
-func (r *EtcdBackupReconciler) reconcileVerification(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) error {
+// an event). Verifying never touches the destination nor the cluster. It returns how soon to
+// look again at a running Job whose pod may yet be late to start, which nothing else wakes.
+func (r *EtcdBackupReconciler) reconcileVerification(ctx context.Context, b, before *etcdv1alpha1.EtcdBackup) (time.Duration, error) {
 	log := ctrl.LoggerFrom(ctx).V(1).WithValues("backup", b.Name)
 	jobs, err := r.verifyJobs(ctx, b)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var finished []*batchv1.Job
 	var running *batchv1.Job
+	var recheck time.Duration
 	for i := range jobs {
 		job := &jobs[i]
-		outcome, done, err := r.verificationOutcome(ctx, job)
+		outcome, wait, err := r.verificationOutcome(ctx, job)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if !done {
-			running = job
+		if outcome == nil {
+			running, recheck = job, sooner(recheck, wait)
 			continue
 		}
-		r.recordVerification(b, outcome)
+		r.recordVerification(b, *outcome)
 		log.Info("step", "action", "RecordVerification", "job", job.Name, "snapshot", outcome.URI, "result", outcome.Result)
 		finished = append(finished, job)
 	}
 	if len(finished) > 0 {
 		// Record, then clean up: until status holds the outcome, the Job is its only record.
 		if err := writeStatusNow(ctx, r.Client, b, before, backupStatus); err != nil {
-			return err
+			return 0, err
 		}
 		b.DeepCopyInto(before)
 		for _, job := range finished {
 			if err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("delete finished verify Job %s: %w", job.Name, err)
+				return 0, fmt.Errorf("delete finished verify Job %s: %w", job.Name, err)
 			}
 		}
 	}
 	if running != nil {
-		return nil
+		return recheck, nil
 	}
 	run := snapshotToVerify(b)
 	if run == nil || r.AgentImage == "" {
-		return nil
+		return 0, nil
 	}
 	cluster := &etcdv1alpha1.EtcdCluster{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.ClusterName}, cluster); err != nil {
 		// The cluster's version names the etcdutl to restore with; without it, wait for it.
-		return client.IgnoreNotFound(err)
+		return 0, client.IgnoreNotFound(err)
 	}
 	log.Info("step", "action", "StartVerification", "run", run.Job, "snapshot", run.Artifact.URI, "reason", "spec.verify selects this run's snapshot")
-	return r.startVerification(ctx, b, cluster, run)
+	return 0, r.startVerification(ctx, b, cluster, run)
 }
 
 // snapshotToVerify is the completed run whose snapshot spec.verify asks to verify now, or nil:
@@ -144,23 +146,24 @@ func snapshotKey(dest etcdv1alpha1.StorageLocation, uri string) (string, bool) {
 }
 
 // verificationOutcome reads what a verify Job found, once it has finished (or its pod did not
-// start in time): Verified, Failed (the snapshot does not restore, or not to what was
-// recorded) or NotRun (the Job could not check it).
-func (r *EtcdBackupReconciler) verificationOutcome(ctx context.Context, job *batchv1.Job) (etcdv1alpha1.SnapshotVerification, bool, error) {
-	out := etcdv1alpha1.SnapshotVerification{URI: job.Annotations[resources.AnnotationSnapshotURI], Time: metav1.NewTime(r.Now())}
+// get going in time, jobNotStarting): Verified, Failed (the snapshot does not restore, or not
+// to what was recorded) or NotRun (the Job could not check it). While the Job runs there is
+// none, and it says how soon to look again if its pod may yet be late.
+func (r *EtcdBackupReconciler) verificationOutcome(ctx context.Context, job *batchv1.Job) (*etcdv1alpha1.SnapshotVerification, time.Duration, error) {
+	out := &etcdv1alpha1.SnapshotVerification{URI: job.Annotations[resources.AnnotationSnapshotURI], Time: metav1.NewTime(r.Now())}
 	succeeded, finished := jobOutcome(job)
 	if !finished {
-		notStarting, _, err := jobNotStarting(ctx, r.Client, job, r.Now())
+		notStarting, wait, err := jobNotStarting(ctx, r.Client, job, r.Now())
 		if err != nil || notStarting == "" {
-			return out, false, err
+			return nil, wait, err
 		}
 		out.Result, out.Message = etcdv1alpha1.SnapshotNotVerified, notStarting
-		return out, true, nil
+		return out, 0, nil
 	}
 	out.Time = metav1.NewTime(jobFinishTime(job))
 	terminated, err := lastPodTerminations(ctx, r.Client, job)
 	if err != nil {
-		return out, false, err
+		return nil, 0, err
 	}
 	if restore, ok := terminated[resources.VerifyEtcdutlContainer]; ok {
 		if check, ok := terminated[resources.VerifyContainer]; ok {
@@ -197,7 +200,7 @@ func (r *EtcdBackupReconciler) verificationOutcome(ctx context.Context, job *bat
 	default:
 		out.Result, out.Message = etcdv1alpha1.SnapshotNotVerified, failureMessage(job, succeeded, agent.Report{})
 	}
-	return out, true, nil
+	return out, 0, nil
 }
 
 func verifiedMessage(v agent.VerifyResult) string {

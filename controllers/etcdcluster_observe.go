@@ -243,12 +243,14 @@ func (obs *observation) podTrouble(name string) string {
 	return ""
 }
 
+// imagePullReasons are the waiting reasons of a container whose image the kubelet cannot pull.
+var imagePullReasons = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+
 // waitingReasonsThatStick are container waiting reasons that do not resolve by themselves:
 // the member will not run until someone changes something.
-var waitingReasonsThatStick = []string{
-	"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+var waitingReasonsThatStick = slices.Concat(imagePullReasons, []string{
 	"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff",
-}
+})
 
 // podProblem says why a member's pod cannot run, from what the scheduler and the kubelet
 // recorded on it, or "" when nothing is known to be wrong. claim is the member's claim, when

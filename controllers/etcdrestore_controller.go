@@ -34,7 +34,8 @@ import (
 // forming, prepares every first member's data from the same snapshot with a Job each (the agent
 // fetches and checks the snapshot, the target etcd image's etcdutl restores it as that member
 // of a cluster of them all), then lets the cluster form from them at once, as etcd's recovery
-// guide restores a cluster.
+// guide restores a cluster. A snapshot on a claim is prepared for the seed member alone, and
+// the cluster grows from it (preparesSeedAlone).
 type EtcdRestoreReconciler struct {
 	client.Client
 	// APIReader reads what the cache does not hold: the user's Secrets a source names, and
@@ -386,14 +387,15 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 // prepareMembers has every first member's data written from the snapshot and lets the cluster
 // form from them, all at once: by the members' own pods before etcd starts, when they can
 // (memberPodsRestore), so the cluster forms at once; else by a Job each, and the cluster forms
-// once they all have.
+// once they all have. The first members are those restoreMembers plans: the seed alone for a
+// snapshot on a claim, and the cluster grows from it.
 func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
 	seed, err := r.seedClaim(ctx, rs, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	members := membersPlanned(rs, c, seed)
+	members := membersPlanned(rs, c, seed, src)
 	inPods, err := r.memberPodsRestore(ctx, rs, c, seed, members, src)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -431,10 +433,7 @@ func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1al
 		return ctrl.Result{}, fmt.Errorf("let EtcdCluster %s form: %w", c.Name, err)
 	}
 	// gofail: var restoreSeedReleased struct{}
-	grows := ""
-	if len(members) < int(c.Spec.Size) {
-		grows = fmt.Sprintf(" and grows to %d", c.Spec.Size)
-	}
+	grows := growsTo(c, members)
 	if inPods != nil {
 		setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
 			"members %s restore %s in their own pods; the cluster forms from them%s", strings.Join(members, ", "), src.uri, grows)
@@ -449,23 +448,50 @@ func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1al
 // Job of its own: those of the plan on the seed's claim once it exists, so that every reconcile
 // prepares the same ones (and a restore begun by an operator that prepared the seed alone,
 // letting the others join as learners, goes on that way); else spec.size of them, as etcd's
-// recovery guide restores every member of a cluster from the same snapshot.
-func (r *EtcdRestoreReconciler) restoreMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) ([]string, error) {
+// recovery guide restores every member of a cluster from the same snapshot, or the seed alone
+// for a snapshot on a claim (preparesSeedAlone).
+func (r *EtcdRestoreReconciler) restoreMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, src snapshotSource) ([]string, error) {
 	seed, err := r.seedClaim(ctx, rs, c)
 	if err != nil {
 		return nil, err
 	}
-	return membersPlanned(rs, c, seed), nil
+	return membersPlanned(rs, c, seed, src), nil
 }
 
 // membersPlanned are restoreMembers given the seed's claim, nil if it has none yet.
-func membersPlanned(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed *corev1.PersistentVolumeClaim) []string {
+func membersPlanned(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, seed *corev1.PersistentVolumeClaim, src snapshotSource) []string {
 	if seed != nil {
 		if planned := resources.MembersOfInitialCluster(seed.Annotations[resources.AnnotationInitialCluster]); len(planned) > 0 {
 			return planned
 		}
 	}
+	if preparesSeedAlone(src) {
+		return []string{resources.SeedMemberName(c.Name, string(rs.UID))}
+	}
 	return resources.RestoreMemberNames(c.Name, string(rs.UID), int(max(c.Spec.Size, 1)))
+}
+
+// preparesSeedAlone says whether a restore of src prepares the seed member alone, a cluster of
+// one that the cluster's own learner-first scale-up grows to its size, rather than every first
+// member at once. A snapshot on a claim: every member's Job would mount that one
+// ReadWriteOnce claim. On a node-local volume (local-path, the usual) it lives on one node, so
+// every Job would run there, and every member's new claim, whose first consumer the Job is
+// (WaitForFirstConsumer), would be bound there too: all the members on one node, unschedulable
+// under a required anti-affinity and spread over nothing otherwise; on a network volume the
+// Jobs would fail to attach it beside each other. The seed alone mounts it; the others receive
+// the data from the seed as learners, on nodes of their own. A snapshot in S3 is read from
+// anywhere: every member is prepared from it at once.
+func preparesSeedAlone(src snapshotSource) bool {
+	return src.Storage.PVC != nil
+}
+
+// growsTo is what a status message adds when the cluster forms from fewer members than its
+// size: the others join it as learners.
+func growsTo(c *etcdv1alpha1.EtcdCluster, members []string) string {
+	if len(members) < int(c.Spec.Size) {
+		return fmt.Sprintf(" and grows to %d", c.Spec.Size)
+	}
+	return ""
 }
 
 // runRestoreJobs runs the Jobs that prepare members' data, one per member, and once every one

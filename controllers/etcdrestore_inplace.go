@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,12 +23,14 @@ import (
 //
 //  1. stage: a claim per new member, not yet the cluster's, is filled from the snapshot by a
 //     restore Job each and verified (sha256, etcdutl), all as members of one cluster of them,
-//     while the old cluster serves on untouched;
+//     while the old cluster serves on untouched; for a snapshot on a claim, the seed's claim
+//     alone (preparesSeedAlone);
 //  2. cut over: the claims become the cluster's and the cluster is told to restore from them —
 //     its reconciler stops every old member (clients see it unavailable, never inconsistent)
 //     and starts the restored members together (membership.restoreInPlace);
-//  3. once the restored members serve, the old members' claims go; the restore completes when
-//     the cluster is Available at its size with every member holding the same keyspace.
+//  3. once the restored members serve, the old members' claims go, and any members the spec
+//     asks for beyond the restored ones join as learners; the restore completes when the
+//     cluster is Available at its size with every member holding the same keyspace.
 //
 // A failure before the cut-over leaves the cluster as it was. After it, the old members'
 // claims stay until the restored members serve; docs/concepts.md says how to go back.
@@ -65,7 +68,7 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 		}
 	}
 
-	members, err := r.restoreMembers(ctx, rs, c)
+	members, err := r.restoreMembers(ctx, rs, c, src)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -162,7 +165,7 @@ func (r *EtcdRestoreReconciler) cutOver(ctx context.Context, rs *etcdv1alpha1.Et
 	}
 	// gofail: var restoreCutOverStarted struct{}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
-		"EtcdCluster %s is stopping its members to restart from the restored data of members %s", c.Name, strings.Join(members, ", "))
+		"EtcdCluster %s is stopping its members; it restarts from the restored data of members %s%s", c.Name, strings.Join(members, ", "), growsTo(c, members))
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "CutOver", "Restore", "EtcdCluster %s stops its members %v and restarts from the snapshot", c.Name, rs.Status.Replaced.Members)
 	return r.giveClaims(ctx, c, members)
 }
@@ -195,7 +198,7 @@ func (r *EtcdRestoreReconciler) giveClaims(ctx context.Context, c *etcdv1alpha1.
 // size; cleanUp releases the cluster once that is recorded.
 func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (ctrl.Result, error) {
 	rs.Status.Phase = etcdv1alpha1.RestoreRestoring
-	members, err := r.restoreMembers(ctx, rs, c)
+	members, err := r.cutOverMembers(ctx, rs, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -212,4 +215,22 @@ func (r *EtcdRestoreReconciler) awaitRestoredInPlace(ctx context.Context, rs *et
 	}
 	r.complete(rs, c, ", in place under its own name and Services"+agreed) // cleanUp then releases the cluster
 	return ctrl.Result{}, nil
+}
+
+// cutOverMembers are the members a restore cut the cluster over to, as the cluster's reconciler
+// takes them (membership.restoredMembers): those the seed's claim plans, the seed among them;
+// else the seed alone. The claim, staged before the cut-over, decides: not the source, which a
+// restore deleted during its cut-over may no longer resolve.
+func (r *EtcdRestoreReconciler) cutOverMembers(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) ([]string, error) {
+	pvc, err := r.seedClaim(ctx, rs, c)
+	if err != nil {
+		return nil, err
+	}
+	seed := resources.SeedMemberName(c.Name, string(rs.UID))
+	if pvc != nil {
+		if planned := resources.MembersOfInitialCluster(pvc.Annotations[resources.AnnotationInitialCluster]); slices.Contains(planned, seed) {
+			return planned, nil
+		}
+	}
+	return []string{seed}, nil
 }

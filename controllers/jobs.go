@@ -73,26 +73,65 @@ func jobFinishTime(job *batchv1.Job) time.Time {
 // upgrades back until the Job's own two-hour deadline.
 const agentStartDeadline = 10 * time.Minute
 
-// jobNotStarting says why an unfinished Job's newest pod (or, before it has one, the Job) has
-// not started running within agentStartDeadline of its creation, or, while it still may, how
-// soon to look again. A pod that runs and fails is the Job's retries' business, not this.
+// jobNotStarting says why an unfinished Job has not got going within agentStartDeadline: its
+// newest pod (or, before it has one, the Job) has not started running since it was made, or a
+// container of that pod has waited that long for its image. A pod that has started may still
+// wait for one: a restore or verify pod runs the cluster's etcd image only after the agent's
+// fetch. While either may still come right, it says how soon to look again. A pod that runs and
+// fails is the Job's retries' business, not this.
 func jobNotStarting(ctx context.Context, c client.Client, job *batchv1.Job, now time.Time) (string, time.Duration, error) {
 	pods, err := jobPods(ctx, c, job)
 	if err != nil {
 		return "", 0, err
 	}
-	since, why := job.CreationTimestamp.Time, "the Job created no pod"
+	since, why := job.CreationTimestamp.Time, fmt.Sprintf("Job %s did not start running within %s: the Job created no pod", job.Name, agentStartDeadline)
 	if len(pods) > 0 {
 		newest := &pods[len(pods)-1]
-		if podStarted(newest) {
+		pull, waitingSince := imagePullFailure(newest)
+		switch {
+		case pull != "":
+			since, why = waitingSince, fmt.Sprintf("Job %s: %s for %s; check that the image exists and, for a private repository, "+
+				"that the EtcdCluster's spec.podTemplate.imagePullSecrets names its pull secret", job.Name, pull, agentStartDeadline)
+		case podStarted(newest):
 			return "", 0, nil
+		default:
+			since, why = newest.CreationTimestamp.Time, fmt.Sprintf("Job %s did not start running within %s: %s", job.Name, agentStartDeadline, podPendingReason(newest))
 		}
-		since, why = newest.CreationTimestamp.Time, podPendingReason(newest)
 	}
 	if left := agentStartDeadline - now.Sub(since); left > 0 {
 		return "", left, nil
 	}
-	return fmt.Sprintf("Job %s did not start running within %s: %s", job.Name, agentStartDeadline, why), 0, nil
+	return why, 0, nil
+}
+
+// imagePullFailure names the container of pod whose image cannot be pulled, the image and the
+// kubelet's reason, and says since when it has waited for it: since the last of the pod's
+// containers started or ended, or else since the pod was made, as the kubelet starts each init
+// container when the one before has ended, and the containers once all have.
+func imagePullFailure(pod *corev1.Pod) (string, time.Time) {
+	statuses := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses)
+	for _, st := range statuses {
+		if w := st.State.Waiting; w != nil && slices.Contains(imagePullReasons, w.Reason) {
+			return fmt.Sprintf("container %s of pod %s could not pull image %q (%s: %s)", st.Name, pod.Name, st.Image, w.Reason, w.Message),
+				lastContainerChange(pod, statuses)
+		}
+	}
+	return "", time.Time{}
+}
+
+// lastContainerChange is when the last of the pod's containers started or ended, or, before
+// any did, when the pod was made.
+func lastContainerChange(pod *corev1.Pod, statuses []corev1.ContainerStatus) time.Time {
+	last := pod.CreationTimestamp.Time
+	for _, st := range statuses {
+		if r := st.State.Running; r != nil && r.StartedAt.After(last) {
+			last = r.StartedAt.Time
+		}
+		if t := st.State.Terminated; t != nil && t.FinishedAt.After(last) {
+			last = t.FinishedAt.Time
+		}
+	}
+	return last
 }
 
 // podStarted: a container of the pod (an init container included) runs or has run.

@@ -237,6 +237,15 @@ test-partition: cluster-deploy ## Not in CI: the split-brain tests, members cut 
 	$(CLUSTER_E2E_ENV) E2E_PARTITION=1 E2E_SECOND_NODE=$(CLUSTER_NODE2_NAME) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^(TestALostNodesMembersComeBackAfterTheForce|TestALostNodesMembersStayDownWhileTheSurvivorRestarts)$$' ./test/e2e/; \
 		status=$$?; $(CLUSTER_ENV) hack/cluster/second-node.sh down; exit $$status
 
+.PHONY: test-matrix
+# MATRIX: covering (every operation on every value of every option), pairs (every pair of
+# option values, each cluster through every operation that applies to it) or full (the product).
+MATRIX ?= pairs
+MATRIX_PARALLEL ?= 3
+test-matrix: cluster-deploy ## Not in CI: the day-two matrix (test/matrix): with MATRIX=pairs (the default) every pair of option values, each cluster taken through every operation that applies to it; MATRIX_CELLS=<regexp> picks cells.
+	$(CLUSTER_E2E_ENV) E2E_MATRIX=$(MATRIX) E2E_MATRIX_CELLS='$(MATRIX_CELLS)' go test -tags e2e -count=1 -v -timeout 240m -parallel $(MATRIX_PARALLEL) \
+		-run '^TestMatrix$$' ./test/e2e/
+
 .PHONY: test-e2e-extended
 test-e2e-extended: cluster-deploy ## Not in CI: the e2e cases that take a path a CI case takes too (the plain forced recovery of 3 and of 5 members), ~6 min.
 	$(CLUSTER_E2E_ENV) E2E_EXTENDED=1 go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) \

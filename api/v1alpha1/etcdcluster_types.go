@@ -192,17 +192,25 @@ type PodTemplate struct {
 	// of the cluster, by kubernetes.io/hostname, so that members still schedule when nodes are
 	// fewer than members. To require one member per node, set podAntiAffinity with the same
 	// term under requiredDuringSchedulingIgnoredDuringExecution. An image of other platforms
-	// (spec.repository) needs a nodeAffinity of its own. As every podTemplate change, a change
-	// here restarts the members one at a time.
+	// (spec.repository) needs a nodeAffinity of its own. The operator's Jobs for the cluster
+	// (backups, their verification, restores, quorum-loss recovery) take the nodeAffinity set
+	// here, narrowed to nodes of those platforms (they run the operator's own image, built
+	// for them only): one that allows no such node leaves them Pending. They never take
+	// podAffinity or podAntiAffinity. As every podTemplate change, a change here restarts the
+	// members one at a time.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 
-	// Tolerations of the member pods.
+	// Tolerations of the member pods, and of the operator's Jobs for the cluster (backups, their
+	// verification, restores, quorum-loss recovery), so that a node pool tainted for etcd takes
+	// them too.
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// NodeSelector of the member pods.
+	// NodeSelector of the member pods, and of the operator's Jobs for the cluster (backups, their
+	// verification, restores, quorum-loss recovery): a restore Job is the first to use a new
+	// member's claim, so the volume is made where the member can run.
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
 
@@ -215,12 +223,15 @@ type PodTemplate struct {
 	// +optional
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
 
-	// PriorityClassName of the member pods. A control-plane etcd deserves a high one.
+	// PriorityClassName of the member pods, and of the Jobs that stand in for them while the
+	// cluster is restored or recovers a lost quorum. Backup and verification Jobs keep the
+	// default priority. A control-plane etcd deserves a high one.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 
-	// ImagePullSecrets for a private etcd image repository.
+	// ImagePullSecrets for a private etcd image repository, given to the member pods and to
+	// every Job of the operator's for the cluster: restores and verification run the etcd image.
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`

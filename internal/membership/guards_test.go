@@ -151,6 +151,9 @@ func TestQuorumLossReasonNamesOnlyWhatHappened(t *testing.T) {
 			[]string{"(the pods of members b, c have found no node for 10m0s (spec.quorumLossRecovery.after): their volumes' nodes may be gone)"}},
 		{"both", lostFor(lostQuorum(abc, survivor("a", 100), unscheduledFor(10*time.Minute, survivor("c", 0)))),
 			[]string{"(members b lost their data; the pods of members c have found no node"}},
+		{"a claim being deleted, its pod gone", lostFor(lostQuorum(abc, survivor("a", 100),
+			with(noPod(survivor("b", 0)), func(m *Member) { m.PVCExists, m.PVCDeleting = false, true }))),
+			[]string{"(members c lost their data; the claims of members b are being deleted)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := Next(tc.observed)

@@ -112,6 +112,9 @@ func recoverQuorum(o Observed) (Step, bool) {
 	if step, ok := survivorPending(o, chosen, lostWhat); ok {
 		return step, true
 	}
+	if step, ok := learnerAhead(o, best, lostWhat); ok && o.Recovery.From == "" {
+		return step, true
+	}
 	if o.Recovery.From != "" {
 		// The user's choice needs no raft index: it is how a cluster whose members cannot
 		// be asked (password authentication needs a quorum) is recovered.
@@ -139,6 +142,34 @@ func recoverQuorum(o Observed) (Step, bool) {
 	}
 	return Step{Action: BeginRecovery, Member: best, Operation: OpRecoveringQuorum,
 		Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest"}, true
+}
+
+// learnerAhead holds a recovery from best while a learner of the last membership answers with a
+// log further than best's (or best's is not known): it may hold acknowledged writes that no
+// voter whose data survives has, and a learner cannot be recovered from (it has no vote to
+// form a cluster with). Recovering from best loses those writes: only a person may choose it,
+// by naming best.
+func learnerAhead(o Observed, best, lostWhat string) (Step, bool) {
+	byName := index(o.Members)
+	bestIndex := byName[best].RaftIndex
+	var ahead []string
+	var furthest uint64
+	for _, name := range o.LastMembers {
+		m := byName[name]
+		if slices.Contains(o.LastVoters, name) || !m.Answering || m.RaftIndex <= bestIndex {
+			continue
+		}
+		ahead = append(ahead, name)
+		furthest = max(furthest, m.RaftIndex)
+	}
+	if len(ahead) == 0 {
+		return Step{}, false
+	}
+	return Step{Action: Wait, Member: best, Members: ahead, Operation: OpQuorumLost,
+		Reason: "quorum is lost for good (" + lostWhat + "); learners " + strings.Join(ahead, ", ") + " answer with logs reaching " + strconv.FormatUint(furthest, 10) +
+			", further than member " + best + "'s (" + strconv.FormatUint(bestIndex, 10) + ", 0 if not known), the furthest of the voters whose data survives: " +
+			"they may hold acknowledged writes no surviving voter has, and a learner cannot be recovered from. " +
+			"To recover from member " + best + ", losing those writes, annotate the EtcdCluster with " + etcdv1alpha1.AnnotationRecoverFrom + "=" + best}, true
 }
 
 // mayBeServingElsewhere holds a recovery while etcd may still be serving where the operator
@@ -303,17 +334,18 @@ func (f Fates) candidates() []string { return slices.Concat(f.Survivors, f.Forsa
 // countedLost are the members a recovery does without on evidence: lost and stranded.
 func (f Fates) countedLost() []string { return slices.Concat(f.Lost, f.Stranded) }
 
-// DoneWithout are the members a recovery from member does without: every last voter but
-// member (every one, from a backup). A survivor not chosen is done without too: its pod is
-// stopped before the force like the others', and its claim kept, as it may hold writes the
-// chosen one lacks (the user may name a survivor whose log is shorter).
+// DoneWithout are the members a recovery from member does without: every last member but
+// member (every one, from a backup), learners included. A survivor not chosen is done without
+// too: its pod is stopped before the force like the others', and its claim kept, as it may hold
+// writes the chosen one lacks (the user may name a survivor whose log is shorter); so is a
+// learner, whose log may reach further than any surviving voter's.
 //
 // earlier are the members done without by the recovery whose record this one replaces: those
 // whose claims are still the cluster's stay done without (their claims kept, their pods never
 // made again), as they may hold writes the new survivor lacks; those whose claims are gone, or
 // were released, have nothing left to keep and are not lost again.
 func DoneWithout(o Observed, member string, earlier []string) []string {
-	lost := slices.DeleteFunc(slices.Clone(o.LastVoters), func(name string) bool { return name == member })
+	lost := slices.DeleteFunc(slices.Clone(o.LastMembers), func(name string) bool { return name == member })
 	byName := index(o.Members)
 	for _, name := range earlier {
 		m, seen := byName[name]
@@ -438,8 +470,13 @@ func continueRecovery(o Observed) (Step, bool) {
 	}
 	// Members it does without whose data survives (a survivor not chosen) are fenced, not
 	// waited for: the others hold every step while they answer.
+	// Learners are not counted lost: one that answers is fenced too, unless its log reaches
+	// further (furtherLogAnswers).
 	f := VotersByFate(o)
-	if step, ok := lostMemberAnswered(o, slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool { return slices.Contains(f.Survivors, name) })); ok {
+	countedLost := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
+		return slices.Contains(f.Survivors, name) || !slices.Contains(o.LastVoters, name)
+	})
+	if step, ok := lostMemberAnswered(o, countedLost); ok {
 		step.Operation = OpRecoveringQuorum
 		return step, true
 	}

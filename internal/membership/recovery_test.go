@@ -31,6 +31,14 @@ func nodeLostFor(d time.Duration, m Member) Member {
 	return m
 }
 
+// withLearner adds a learner of the last membership, running on its claim and answering with
+// raftIndex.
+func withLearner(name string, raftIndex uint64, o Observed) Observed {
+	o.Members = append(o.Members, Member{Name: name, IsLearner: true, PodExists: true, PVCExists: true, RaftIndex: raftIndex, Answering: true, PodVersion: "3.6.16"})
+	o.LastMembers = append(slices.Clone(o.LastMembers), name)
+	return o
+}
+
 // survivor runs on its claim but, without a quorum, only reports its own raft index (0: it does
 // not answer).
 func survivor(name string, raftIndex uint64) Member {
@@ -127,6 +135,44 @@ func TestQuorumLostForGood(t *testing.T) {
 				return o
 			}(),
 			Step{Action: AbandonRecovery, Member: "a", Unforced: true, Operation: OpQuorumLost}, "has found no node for 10m0s: it never ran"},
+		{"a learner answering with a log further than every surviving voter's holds the recovery: only a person may give its writes up",
+			withLearner("d", 150, lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100))))),
+			Step{Action: Wait, Member: "a", Members: []string{"d"}, Operation: OpQuorumLost},
+			"learners d answer with logs reaching 150, further than member a's (100, 0 if not known), the furthest of the voters whose data survives: they may hold acknowledged writes no surviving voter has, and a learner cannot be recovered from. To recover from member a, losing those writes, annotate the EtcdCluster with " + etcdv1alpha1.AnnotationRecoverFrom + "=a"},
+		{"the person names the survivor: recovered from it, the learner done without",
+			from("a", withLearner("d", 150, lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100)))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "as annotated"},
+		{"a learner whose log is no further holds nothing",
+			withLearner("d", 100, lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100))))),
+			Step{Action: BeginRecovery, Member: "a", Operation: OpRecoveringQuorum}, "whose log reaches furthest"},
+		{"under way, a learner done without that answers behind the survivor is fenced, not waited for",
+			func() Observed {
+				o := doneWithout([]string{"b", "c", "d"}, preserved("a", withLearner("d", 90, automatic(lostQuorum(abc, noPod(survivor("a", 0)))))))
+				o.Recovery.UnderwayIndex = 100
+				return o
+			}(),
+			Step{Action: FenceMembers, Members: []string{"d"}, Operation: OpRecoveringQuorum}, ""},
+		{"under way, a learner done without that answers further gives a recovery not yet forced up",
+			func() Observed {
+				o := doneWithout([]string{"b", "c", "d"}, preserved("a", withLearner("d", 150, automatic(lostQuorum(abc, noPod(survivor("a", 0)))))))
+				o.Recovery.UnderwayIndex = 100
+				return o
+			}(),
+			Step{Action: AbandonRecovery, Member: "a", Operation: OpQuorumLost}, "member d, which the recovery under way does without, answers with its log at 150"},
+		{"a member counted lost whose pod still runs on its claim being deleted, and answers, holds the recovery",
+			lostFor(10*time.Minute, automatic(lostQuorum(abc, survivor("a", 100),
+				with(answering(survivor("b", 120)), func(m *Member) { m.PVCExists, m.PVCDeleting = false, true })))),
+			Step{Action: Wait, Members: []string{"b"}, Operation: OpQuorumLost}, "member b answered its status call (raft index 120), its claim being deleted while its pod runs on it"},
+		{"a forced member whose node stopped answering may serve there alone: nothing else is recovered until it is declared lost",
+			func() Observed {
+				o := lostFor(10*time.Minute, doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc,
+					with(nodeLostFor(time.Minute, survivor("a", 0)), func(m *Member) { m.ForcedNewCluster = true }))))))
+				o.Recovery.Forced = true
+				return o
+			}(),
+			Step{Action: Wait, Member: "a", Operation: OpRecoveringQuorum}, "stopped answering after it was forced: it may serve there as a cluster of its own, so no other member is recovered from. " +
+				"Once you have checked that its machine is down, declare it lost to recover from another: annotate the EtcdCluster with " +
+				etcdv1alpha1.AnnotationLostMembers + "=a"},
 		{"the underway member declared lost, silent: given up",
 			doneWithout([]string{"b", "c"}, preserved("a", automatic(lostQuorum(abc, declaredLost(noPod(survivor("a", 0))))))),
 			Step{Action: AbandonRecovery, Member: "a", Operation: OpQuorumLost}, "was declared lost"},

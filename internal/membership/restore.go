@@ -49,8 +49,8 @@ func restoreInPlace(o Observed) (Step, bool) {
 }
 
 // restoredMembers are the members whose claims hold the restored data: those the seed's claim
-// plans, the seed always among them (a restore by an earlier operator restored the seed alone,
-// and the others joined as learners).
+// plans, the seed always among them (a restore of a snapshot on a claim, or one by an earlier
+// operator, restored the seed alone, and the others join as learners).
 func restoredMembers(o Observed) []string {
 	if slices.Contains(o.BootstrapPlan, o.RestoreSeed) {
 		return o.BootstrapPlan

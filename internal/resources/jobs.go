@@ -112,7 +112,7 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 	}
 
 	podLabels := agentPodLabels(LabelBackup, b.Name)
-	spec := agentJobSpec(podLabels, corev1.Container{
+	spec := agentJobSpec(c, podLabels, corev1.Container{
 		Name:         BackupContainer,
 		Image:        image,
 		Args:         []string{"agent", "backup"},
@@ -209,9 +209,10 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m Rest
 		Name: RestoreInstallContainer, Image: agentImage, Args: []string{"agent", "restore-install"},
 		VolumeMounts: []corev1.VolumeMount{data},
 	})
-	spec := agentJobSpec(podLabels, install, volumes)
+	spec := agentJobSpec(c, podLabels, install, volumes)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore}
 	spec.Template.Spec.ServiceAccountName = storageServiceAccount(src.Storage)
+	withMembersPriority(&spec, c)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: RestoreJobName(r.Name, m.Index), Namespace: r.Namespace, Labels: agentJobLabels(podLabels, c),
@@ -339,7 +340,7 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 
 	podLabels := agentPodLabels(LabelBackup, b.Name)
 	podLabels[LabelVerify] = snap.Run
-	spec := agentJobSpec(podLabels, verify, volumes)
+	spec := agentJobSpec(c, podLabels, verify, volumes)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore, member}
 	spec.Template.Spec.ServiceAccountName = storageServiceAccount(snap.Storage)
 	return &batchv1.Job{
@@ -388,12 +389,14 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 	}
 	mounts := []corev1.VolumeMount{dataMount, {Name: "claim", MountPath: jobspec.ClaimDir}}
 	podLabels := agentPodLabels(LabelQuorumRecovery, c.Name)
+	spec := agentJobSpec(c, podLabels, corev1.Container{
+		Name: PreserveDataContainer, Image: agentImage, Args: []string{"agent", "preserve-data"},
+		Env: env, VolumeMounts: mounts,
+	}, volumes)
+	withMembersPriority(&spec, c)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: PreserveDataJobName(member), Namespace: c.Namespace, Labels: agentJobLabels(podLabels, c)},
-		Spec: agentJobSpec(podLabels, corev1.Container{
-			Name: PreserveDataContainer, Image: agentImage, Args: []string{"agent", "preserve-data"},
-			Env: env, VolumeMounts: mounts,
-		}, volumes),
+		Spec:       spec,
 	}, nil
 }
 
@@ -429,15 +432,23 @@ func ReadLogJob(c *etcdv1alpha1.EtcdCluster, member, node string, lostAt time.Ti
 	}
 	volume, mount := memberDataReadOnly(member)
 	podLabels := agentPodLabels(LabelQuorumRecovery, c.Name)
-	spec := agentJobSpec(podLabels, corev1.Container{
+	spec := agentJobSpec(c, podLabels, corev1.Container{
 		Name: ReadLogContainer, Image: agentImage, Args: []string{"agent", "read-log"},
 		Env:          append(env, extraEnv...),
 		VolumeMounts: []corev1.VolumeMount{mount},
 	}, []corev1.Volume{volume})
+	withMembersPriority(&spec, c)
 	if node != "" {
-		// Added to the platform term: a node must be both that node and of a built platform.
-		term := &spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0]
-		term.MatchFields = []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}
+		// The node was chosen when the member's pod was placed: of the template's placement only
+		// the tolerations, which let the Job onto it, still matter. Its nodeSelector and node
+		// affinity, changed since (as they may be during an outage), could exclude the node and
+		// stall the recovery. A node must be both that node and of a built platform.
+		spec.Template.Spec.NodeSelector = nil
+		affinity := PlatformNodeAffinity()
+		requireOfEveryTerm(affinity.RequiredDuringSchedulingIgnoredDuringExecution, corev1.NodeSelectorTerm{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+		})
+		spec.Template.Spec.Affinity.NodeAffinity = affinity
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -463,10 +474,11 @@ func agentJobLabels(podLabels map[string]string, c *etcdv1alpha1.EtcdCluster) ma
 }
 
 // agentJobSpec wraps the agent container in a Job that passes the restricted Pod Security
-// profile, needs no API access, and fails at once on a permanent error.
-func agentJobSpec(labels map[string]string, container corev1.Container, volumes []corev1.Volume) batchv1.JobSpec {
+// profile, needs no API access, fails at once on a permanent error, and runs where c's pod
+// template lets members run, pulling with its secrets.
+func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, container corev1.Container, volumes []corev1.Volume) batchv1.JobSpec {
 	container = agentContainer(container)
-	return batchv1.JobSpec{
+	spec := batchv1.JobSpec{
 		BackoffLimit:            ptr.To[int32](agentRetries),
 		ActiveDeadlineSeconds:   ptr.To(int64(agentDeadline.Seconds())),
 		TTLSecondsAfterFinished: ptr.To(int32(agentJobTTL.Seconds())),
@@ -481,7 +493,7 @@ func agentJobSpec(labels map[string]string, container corev1.Container, volumes 
 			ObjectMeta: metav1.ObjectMeta{Labels: labels},
 			Spec: corev1.PodSpec{
 				RestartPolicy:                corev1.RestartPolicyNever,
-				Affinity:                     &corev1.Affinity{NodeAffinity: PlatformNodeAffinity()},
+				Affinity:                     &corev1.Affinity{NodeAffinity: agentNodeAffinity(c)},
 				AutomountServiceAccountToken: ptr.To(false),
 				EnableServiceLinks:           ptr.To(false),
 				SecurityContext:              restrictedPod(agentUID),
@@ -490,6 +502,17 @@ func agentJobSpec(labels map[string]string, container corev1.Container, volumes 
 			},
 		},
 	}
+	applyClusterPodTemplate(&spec.Template.Spec, c)
+	return spec
+}
+
+// withMembersPriority gives a Job that stands in for members on the way back to a serving
+// cluster (restore, preserve-data, read-log) the members' priority class: it should neither
+// wait behind nor be preempted by pods a member would not, and a restore Job, the first
+// consumer of a member's claim, should find room where the member will. Backup and verify Jobs
+// keep the default: routine work, which should not preempt other workloads as a member may.
+func withMembersPriority(spec *batchv1.JobSpec, c *etcdv1alpha1.EtcdCluster) {
+	spec.Template.Spec.PriorityClassName = c.Spec.PodTemplate.PriorityClassName
 }
 
 // agentContainer is a container of an agent Job: restricted, reporting through its

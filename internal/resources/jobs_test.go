@@ -499,11 +499,16 @@ func TestVerifyJobRestoresInItsOwnPodAndOnlyReadsTheDestination(t *testing.T) {
 }
 
 // agentJobsOf builds, for cluster c, one Job of each kind the operator starts whose pods are not
-// pinned to a node: backup, restore, preserve-data and read-log.
+// pinned to a node: backup, verify, restore, preserve-data and read-log.
 func agentJobsOf(t *testing.T, c *etcdv1alpha1.EtcdCluster) map[string]*batchv1.Job {
 	t.Helper()
 	claim := etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}
 	backup, err := BackupJob(testBackup(claim), c, "img", time.Now(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verify, err := VerifyJob(testBackup(claim), c, VerifySnapshot{Storage: claim, Key: "x.db", Run: "nightly-20261122t030000",
+		Artifact: etcdv1alpha1.BackupArtifact{URI: "pvc://b/x.db"}}, "img", EtcdImages{Repository: "etcd"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,5 +525,5 @@ func agentJobsOf(t *testing.T, c *etcdv1alpha1.EtcdCluster) map[string]*batchv1.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]*batchv1.Job{"backup": backup, "restore": restore, "preserve-data": preserve, "read-log": readLog}
+	return map[string]*batchv1.Job{"backup": backup, "verify": verify, "restore": restore, "preserve-data": preserve, "read-log": readLog}
 }

@@ -155,15 +155,13 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) *co
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			SecurityContext:               restrictedPod(etcdUID),
 			Affinity:                      memberAffinity(c),
-			Tolerations:                   tmpl.Tolerations,
-			NodeSelector:                  tmpl.NodeSelector,
 			TopologySpreadConstraints:     memberTopologySpread(c),
 			PriorityClassName:             tmpl.PriorityClassName,
-			ImagePullSecrets:              tmpl.ImagePullSecrets,
 			Containers:                    []corev1.Container{etcdContainer(c, m, images)},
 			Volumes:                       []corev1.Volume{dataVolumeSource(c, m.Name)},
 		},
 	}
+	applyClusterPodTemplate(&pod.Spec, c)
 	// Certificates are read from files that the kubelet refreshes when their Secrets
 	// change; etcd loads them per handshake, so renewal needs no restart.
 	volumes, mounts := tlsVolumes(c)

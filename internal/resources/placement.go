@@ -76,6 +76,53 @@ func memberAffinity(c *etcdv1alpha1.EtcdCluster) *corev1.Affinity {
 	return a
 }
 
+// applyClusterPodTemplate gives pod what spec.podTemplate asks of every pod the cluster runs,
+// its members' and its agent Jobs' alike: the nodes it may use (nodeSelector, tolerations) and
+// the secrets that pull the cluster's images. Node affinity is not here: members and Jobs each
+// combine the template's with the platform requirement of their own images (memberAffinity,
+// agentNodeAffinity).
+func applyClusterPodTemplate(pod *corev1.PodSpec, c *etcdv1alpha1.EtcdCluster) {
+	pod.NodeSelector = c.Spec.PodTemplate.NodeSelector
+	pod.Tolerations = c.Spec.PodTemplate.Tolerations
+	pod.ImagePullSecrets = c.Spec.PodTemplate.ImagePullSecrets
+}
+
+// agentNodeAffinity keeps an agent Job's pods on the nodes podTemplate.affinity.nodeAffinity
+// lets members use that are also of a platform the agent's image is built for. On members the
+// user's node affinity replaces the platform requirement, which is there for the etcd image:
+// spec.repository may name one built for other platforms. The agent's image is the operator's,
+// which no setting replaces, so here the requirement is added to every term of the user's
+// instead: a Job still runs only where members may (a restore Job, the first consumer of a
+// member's claim, has the volume made where it runs), and never where its agent cannot start.
+func agentNodeAffinity(c *etcdv1alpha1.EtcdCluster) *corev1.NodeAffinity {
+	platform := PlatformNodeAffinity()
+	user := c.Spec.PodTemplate.Affinity
+	if user == nil || user.NodeAffinity == nil {
+		return platform
+	}
+	a := user.NodeAffinity.DeepCopy()
+	if a.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		a.RequiredDuringSchedulingIgnoredDuringExecution = platform.RequiredDuringSchedulingIgnoredDuringExecution
+		return a
+	}
+	requireOfEveryTerm(a.RequiredDuringSchedulingIgnoredDuringExecution, corev1.NodeSelectorTerm{MatchExpressions: platformRequirements()})
+	return a
+}
+
+// requireOfEveryTerm adds what req requires to each of selector's terms: terms are
+// alternatives, so what every node must be is required in all of them. An empty term matches
+// no node, and is left so.
+func requireOfEveryTerm(selector *corev1.NodeSelector, req corev1.NodeSelectorTerm) {
+	for i := range selector.NodeSelectorTerms {
+		term := &selector.NodeSelectorTerms[i]
+		if len(term.MatchExpressions) == 0 && len(term.MatchFields) == 0 {
+			continue
+		}
+		term.MatchExpressions = append(term.MatchExpressions, req.MatchExpressions...)
+		term.MatchFields = append(term.MatchFields, req.MatchFields...)
+	}
+}
+
 // memberTopologySpread is podTemplate.topologySpreadConstraints, each with the members' label
 // selector filled in where the user left it empty, or, when the user sets none, members spread
 // over zones: ScheduleAnyway, so that a cluster in one zone, or on nodes without the zone

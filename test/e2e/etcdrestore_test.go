@@ -27,8 +27,8 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/restoreplan"
 )
 
-// A restore takes a Job per member and the members' start together (in place: one member's
-// start and two learners joining).
+// A restore takes a Job per member and the members' start together (from a snapshot on a
+// claim: one member's Job and start, and the others joining as learners).
 const restoreTimeout = 5 * time.Minute
 
 // Back up a dataset, write more, and restore into new clusters: exactly the backed-up keys at

@@ -9,12 +9,10 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"net"
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
-	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 	"github.com/etcd-database/etcd-operator/internal/restoreplan"
@@ -724,53 +721,18 @@ func membersMatch(ctx context.Context, c *etcdv1alpha1.EtcdCluster, size int, co
 	return ""
 }
 
-// hashesDiffer says how the members' keyspaces differ, or "" (etcdtest.KeyspacesDiffer), each
-// member asked at its own pod IP. A member of a TLS cluster is asked at its DNS name, which its
-// certificate carries and this machine cannot resolve, dialled at its pod IP, with the
-// operator's client certificate (root's, with authentication on).
+// hashesDiffer says how the members' keyspaces differ, or "" (memberKeyspacesDiffer), with the
+// operator's client certificate (root's, with authentication on) for the TLS cluster.
 func (w *failpointWalk) hashesDiffer(ctx context.Context, c *etcdv1alpha1.EtcdCluster) string {
-	pods := &corev1.PodList{}
-	if err := k8sClient.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil {
-		return err.Error()
-	}
-	endpoints := map[string]string{} // member: the client URL it is asked at
-	podAddrs := map[string]string{}  // a TLS member's host:port: its pod IP's
-	for _, p := range pods.Items {
-		if p.Status.PodIP == "" {
-			return "pod " + p.Name + " has no IP yet"
-		}
-		member := p.Labels[resources.LabelMember]
-		podAddr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(resources.ClientPort))
-		if c.Spec.TLS == nil {
-			endpoints[member] = "http://" + podAddr
-			continue
-		}
-		hostPort := resources.MemberHostPort(c, member, resources.ClientPort)
-		endpoints[member] = "https://" + hostPort
-		podAddrs[hostPort] = podAddr
-	}
-	cfg := clientv3.Config{Endpoints: slices.Collect(maps.Values(endpoints))}
+	var a etcdAccess
 	if c.Spec.TLS != nil {
 		_, _, tlsConfig, err := w.secureEndpoint()
 		if err != nil {
 			return "the client certificate: " + err.Error()
 		}
-		cfg.TLS = tlsConfig
-		cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			if podAddr, ok := podAddrs[addr]; ok {
-				addr = podAddr
-			}
-			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-		})}
+		a.tls = tlsConfig
 	}
-	cl := newEtcdClient(cfg)
-	if cl == nil {
-		return "no etcd client for the members"
-	}
-	defer cl.Close()
-	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return etcdtest.KeyspacesDiffer(callCtx, cl, endpoints)
+	return memberKeyspacesDiffer(ctx, c, a)
 }
 
 // memberClaimName matches the claims of the cluster's members (resources.NewMemberName).

@@ -149,6 +149,11 @@ func s3ServerPodSpec(credentialsSecret, claim string) corev1.PodSpec {
 			},
 			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 			SecurityContext: restrictedContainerSecurityContext(),
+			// Requests and limits, so that a namespace whose ResourceQuota demands them admits it.
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+			},
 		}},
 		Volumes: []corev1.Volume{{
 			Name:         "data",

@@ -32,7 +32,7 @@ const (
 
 // secretsGiven are what the operator's logs must never hold, as they would be written.
 var secretsGiven = []string{s3SecretKey, tlsRootPassword, rotatedRootPassword, quorumLossRootPassword,
-	walkFirstPassword, walkSecondPassword, "PRIVATE KEY"}
+	walkFirstPassword, walkSecondPassword, matrixPassword, matrixRotatedPassword, "PRIVATE KEY"}
 
 // operatorPodSelectors select the pods whose logs must hold no secret: the operator's own, in any
 // namespace (make deploy's, and OLM's in the namespaces of its tests), and its agent Jobs' (the
