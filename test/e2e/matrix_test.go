@@ -282,7 +282,7 @@ func (m *matrixCell) run(t *testing.T, op string) {
 // backUp takes a one-shot backup to dest and waits for it, and its verification if asked;
 // then writes a key the snapshot does not have.
 func (m *matrixCell) backUp(t *testing.T, op string, dest etcdv1alpha1.StorageLocation, verify *etcdv1alpha1.BackupVerification) {
-	name := strings.NewReplacer(" ", "-", ",", "").Replace(op)
+	name := strings.ToLower(strings.NewReplacer(" ", "-", ",", "").Replace(op))
 	b := &etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.ns},
 		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: m.cluster.Name, Destination: dest, Verify: verify}}
 	create(t, b)
