@@ -7,8 +7,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/membership"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -65,5 +67,16 @@ func TestDefragmentationDoesNotHoldAReconcile(t *testing.T) {
 	}
 	if calls := strings.Join(s.etcd.Calls, ","); calls != "Defragment" {
 		t.Fatalf("etcd calls %s, want one defragmentation", calls)
+	}
+}
+
+// A member is defragmented only for free space worth it: a small database keeps a few free
+// pages after any defragmentation, and was defragmented again at every look (every few
+// seconds, seen on a 40 KiB database with thresholdPercent 10 and minimumDBSize 1Ki).
+func TestDefragmentationAsksForFreeSpaceWorthIt(t *testing.T) {
+	c := &etcdv1alpha1.EtcdCluster{Spec: etcdv1alpha1.EtcdClusterSpec{Defragmentation: etcdv1alpha1.DefragmentationSpec{
+		Policy: etcdv1alpha1.DefragmentationAuto, ThresholdPercent: 10, MinimumDBSize: ptr.To(resource.MustParse("1Ki"))}}}
+	if got := defragPolicy(c); got.MinFreeBytes != membership.DefragMinFreeBytes || got.MinBytes != 1024 || got.ThresholdPercent != 10 || !got.Enabled {
+		t.Fatalf("defragmentation policy %+v, want the spec's with at least %d bytes free", got, membership.DefragMinFreeBytes)
 	}
 }

@@ -529,7 +529,8 @@ func storageClassChanged(c *etcdv1alpha1.EtcdCluster, pvc *corev1.PersistentVolu
 
 func defragPolicy(c *etcdv1alpha1.EtcdCluster) membership.DefragPolicy {
 	d := c.Spec.Defragmentation
-	p := membership.DefragPolicy{Enabled: d.Policy != etcdv1alpha1.DefragmentationDisabled, ThresholdPercent: int64(d.ThresholdPercent)}
+	p := membership.DefragPolicy{Enabled: d.Policy != etcdv1alpha1.DefragmentationDisabled, ThresholdPercent: int64(d.ThresholdPercent),
+		MinFreeBytes: membership.DefragMinFreeBytes}
 	if d.MinimumDBSize != nil {
 		p.MinBytes = d.MinimumDBSize.Value()
 	}

@@ -508,7 +508,8 @@ type DefragmentationSpec struct {
 	Policy DefragmentationPolicy `json:"policy,omitempty"`
 
 	// ThresholdPercent is the share of a member's database file that must be free space
-	// before it is defragmented.
+	// before it is defragmented; and at least 1Mi must be free, as a small file keeps a few
+	// free pages after any defragmentation.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=50

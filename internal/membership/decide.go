@@ -235,6 +235,11 @@ type DefragPolicy struct {
 	ThresholdPercent int64
 	// MinBytes below which a file is left alone.
 	MinBytes int64
+	// MinFreeBytes is the least free space worth a defragmentation. bbolt keeps a few free
+	// pages after any defragmentation, so a small file shows a share free right after one: by
+	// the share alone, it would be defragmented again at every look, the member blocked each
+	// time for nothing.
+	MinFreeBytes int64
 }
 
 // Action is the kind of step.
@@ -813,6 +818,11 @@ func recordPodSpec(o Observed) (Step, bool) {
 	return Step{Action: RecordPodSpec, Members: unrecorded, Operation: OpRollingOut, Reason: "recording the spec that pods made by an earlier operator version run"}, true
 }
 
+// DefragMinFreeBytes is the least free space the operator defragments a member for
+// (DefragPolicy.MinFreeBytes): far more than the few pages bbolt keeps free after any
+// defragmentation, and little beside the database sizes worth defragmenting.
+const DefragMinFreeBytes = 1 << 20
+
 // noSpaceFreePercent is the free share that makes a member worth defragmenting while NOSPACE
 // blocks writes, whatever the policy's threshold: any real gain lets writes through sooner.
 const noSpaceFreePercent = 5
@@ -825,13 +835,14 @@ func maintainSpace(o Observed) (Step, bool) {
 	if !o.Defrag.Enabled && !o.NoSpaceAlarm {
 		return Step{}, false
 	}
-	threshold, minBytes := o.Defrag.ThresholdPercent, o.Defrag.MinBytes
+	threshold, minBytes, minFree := o.Defrag.ThresholdPercent, o.Defrag.MinBytes, o.Defrag.MinFreeBytes
 	if o.NoSpaceAlarm {
-		threshold, minBytes = noSpaceFreePercent, 0
+		threshold, minBytes, minFree = noSpaceFreePercent, 0, 0
 	}
 	wasteful := filter(o.Members, func(m Member) bool {
 		free := m.DBSizeBytes - m.DBSizeInUseBytes
-		return m.InEtcd() && m.Started && m.DBSizeBytes >= minBytes && m.DBSizeBytes > 0 && free*100 >= threshold*m.DBSizeBytes
+		worthIt := free >= minFree && free*100 >= threshold*m.DBSizeBytes
+		return m.InEtcd() && m.Started && m.DBSizeBytes >= minBytes && m.DBSizeBytes > 0 && worthIt
 	})
 	if len(wasteful) > 0 {
 		m := slices.MinFunc(wasteful, func(a, b Member) int {

@@ -359,6 +359,16 @@ func TestNext(t *testing.T) {
 			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 50, MinBytes: 100}
 			return o
 		}(), Step{Action: Wait}},
+		{"a small database just defragmented, its few free pages over the threshold, is not defragmented again", func() Observed {
+			o := formed(leader(healthy("a", 1)), fragmented(healthy("b", 2), 40960, 32768), healthy("c", 3))
+			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 10, MinBytes: 1024, MinFreeBytes: 1 << 20}
+			return o
+		}(), Step{Action: Wait}},
+		{"past the least free space worth it, it is", func() Observed {
+			o := formed(leader(healthy("a", 1)), fragmented(healthy("b", 2), 4<<20, 2<<20), healthy("c", 3))
+			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 10, MinBytes: 1024, MinFreeBytes: 1 << 20}
+			return o
+		}(), Step{Action: Defragment, Member: "b", MemberID: 2}},
 		{"defragmentation disabled", func() Observed {
 			o := formed(leader(fragmented(healthy("a", 1), 400, 100)), healthy("b", 2), healthy("c", 3))
 			o.Defrag = DefragPolicy{Enabled: false, ThresholdPercent: 50}
