@@ -700,6 +700,12 @@ func membersMatch(ctx context.Context, c *etcdv1alpha1.EtcdCluster, size int, co
 			// the recovery operation checks it.
 			continue
 		}
+		if qr := c.Status.QuorumRecovery; qr != nil && pvc.Labels["etcd.database.dev/retained-from"] == c.Name &&
+			slices.Contains(qr.LostMembers, pvc.Labels[resources.LabelMember]) {
+			// Kept on purpose: a member the recovery did without (a survivor not chosen, say)
+			// may hold writes the cluster lacks (docs/concepts.md).
+			continue
+		}
 		// Every claim of the cluster: labelled as a member's, kept from one, or named as one
 		// (a claim a restore staged).
 		if pvc.Labels[resources.LabelCluster] == c.Name || pvc.Labels["etcd.database.dev/retained-from"] == c.Name ||
