@@ -364,6 +364,11 @@ func TestNext(t *testing.T) {
 			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 10, MinBytes: 1024, MinFreeBytes: 1 << 20}
 			return o
 		}(), Step{Action: Wait}},
+		{"at exactly the least free space worth it, it is", func() Observed {
+			o := formed(leader(healthy("a", 1)), fragmented(healthy("b", 2), 4<<20, 3<<20), healthy("c", 3))
+			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 10, MinBytes: 1024, MinFreeBytes: 1 << 20}
+			return o
+		}(), Step{Action: Defragment, Member: "b", MemberID: 2}},
 		{"past the least free space worth it, it is", func() Observed {
 			o := formed(leader(healthy("a", 1)), fragmented(healthy("b", 2), 4<<20, 2<<20), healthy("c", 3))
 			o.Defrag = DefragPolicy{Enabled: true, ThresholdPercent: 10, MinBytes: 1024, MinFreeBytes: 1 << 20}
