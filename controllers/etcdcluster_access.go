@@ -153,6 +153,17 @@ func (a *access) config(endpoints []string, password string) etcd.Config {
 	return cfg
 }
 
+// certificateConfig is the configuration of a client that presents the operator's client
+// certificate and logs in with no password, or ok false for a cluster without TLS. etcd takes
+// the certificate's common name, root, for the user: unlike a password login, whose token
+// etcd issues through raft, it needs no quorum.
+func (a *access) certificateConfig(endpoints []string) (etcd.Config, bool) {
+	if a.tls == nil || a.tls.clientConfig == nil || len(a.tls.clientConfig.Certificates) == 0 {
+		return etcd.Config{}, false
+	}
+	return etcd.Config{Endpoints: endpoints, TLS: a.tls.clientConfig, Fingerprint: a.tls.fingerprint}, true
+}
+
 // connect returns a client of the cluster's etcd and the root password etcd accepted. More
 // than one password is tried only while a change of it is under way or was interrupted, or
 // once the cluster's data was restored from a snapshot taken before a rotation.

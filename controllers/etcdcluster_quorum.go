@@ -83,8 +83,8 @@ func underwayRecovery(c *etcdv1alpha1.EtcdCluster) *etcdv1alpha1.QuorumRecoveryS
 // answer a member list of a cluster that has formed: that is when a recovery may be needed.
 func (r *EtcdClusterReconciler) observeQuorumRecovery(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) error {
 	formedAndLost := !obs.reachable && c.Status.ClusterID != ""
-	if formedAndLost && obs.client != nil {
-		obs.recovery.ownStatuses = statusesWithoutQuorum(ctx, c, obs)
+	if formedAndLost {
+		r.askMembersWithoutQuorum(ctx, c, obs)
 	}
 	if formedAndLost {
 		obs.recovery.answered = r.probeSilentVoters(ctx, c, obs)
@@ -314,8 +314,29 @@ func (r *EtcdClusterReconciler) latestBackup(ctx context.Context, c *etcdv1alpha
 	return latest, nil
 }
 
+// askMembersWithoutQuorum fills obs.recovery.ownStatuses: each running member's own status,
+// through the cluster's client, or, when no client could log in (with authentication on, a
+// password login needs a quorum), through one that presents the operator's client
+// certificate, which a TLS member takes for root's without a login.
+func (r *EtcdClusterReconciler) askMembersWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) {
+	if obs.client != nil {
+		obs.recovery.ownStatuses = statusesWithoutQuorum(ctx, c, obs, obs.client)
+		return
+	}
+	cfg, ok := obs.access.certificateConfig(knownClientURLs(c, obs))
+	if !ok || len(cfg.Endpoints) == 0 {
+		return
+	}
+	cl, err := r.Etcd.Dial(cfg)
+	if err != nil {
+		return
+	}
+	defer func() { _ = cl.Close() }()
+	obs.recovery.ownStatuses = statusesWithoutQuorum(ctx, c, obs, cl)
+}
+
 // statusesWithoutQuorum asks each member whose pod runs for its own status, all at once.
-func statusesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation) map[string]etcd.MemberStatus {
+func statusesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, cl etcd.Client) map[string]etcd.MemberStatus {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	out := map[string]etcd.MemberStatus{}
@@ -324,7 +345,7 @@ func statusesWithoutQuorum(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs
 			continue
 		}
 		wg.Go(func() {
-			st, err := obs.client.Status(ctx, resources.ClientURL(c, name))
+			st, err := cl.Status(ctx, resources.ClientURL(c, name))
 			if err != nil {
 				return
 			}

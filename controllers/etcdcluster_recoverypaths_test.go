@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -462,5 +463,38 @@ func TestALeaveGivenBeforeTheLossIsObservedIsRemoved(t *testing.T) {
 	a.annotateCluster(t, etcdv1alpha1.AnnotationRecoverFrom, a.members[0])
 	if cluster = a.reconcile(t, 1); cluster.Status.QuorumRecovery == nil {
 		t.Fatalf("no recovery on a leave given once the loss was observed: %s", conditionMessage(cluster, etcdv1alpha1.ConditionDegraded))
+	}
+}
+
+// With authentication on, the operator's password login needs a quorum (etcd issues its
+// token through raft): once the members' tokens of before are gone (they restarted), no
+// survivor answered the operator, and a recovery with two survivors first read their logs from
+// their data, with a Job each. A TLS member takes the operator's client certificate, root's,
+// without a login: the survivors answer their status, and the recovery builds on the one
+// whose log reaches furthest at once.
+func TestWithoutAQuorumATLSClusterWithAuthAnswersByRootsCertificate(t *testing.T) {
+	rootSecret := func() []client.Object {
+		return []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "ns"}, Data: map[string][]byte{"password": []byte("secret")}}}
+	}
+	a := newScriptedCluster(t, 5, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.TLS = &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderOperator}
+		c.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: "root"}
+		forceNewClusterAfter(0)(c)
+	}, rootSecret)
+	a.etcd.AuthEnabled, a.etcd.RootUser, a.etcd.RootPassword = true, true, "secret"
+	a.reconcile(t, 2)
+	a.loseForGood(t, a.members[2:])
+	a.answers(a.members[0], 20)
+	a.answers(a.members[1], 30)
+	a.r.Etcd.Forget(client.ObjectKeyFromObject(a.cluster).String()) // the survivors restarted: the token of before is gone
+	a.quorumLostFor(t, membership.MinRecoveryAfter)
+
+	c := a.reconcile(t, 1)
+	if qr := c.Status.QuorumRecovery; qr == nil || qr.Member != a.members[1] || qr.RaftIndex != 30 {
+		t.Fatalf("status.quorumRecovery %+v: want a recovery from %s, whose log reaches 30, the survivors' status answered by root's certificate", qr, a.members[1])
+	}
+	jobs := &batchv1.JobList{}
+	if err := a.k8s.List(t.Context(), jobs); err != nil || len(jobs.Items) != 0 {
+		t.Errorf("Jobs %d (%v): none needed to read logs the survivors report themselves", len(jobs.Items), err)
 	}
 }

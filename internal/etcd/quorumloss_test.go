@@ -3,12 +3,19 @@ package etcd_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcd-database/etcd-operator/internal/certs"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 )
@@ -77,4 +84,95 @@ func shortCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// With authentication on, a client that logs in with a password needs a quorum: etcd issues
+// its token through raft, so without one the login times out and nothing is answered. A TLS
+// member with --client-cert-auth takes a client certificate's common name as the user instead,
+// no login: the operator's certificate, root's, still has the survivor's status answered, its
+// raft index among it, to choose the survivor by.
+func TestWithoutAQuorumAPasswordLoginFailsAndRootsCertificateIsAnswered(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	ca, err := certs.NewCA("test CA", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := certs.Issue(ca, certs.Request{Kind: certs.Server, CommonName: "etcd", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Validity: time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := certs.Issue(ca, certs.Request{Kind: certs.Client, CommonName: "root", Validity: time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"ca.crt": ca.CertPEM, "server.crt": server.CertPEM, "server.key": server.KeyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	servers := etcdtest.NewServers(t, 3)
+	for _, s := range servers {
+		s.ClientURL = strings.Replace(s.ClientURL, "http://", "https://", 1)
+		s.ExtraArgs = []string{"--cert-file=" + filepath.Join(dir, "server.crt"), "--key-file=" + filepath.Join(dir, "server.key"),
+			"--trusted-ca-file=" + filepath.Join(dir, "ca.crt"), "--client-cert-auth"}
+	}
+	initial := etcdtest.InitialCluster(servers...)
+	for _, s := range servers {
+		s.Start(t, "new", initial)
+	}
+	pair, err := tls.X509KeyPair(root.CertPEM, root.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM)
+	withCert := &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, MinVersion: tls.VersionTLS12}
+	admin := waitForClient(t, etcd.Config{Endpoints: etcdtest.ClientURLs(servers), TLS: withCert})
+	if err := admin.SetRootPassword(t.Context(), "secret"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.EnableAuth(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	survivor := servers[0]
+	servers[1].Stop()
+	servers[2].Stop()
+
+	if cl, err := etcd.New(etcd.Config{Endpoints: []string{survivor.ClientURL}, TLS: withCert, Username: "root", Password: "secret"}); err == nil {
+		_, statusErr := cl.Status(shortCtx(t), survivor.ClientURL)
+		cl.Close()
+		if statusErr == nil {
+			t.Fatal("a password login was answered without a quorum: the operator need not avoid it")
+		}
+	}
+	cl, err := etcd.New(etcd.Config{Endpoints: []string{survivor.ClientURL}, TLS: withCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(t.Context(), survivor.ClientURL)
+	if err != nil || st.RaftIndex == 0 {
+		t.Fatalf("status of the survivor by root's certificate, without a quorum: %+v, %v", st, err)
+	}
+}
+
+// waitForClient connects with cfg once its members answer a member list.
+func waitForClient(t *testing.T, cfg etcd.Config) etcd.Client {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cl, err := etcd.New(cfg)
+		if err == nil {
+			if _, _, err = cl.Members(shortCtx(t)); err == nil {
+				return cl
+			}
+			cl.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not answer within 20 s: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
