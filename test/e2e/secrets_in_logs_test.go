@@ -146,9 +146,17 @@ func operatorLogsHoldNoSecret(clientset kubernetes.Interface, followed map[strin
 		}
 	}
 	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp != nil {
+			// Being stopped (a test killed the operator): its log, followed while it ran, is
+			// above, and the kubelet may no longer serve it.
+			continue
+		}
 		for _, container := range pod.Spec.Containers {
 			for _, previous := range []bool{false, true} {
-				log, err := clientset.CoreV1().Pods(operatorNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container.Name, Previous: previous}).DoRaw(ctx)
+				log, err := readLog(ctx, clientset, pod.Name, &corev1.PodLogOptions{Container: container.Name, Previous: previous})
+				if apierrors.IsNotFound(err) && !previous {
+					break // the pod went since the list: its log was followed
+				}
 				if err != nil {
 					if previous {
 						continue // no earlier instance
@@ -173,6 +181,26 @@ func operatorLogsHoldNoSecret(clientset kubernetes.Interface, followed map[strin
 	}
 	return fmt.Sprintf("%d bytes of %d container logs followed while they ran (the operator's and its Jobs', in every namespace) and of %d in %s at the end hold none of the %d secrets given",
 		read, len(followed), containers, operatorNamespace, len(secretsGiven)), nil
+}
+
+// readLog reads a container's log, asking again twice on an error of the API server or the
+// kubelet that serves it (a kubelet busy after a suite's faults answered one "the server
+// rejected our request for an unknown reason"); a log that does not exist is not asked again.
+func readLog(ctx context.Context, clientset kubernetes.Interface, pod string, opts *corev1.PodLogOptions) ([]byte, error) {
+	var err error
+	for attempt := range 3 {
+		var log []byte
+		log, err = clientset.CoreV1().Pods(operatorNamespace).GetLogs(pod, opts).DoRaw(ctx)
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) {
+			return log, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(attempt+1) * 2 * time.Second):
+		}
+	}
+	return nil, err
 }
 
 // The check reads the logs of pods that are gone by the suite's end: a pod labelled as the
