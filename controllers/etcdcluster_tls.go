@@ -121,6 +121,7 @@ func (r *EtcdClusterReconciler) loadTLSState(ctx context.Context, c *etcdv1alpha
 			name string
 		}{{certs.CA, resources.CASecretName(c.Name)}}, kinds...)
 	}
+	trust := map[certs.Kind]certs.SecretData{}
 	for _, k := range kinds {
 		secret, err := getSecret(ctx, from, c.Namespace, k.name)
 		if err != nil {
@@ -143,6 +144,14 @@ func (r *EtcdClusterReconciler) loadTLSState(ctx context.Context, c *etcdv1alpha
 				return nil, fmt.Errorf("TLS Secret %s: %w", k.name, err)
 			}
 			state.fingerprint = k.name + "@" + secret.ResourceVersion
+		}
+		trust[k.kind] = certs.SecretData{Name: k.name, Cert: secret.Data[certs.KeyCert], CA: secret.Data[certs.KeyCA]}
+	}
+	// The operator's own certificates come from one CA and are reissued when they do not chain
+	// to it; the user's may come from a CA per kind, and must trust each other.
+	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderSecrets {
+		if err := certs.CheckTrust(trust[certs.Peer], trust[certs.Server], trust[certs.Client], r.now()); err != nil {
+			return nil, err
 		}
 	}
 	return state, nil

@@ -344,12 +344,14 @@ type TLSSecrets struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Peer Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	Peer string `json:"peer"`
 	// Server is the members' certificate for client traffic, valid for the client Service's
-	// DNS names and every member's peer DNS name.
+	// DNS names and every member's peer DNS name. Its ca.crt holds the CA of the client
+	// certificate: members accept only client certificates signed by a CA in it.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Server Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
 	Server string `json:"server"`
 	// Client is the certificate the operator, and its backup and restore Jobs, present to etcd.
+	// Its ca.crt holds the CA of the server certificate, which they verify members with.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Client Certificate Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"

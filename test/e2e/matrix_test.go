@@ -212,22 +212,30 @@ func (m *matrixCell) createPullSecret(t *testing.T, repository string) {
 
 // createTLSSecrets makes the user's Secrets of tls.provider Secrets: a CA of the user's, and
 // from it the peer, server and client certificates for the names the cluster needs.
+// createTLSSecrets makes the Secrets of TLS "secrets": each kind of certificate from a CA of
+// its own, each ca.crt holding the other end's CA (the server Secret's the client's CA, which
+// members accept; the client Secret's the server's, which the operator and its Jobs verify).
 func (m *matrixCell) createTLSSecrets(t *testing.T, c *etcdv1alpha1.EtcdCluster) {
 	now := time.Now()
-	ca, err := certs.NewCA("matrix user CA", 24*time.Hour, now)
-	if err != nil {
-		t.Fatal(err)
+	issuers := map[certs.Kind]certs.KeyPair{}
+	for _, kind := range certs.Leaves {
+		ca, err := certs.NewCA("matrix user "+string(kind)+" CA", 24*time.Hour, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		issuers[kind] = ca
 	}
+	trusted := map[certs.Kind][]byte{certs.Peer: issuers[certs.Peer].CertPEM, certs.Server: issuers[certs.Client].CertPEM, certs.Client: issuers[certs.Server].CertPEM}
 	names := resources.TLSSecrets(c)
 	for kind, secret := range map[certs.Kind]string{certs.Peer: names.Peer, certs.Server: names.Server, certs.Client: names.Client} {
 		req := resources.CertificateRequest(c, kind)
 		req.Validity = 12 * time.Hour
-		kp, err := certs.Issue(ca, req, now)
+		kp, err := certs.Issue(issuers[kind], req, now)
 		if err != nil {
 			t.Fatal(err)
 		}
 		create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: secret, Namespace: m.ns}, Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{certs.KeyCert: kp.CertPEM, certs.KeyKey: kp.KeyPEM, certs.KeyCA: ca.CertPEM}})
+			Data: map[string][]byte{certs.KeyCert: kp.CertPEM, certs.KeyKey: kp.KeyPEM, certs.KeyCA: trusted[kind]}})
 	}
 }
 
