@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -198,6 +199,23 @@ type snapshotSource struct {
 	// withAuth is the first of the snapshots the Job may restore (the one asked for, then its
 	// fallbacks) that a backup recorded as taken with authentication on, if any.
 	withAuth *etcdv1alpha1.BackupArtifact
+	// largestBytes is the size of the largest of the snapshots the Job may restore, when
+	// backups recorded it: what the members' claims must have room to restore.
+	largestBytes int64
+}
+
+// storageTooSmall says why claims of size cannot hold the restore of src, or "". Only the size
+// a backup recorded is known here; the restore Job checks the volume as mounted.
+func storageTooSmall(src snapshotSource, size resource.Quantity) string {
+	if src.largestBytes == 0 {
+		return ""
+	}
+	needs := jobspec.RestoreNeedsBytes(src.largestBytes)
+	if size.Value() >= needs {
+		return ""
+	}
+	return fmt.Sprintf("the snapshot is %d bytes and restoring it needs %d on each member's claim (the snapshot staged, the database restored beside it and etcd's first WAL segment); the claims would be %s",
+		src.largestBytes, needs, size.String())
 }
 
 func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (snapshotSource, error) {
@@ -231,7 +249,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 		}
 		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
 		src.uri, src.etcdVersion, src.cluster, src.backup = artifact.URI, artifact.EtcdVersion, backup.Spec.ClusterName, backup.Name
-		src.revision = artifact.Revision
+		src.revision, src.largestBytes = artifact.Revision, artifact.SizeBytes
 		if authOn(artifact) {
 			src.withAuth = artifact
 		}
@@ -239,6 +257,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 			if key, ok := strings.CutPrefix(older.URI, base); ok {
 				src.Fallbacks = append(src.Fallbacks, jobspec.Snapshot{Key: key, SHA256: older.SHA256})
 				src.revision = min(src.revision, older.Revision)
+				src.largestBytes = max(src.largestBytes, older.SizeBytes)
 				if src.withAuth == nil && authOn(older) {
 					src.withAuth = older
 				}
@@ -359,6 +378,10 @@ func (r *EtcdRestoreReconciler) createTarget(ctx context.Context, rs *etcdv1alph
 	}
 	if spec.Storage.Ephemeral {
 		return nil, failed(etcdv1alpha1.ReasonInvalidSpec, "target.cluster.storage.ephemeral: a restored member's data is prepared on its claim, so the cluster needs persistent storage")
+	}
+	size := resources.MemberStorageSize(&etcdv1alpha1.EtcdCluster{Spec: *spec})
+	if why := storageTooSmall(src, size); why != "" {
+		return nil, failed(etcdv1alpha1.ReasonStorageTooSmall, "%s: set target.cluster.storage.size to at least %d bytes; nothing was created", why, jobspec.RestoreNeedsBytes(src.largestBytes))
 	}
 	cluster := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{

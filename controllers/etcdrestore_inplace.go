@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -124,6 +125,10 @@ func (r *EtcdRestoreReconciler) checkInPlaceStart(ctx context.Context, rs *etcdv
 	if err := r.authRequired(ctx, rs, src, c.Spec.Auth, fmt.Sprintf("EtcdCluster %s has no spec.auth", c.Name),
 		fmt.Sprintf("Set spec.auth.rootSecretName on EtcdCluster %s", c.Name), fmt.Sprintf("EtcdCluster %s was not touched", c.Name)); err != nil {
 		return ctrl.Result{}, err
+	}
+	if why := storageTooSmall(src, resources.MemberStorageSize(c)); why != "" {
+		return ctrl.Result{}, failed(etcdv1alpha1.ReasonStorageTooSmall, "%s: set EtcdCluster %s's spec.storage.size to at least %d bytes (its claims grow in place where the storage class allows) and create the restore again; EtcdCluster %s was not touched",
+			why, c.Name, jobspec.RestoreNeedsBytes(src.largestBytes), c.Name)
 	}
 	backups := &etcdv1alpha1.EtcdBackupList{}
 	if err := r.List(ctx, backups, client.InNamespace(rs.Namespace)); err != nil {

@@ -138,6 +138,9 @@ const (
 	ReasonTargetPaused = "TargetPaused"
 	// ReasonVersionTooOld: the target runs an older etcd than the snapshot was taken with.
 	ReasonVersionTooOld = "VersionTooOld"
+	// ReasonStorageTooSmall: the target's member claims are smaller than restoring the
+	// snapshot needs (the snapshot, the data restored from it, etcd's first WAL segment).
+	ReasonStorageTooSmall = "StorageTooSmall"
 	// ReasonBackupRunning: an in-place restore waits for a backup of its cluster to finish.
 	ReasonBackupRunning = "BackupRunning"
 )

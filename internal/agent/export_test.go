@@ -18,3 +18,10 @@ func UsePodPaths(t *testing.T, paths PodPaths) {
 	podPaths.claim, podPaths.verifyScratch, podPaths.terminationMessage = paths.Claim, paths.VerifyScratch, paths.TerminationMessage
 	podPaths.memberMount, podPaths.agentBinary = paths.MemberMount, paths.AgentBinary
 }
+
+// UseFreeBytes makes the agent see free bytes on every volume until the test ends.
+func UseFreeBytes(t *testing.T, free int64) {
+	saved := freeBytes
+	t.Cleanup(func() { freeBytes = saved })
+	freeBytes = func(string) (int64, error) { return free, nil }
+}

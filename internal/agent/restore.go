@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -100,11 +101,41 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 		_ = os.Remove(file)
 		return RestoreResult{}, unrestorableError{fmt.Errorf("%s is not a readable etcd snapshot: %w", uri, err)}
 	}
+	if err := roomToRestore(cfg.Dir, n); err != nil {
+		_ = os.Remove(file)
+		return RestoreResult{}, err
+	}
 	result := RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}
 	if len(missing) > 0 {
 		result.Missing = missing[0]
 	}
 	return result, nil
+}
+
+// freeBytes is the space left to an unprivileged writer on the filesystem of dir.
+var freeBytes = func(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * st.Bsize, nil
+}
+
+// roomToRestore fails the fetch, for good, when the volume holding the staged snapshot has no
+// room for what etcdutl writes beside it: otherwise etcdutl would run out of space part-way,
+// and a Job run again would meet the same volume. The claim's requested size is checked by the
+// operator before anything starts; this is the volume as mounted (a provisioner may give more,
+// or share a disk that others fill).
+func roomToRestore(dir string, snapshotBytes int64) error {
+	free, err := freeBytes(dir)
+	if err != nil {
+		return fmt.Errorf("read the free space of %s: %w", dir, err)
+	}
+	if more := jobspec.RestoreNeedsBytes(snapshotBytes) - snapshotBytes; free < more {
+		return permanentError{fmt.Errorf("the volume of %s has %d bytes free once the %d-byte snapshot is staged; restoring it needs %d more (the database restored from it and etcd's first WAL segment), %d in all: give the members' claims at least that (spec.storage.size); nothing was restored",
+			dir, free, snapshotBytes, more, jobspec.RestoreNeedsBytes(snapshotBytes))}
+	}
+	return nil
 }
 
 // emptyDir removes dir, or only what it holds when keep is set.

@@ -70,6 +70,31 @@ func TestFetchRestoreInstall(t *testing.T) {
 	}
 }
 
+// A volume with too little room for what etcdutl writes beside the staged snapshot fails the
+// fetch for good, naming the size needed, and leaves nothing staged: etcdutl would otherwise run
+// out of space part-way, and every retry would meet the same volume. Seen failing before the
+// check (the fetch succeeded).
+func TestFetchRefusesAVolumeWithoutRoomToRestore(t *testing.T) {
+	_, dest, backup := backUpCluster(t, 1, 50)
+	key := strings.TrimPrefix(backup.URI, "s3://backups/etcd/")
+	needs := jobspec.RestoreNeedsBytes(backup.SizeBytes)
+
+	agent.UseFreeBytes(t, needs-backup.SizeBytes-1)
+	staging := filepath.Join(t.TempDir(), "restore")
+	_, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: key, SHA256: backup.SHA256, Dir: staging})
+	if err == nil || !agent.IsPermanent(err) || !strings.Contains(err.Error(), fmt.Sprintf("%d in all", needs)) {
+		t.Fatalf("fetch onto a volume without room: %v; want a permanent error naming %d bytes", err, needs)
+	}
+	if entries, _ := os.ReadDir(staging); len(entries) != 0 {
+		t.Errorf("left staged: %v", entries)
+	}
+
+	agent.UseFreeBytes(t, needs-backup.SizeBytes)
+	if _, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: key, SHA256: backup.SHA256, Dir: staging}); err != nil {
+		t.Fatalf("fetch onto a volume with just enough room: %v", err)
+	}
+}
+
 // Restores find snapshots by the key after the destination's prefix, whatever its format: those
 // of the current format (in subdirectories, for a claim) and those written under the earlier
 // one, in both destinations.

@@ -103,6 +103,18 @@ const (
 	StagedDataDir  = RestoreStagingDir + "/data"
 )
 
+// WALSegmentBytes is what etcd allocates for a WAL segment, the first of which etcdutl's
+// restore writes beside the restored database.
+const WALSegmentBytes = 64 << 20
+
+// RestoreNeedsBytes is the space a member's claim needs to be restored from a snapshot of
+// snapshotBytes: the snapshot staged, the database etcdutl restores from it beside it (the
+// snapshot's size: etcdutl copies it), and the first WAL segment. The snapshot is removed once
+// the data is in place.
+func RestoreNeedsBytes(snapshotBytes int64) int64 {
+	return 2*snapshotBytes + WALSegmentBytes
+}
+
 // A member restored in its own pod (a restore into a new cluster from one snapshot named by its
 // sha256) runs the same three steps in two init containers: the agent, in its own image,
 // stages the snapshot, records what it fetched next to the data directory, and leaves a copy of
