@@ -549,8 +549,11 @@ func (r *EtcdRestoreReconciler) runRestoreJobs(ctx context.Context, rs *etcdv1al
 				return 0, false, failed(etcdv1alpha1.ReasonJobNotStarting, "%s", notStarting)
 			}
 			running = append(running, members[i])
-			// The Job's completion wakes this reconciler; a pod that never starts does not.
-			wait = max(wait, recheck)
+			// The Job's completion wakes this reconciler; a pod that never starts does not, and
+			// the first deadline to come is the one to look again at.
+			if recheck > 0 && (wait == 0 || recheck < wait) {
+				wait = recheck
+			}
 			continue
 		case !succeeded:
 			return 0, false, failed(etcdv1alpha1.ReasonFailed, "%s", r.jobFailure(ctx, job))

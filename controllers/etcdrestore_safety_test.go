@@ -488,3 +488,28 @@ func TestRestoreIntoANewClusterCarriesTheSourcesRootPasswords(t *testing.T) {
 		t.Fatal("the new cluster was not let form once its passwords were carried")
 	}
 }
+
+// Of restore Jobs that have not started, the one whose start deadline comes first says when to
+// look again: the restore fails at that deadline, not at the last Job's. Before, the reconciler
+// waited the longest of the Jobs' waits, and a Job stuck since long before failed only when the
+// newest one's deadline came, minutes late.
+func TestRestoreJobsNotStartingAreLookedAtByTheSoonestDeadline(t *testing.T) {
+	rs := restoreOfHourly(&etcdv1alpha1.EtcdClusterSpec{Size: 2, Version: "3.6.16"})
+	rs.UID = "restore-uid"
+	now := time.Now()
+	var objects []client.Object
+	for i, age := range []time.Duration{agentStartDeadline - time.Minute, 0, agentStartDeadline - 3*time.Minute} {
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: resources.RestoreJobName(rs.Name, i), Namespace: "ns",
+			CreationTimestamp: metav1.NewTime(now.Add(-age)), Labels: map[string]string{resources.LabelManagedBy: "etcd-operator"}}}
+		objects = append(objects, job)
+	}
+	r, _ := restoreReconciler(t, append(objects, rs)...)
+	r.Now = func() time.Time { return now }
+	wait, done, err := r.runRestoreJobs(t.Context(), rs, formedCluster(nil), []string{"a", "b", "c"}, snapshotSource{uri: "pvc://backups/hourly.db"})
+	if err != nil || done {
+		t.Fatalf("runRestoreJobs: done %t, %v; want the Jobs waited on", done, err)
+	}
+	if wait <= 0 || wait > time.Minute {
+		t.Fatalf("looks again in %v; want within the minute the oldest Job has left", wait)
+	}
+}
