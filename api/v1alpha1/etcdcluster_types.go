@@ -808,7 +808,7 @@ type EtcdClusterStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.size,statuspath=.status.size,selectorpath=.status.selector
-// +kubebuilder:resource:shortName=etcd;etcdc,categories=etcd-operator
+// +kubebuilder:resource:shortName=etcdc,categories=etcd-operator
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.spec.size`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyMembers`
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.currentVersion`

@@ -99,8 +99,8 @@ cat <<EOF
 The operator runs as OLM installed it, and the cluster is backed up every 2 minutes. Try:
   export KUBECONFIG=$KUBECONFIG PATH=$(dirname "$KUBECTL"):\$PATH
   kubectl -n $ns get csv                                   # the installed operator
-  kubectl -n $ns get etcd -o wide                          # members, version, conditions
-  kubectl -n $ns scale etcd example --replicas 5           # learners added, then promoted
+  kubectl -n $ns get etcdcluster -o wide                   # members, version, conditions
+  kubectl -n $ns scale etcdcluster example --replicas 5    # learners added, then promoted
   kubectl -n $ns delete \$(kubectl -n $ns get pod -l etcd.database.dev/cluster=example -o name | head -1)   # a member comes back
   kubectl -n $ns get etcdbackup example-every-2m -o yaml   # each run's snapshot, revision, sha256
   sed s/example-every-6h/example-every-2m/ config/samples/etcd_v1alpha1_etcdrestore.yaml | kubectl -n $ns apply -f -
