@@ -154,8 +154,18 @@ func (r *EtcdBackupReconciler) verificationOutcome(ctx context.Context, job *bat
 	succeeded, finished := jobOutcome(job)
 	if !finished {
 		notStarting, wait, err := jobNotStarting(ctx, r.Client, job, r.Now())
-		if err != nil || notStarting == "" {
-			return nil, wait, err
+		if err != nil {
+			return nil, 0, err
+		}
+		if notStarting == "" {
+			pods, err := jobPods(ctx, r.Client, job)
+			if err != nil {
+				return nil, 0, err
+			}
+			var again time.Duration
+			if notStarting, again = restoredMemberExits(pods); notStarting == "" {
+				return nil, sooner(wait, again), nil
+			}
 		}
 		out.Result, out.Message = etcdv1alpha1.SnapshotNotVerified, notStarting
 		return out, 0, nil
@@ -239,4 +249,39 @@ func (r *EtcdBackupReconciler) recordVerification(b *etcdv1alpha1.EtcdBackup, v 
 			"%s could not be verified: %s", v.URI, v.Message)
 		postEvent(r.Recorder, b, corev1.EventTypeWarning, "VerificationNotRun", "Verify", "%s could not be verified: %s", v.URI, v.Message)
 	}
+}
+
+// verifyMemberExitLimit is how many times a verify Job's restored member may exit before the
+// verification is given up as not run.
+const verifyMemberExitLimit = 3
+
+// restoredMemberExits says why a verify Job cannot verify once its restored member (the etcd
+// sidecar serving the restored data) has exited verifyMemberExitLimit times, with its last
+// exit: the verifier would otherwise wait out its minutes for a member that does not stay up
+// (killed for memory under the members' limit, say), and the Job's retries would do the same.
+// Until then, once it has exited, it says to look again soon: a pod's restarts wake no one.
+func restoredMemberExits(pods []corev1.Pod) (string, time.Duration) {
+	if len(pods) == 0 {
+		return "", 0
+	}
+	newest := &pods[len(pods)-1]
+	for _, st := range newest.Status.InitContainerStatuses {
+		if st.Name != resources.VerifyEtcdContainer || st.RestartCount == 0 {
+			continue
+		}
+		last := st.LastTerminationState.Terminated
+		if st.RestartCount < verifyMemberExitLimit || last == nil {
+			return "", 20 * time.Second
+		}
+		why := fmt.Sprintf("the restored member (container %s of pod %s) exited %d times, last with %s (exit code %d)",
+			st.Name, newest.Name, st.RestartCount, last.Reason, last.ExitCode)
+		if last.Message != "" {
+			why += ": " + last.Message
+		}
+		if last.Reason == "OOMKilled" {
+			why += "; it runs with the members' memory limit: raise spec.podTemplate.resources.limits.memory of the EtcdCluster"
+		}
+		return why, 0
+	}
+	return "", 0
 }

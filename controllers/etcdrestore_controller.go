@@ -551,9 +551,7 @@ func (r *EtcdRestoreReconciler) runRestoreJobs(ctx context.Context, rs *etcdv1al
 			running = append(running, members[i])
 			// The Job's completion wakes this reconciler; a pod that never starts does not, and
 			// the first deadline to come is the one to look again at.
-			if recheck > 0 && (wait == 0 || recheck < wait) {
-				wait = recheck
-			}
+			wait = sooner(wait, recheck)
 			continue
 		case !succeeded:
 			return 0, false, failed(etcdv1alpha1.ReasonFailed, "%s", r.jobFailure(ctx, job))
