@@ -170,7 +170,8 @@ type PVCRetentionPolicy struct {
 
 // PodTemplate is the part of the member pods a user may shape.
 type PodTemplate struct {
-	// Metadata adds labels and annotations to the member pods.
+	// Metadata adds labels and annotations to the member pods (the annotations to the pods of
+	// the cluster's Jobs too).
 	// +optional
 	Metadata PodMetadata `json:"metadata,omitempty"`
 
@@ -270,7 +271,9 @@ type PodMetadata struct {
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 
-	// Annotations added to every member pod.
+	// Annotations added to every member pod, and to the pods of the cluster's backup, restore
+	// and verify Jobs (a service mesh's sidecar kept out of pods that must end, say). Labels
+	// stay on members: a Service selecting them would take the Jobs' pods in.
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 }

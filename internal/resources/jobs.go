@@ -490,7 +490,10 @@ func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, contain
 			},
 		}}},
 		Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			// The template's annotations, as members have them (a service mesh's sidecar kept out
+			// of a pod that must end, say); not its labels, which a Service the user selects
+			// members with would take the Job's pod in by.
+			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: maps.Clone(c.Spec.PodTemplate.Metadata.Annotations)},
 			Spec: corev1.PodSpec{
 				RestartPolicy:                corev1.RestartPolicyNever,
 				Affinity:                     &corev1.Affinity{NodeAffinity: agentNodeAffinity(c)},

@@ -301,3 +301,27 @@ func TestReadLogJobOnAMembersNodeIsLetOntoIt(t *testing.T) {
 		}
 	}
 }
+
+// Every agent Job's pod carries the pod template's annotations, as the members do: a service
+// mesh's injection annotation, say, must keep its sidecar out of a Job too, or the Job's pod
+// never ends. Not its labels: a Service the user selects members with would take the Jobs'
+// pods in. The operator's own labels are the Job's. Seen failing before: no annotations.
+func TestAgentJobsCarryThePodTemplatesAnnotationsNotItsLabels(t *testing.T) {
+	c := placedCluster()
+	c.Spec.PodTemplate.Metadata = etcdv1alpha1.PodMetadata{
+		Annotations: map[string]string{"sidecar.istio.io/inject": "false"},
+		Labels:      map[string]string{"app": "users-etcd"},
+	}
+	for kind, job := range agentJobsOf(t, c) {
+		meta := job.Spec.Template.ObjectMeta
+		if meta.Annotations["sidecar.istio.io/inject"] != "false" {
+			t.Errorf("%s Job's pod annotations %v, want the template's", kind, meta.Annotations)
+		}
+		if _, ok := meta.Labels["app"]; ok {
+			t.Errorf("%s Job's pod labels %v carry the template's: a Service selecting members would take it in", kind, meta.Labels)
+		}
+		if meta.Labels[LabelManagedBy] != "etcd-operator" {
+			t.Errorf("%s Job's pod labels %v, want the operator's", kind, meta.Labels)
+		}
+	}
+}
