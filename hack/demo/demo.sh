@@ -59,7 +59,9 @@ wait_for "EtcdCluster example to be Available" 300 kn wait etcdcluster/example -
 kn get etcdcluster example -o wide
 # A key, through the client Service (the node routes its cluster IP), for the backup to hold.
 client_ip=$(kn get service example-client -o jsonpath='{.spec.clusterIP}')
-"${ETCDCTL:?}" --endpoints "http://$client_ip:2379" put /demo/greeting "hello from make demo"
+greet() { "${ETCDCTL:?}" --endpoints "http://$client_ip:2379" --command-timeout=5s put /demo/greeting "hello from make demo"; }
+# The Service may route its cluster IP a moment after the cluster reports Available.
+wait_for "a write through the client Service" 60 greet || { greet; fail "the cluster took no write through its Service"; }
 
 step "An S3 server in the cluster for the backups, and its bucket"
 if ! kn get secret demo-s3-credentials >/dev/null 2>&1; then
@@ -76,11 +78,19 @@ ip=$(kn get service demo-s3 -o jsonpath='{.spec.clusterIP}')
 secret_key=$(kn get secret demo-s3-credentials -o jsonpath='{.data.AWS_SECRET_ACCESS_KEY}' | base64 -d)
 # S3 wants the payload's sha256 signed along: here, that of the empty body.
 empty_sha256=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
-status=$(curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
-	--user "demo:$secret_key" -H "x-amz-content-sha256: $empty_sha256" -X PUT "http://$ip:7070/etcd-backups")
+# A rollout that is done does not mean a Service that routes to a server that listens: the
+# request is made until it is answered (curl's exit 7, could not connect, is that moment).
+status=""
+make_bucket() {
+	status=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 --aws-sigv4 "aws:amz:us-east-1:s3" \
+		--user "demo:$secret_key" -H "x-amz-content-sha256: $empty_sha256" -X PUT "http://$ip:7070/etcd-backups") || status=""
+	[ "$status" = 200 ] || [ "$status" = 409 ]
+}
+wait_for "the S3 server to answer through its Service and make the bucket" 90 make_bucket || true
 unset secret_key
 case $status in
 200 | 409) echo "    bucket etcd-backups ready (HTTP $status)" ;;
+"") fail "the S3 server did not answer at $ip:7070 within 90 s" ;;
 *) fail "creating bucket etcd-backups answered HTTP $status" ;;
 esac
 
