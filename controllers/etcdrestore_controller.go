@@ -129,6 +129,39 @@ func restoreFinished(rs *etcdv1alpha1.EtcdRestore) bool {
 	return rs.Status.Phase == etcdv1alpha1.RestoreCompleted || rs.Status.Phase == etcdv1alpha1.RestoreFailed
 }
 
+// sourceWait is how long a restore waits for an EtcdBackup that does not exist yet, or has
+// taken no snapshot yet (objects created together, as a console creates a bundle's examples;
+// a restore set up before the schedule's first run), counted from the restore's start.
+const sourceWait = time.Hour
+
+// sourceNotYet is a source that may yet come: an EtcdBackup not made yet, or without a
+// snapshot yet.
+type sourceNotYet struct{ why string }
+
+func (s *sourceNotYet) Error() string { return s.why }
+
+// tookASnapshot says whether b has completed a snapshot, verified or not.
+func tookASnapshot(b *etcdv1alpha1.EtcdBackup) bool {
+	if b.Status.LastBackup != nil {
+		return true
+	}
+	return slices.ContainsFunc(b.Status.History, func(run etcdv1alpha1.BackupRun) bool { return run.Artifact != nil })
+}
+
+// waitForSource keeps a restore Pending while its source may yet come, saying what it waits
+// for and until when, and fails it with SourceNotFound once sourceWait has passed. Nothing is
+// touched meanwhile, and the wait does not hold OLM upgrades back (restoreRunning).
+func (r *EtcdRestoreReconciler) waitForSource(rs *etcdv1alpha1.EtcdRestore, notYet *sourceNotYet) (ctrl.Result, error) {
+	deadline := rs.Status.StartTime.Add(sourceWait)
+	if !r.Now().Before(deadline) {
+		return ctrl.Result{}, failed(etcdv1alpha1.ReasonSourceNotFound, "%s after %s of waiting; nothing was restored", notYet.why, sourceWait)
+	}
+	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonWaitingForSource,
+		"%s; waiting for it until %s, then the restore fails", notYet.why, deadline.UTC().Format(time.RFC3339))
+	// Looked at again: the restore is not woken by changes of an EtcdBackup.
+	return ctrl.Result{RequeueAfter: min(30*time.Second, deadline.Sub(r.Now()))}, nil
+}
+
 // restoreFailure ends a restore: retrying cannot help.
 type restoreFailure struct {
 	reason, message string
@@ -142,6 +175,10 @@ func failed(reason, format string, args ...any) error {
 
 func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (ctrl.Result, error) {
 	src, err := r.resolveSource(ctx, rs)
+	var notYet *sourceNotYet
+	if errors.As(err, &notYet) {
+		return r.waitForSource(rs, notYet)
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -228,9 +265,12 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 		backup := &etcdv1alpha1.EtcdBackup{}
 		if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: ref.Name}, backup); err != nil {
 			if apierrors.IsNotFound(err) {
-				return src, failed(etcdv1alpha1.ReasonSourceNotFound, "EtcdBackup %s does not exist in namespace %s", ref.Name, rs.Namespace)
+				return src, &sourceNotYet{fmt.Sprintf("EtcdBackup %s does not exist in namespace %s", ref.Name, rs.Namespace)}
 			}
 			return src, err
+		}
+		if ref.URI == "" && !tookASnapshot(backup) {
+			return src, &sourceNotYet{fmt.Sprintf("EtcdBackup %s has taken no snapshot yet", ref.Name)}
 		}
 		artifact := chooseArtifact(backup, ref.URI)
 		if failedVerification(artifact) {

@@ -99,6 +99,8 @@ func TestRestoreOutcomeIsInItsSeriesUntilItIsDeleted(t *testing.T) {
 			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: "none"}},
 			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: "c"},
 		},
+		// Started past the wait for a source that may yet come (sourceWait): missing is final.
+		Status: etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestorePending, StartTime: ptrTime(time.Now().Add(-2 * sourceWait))},
 	}
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(rs).WithStatusSubresource(rs).Build()
 	clock := time.Now().Truncate(time.Second)

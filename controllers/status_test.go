@@ -117,7 +117,8 @@ func TestRestoreObservedGenerationOnlyOnSuccess(t *testing.T) {
 			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: "b"}},
 			Target: etcdv1alpha1.RestoreTarget{ClusterName: "c"},
 		},
-		Status: etcdv1alpha1.EtcdRestoreStatus{ObservedGeneration: 1, Phase: etcdv1alpha1.RestorePending, StartTime: ptrTime(time.Now())},
+		// Started past the wait for a source that may yet come (sourceWait): missing is final.
+		Status: etcdv1alpha1.EtcdRestoreStatus{ObservedGeneration: 1, Phase: etcdv1alpha1.RestorePending, StartTime: ptrTime(time.Now().Add(-2 * sourceWait))},
 	}
 	failing := true
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(rs).WithStatusSubresource(rs).

@@ -51,6 +51,8 @@ func TestBackupAndRestoreLogTheirSteps(t *testing.T) {
 			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: "none"}},
 			Target: etcdv1alpha1.RestoreTarget{ClusterName: "c"},
 		},
+		// Started past the wait for a source that may yet come (sourceWait): missing is final.
+		Status: etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestorePending, StartTime: ptrTime(time.Now().Add(-2 * sourceWait))},
 	}
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(backup, rs).WithStatusSubresource(backup, rs).Build()
 

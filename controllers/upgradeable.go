@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -143,6 +144,10 @@ func restoreRunning(rs *etcdv1alpha1.EtcdRestore) bool {
 	}
 	if restoreNotServing(rs) {
 		return false // its data is installed and its cluster will not serve soon: an upgrade may be the cure
+	}
+	if waiting := meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded); rs.Status.Phase == etcdv1alpha1.RestorePending &&
+		waiting != nil && waiting.Reason == etcdv1alpha1.ReasonWaitingForSource {
+		return false // it waits for its source, having touched nothing, as a backup waits for its schedule
 	}
 	return rs.Status.Phase != etcdv1alpha1.RestoreCompleted && rs.Status.Phase != etcdv1alpha1.RestoreFailed
 }

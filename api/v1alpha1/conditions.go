@@ -126,6 +126,9 @@ const (
 const (
 	// ReasonSourceNotFound: the snapshot, its EtcdBackup or a Secret it needs does not exist.
 	ReasonSourceNotFound = "SourceNotFound"
+	// ReasonWaitingForSource: the EtcdBackup named does not exist yet, or has taken no snapshot
+	// yet; the restore waits for it, for a bounded time, then fails with SourceNotFound.
+	ReasonWaitingForSource = "WaitingForSource"
 	// ReasonTargetExists: mode New, and an EtcdCluster of the target's name exists already.
 	ReasonTargetExists = "TargetExists"
 	// ReasonTargetNotFound: mode InPlace, and the EtcdCluster to restore does not exist.
