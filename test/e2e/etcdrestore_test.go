@@ -242,13 +242,24 @@ func TestEtcdRestore(t *testing.T) {
 		expectData(t, clientServiceEndpoint(t, f.cluster), 0, map[string]int{"dataset/": datasetKeys})
 	})
 
-	t.Run("unknown backup fails", func(t *testing.T) {
+	t.Run("an unknown backup is waited for, and nothing made meanwhile", func(t *testing.T) {
 		rs := f.createRestore(t, "unknown", etcdv1alpha1.EtcdRestoreSpec{
 			Source: etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: "no-such-backup"}},
 			Target: f.newTarget("unknown", 1),
 		})
-		expectRestoreFailed(t, rs, "does not exist")
+		// It may yet be made (objects created together): the restore waits, bounded, and says so.
+		waitFor(t, "the restore waiting for EtcdBackup no-such-backup", func(ctx context.Context) (bool, error) {
+			if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(rs), rs); err != nil {
+				return false, err
+			}
+			cond := meta.FindStatusCondition(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+			return rs.Status.Phase == etcdv1alpha1.RestorePending && cond != nil && cond.Reason == etcdv1alpha1.ReasonWaitingForSource &&
+				strings.Contains(cond.Message, "does not exist"), nil
+		})
 		expectNoCluster(t, f.ns, "unknown")
+		if err := k8sClient.Delete(context.Background(), rs); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("a version older than the snapshot's fails", func(t *testing.T) {
