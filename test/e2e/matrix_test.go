@@ -21,6 +21,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -720,10 +721,12 @@ func memberKeyspacesDiffer(ctx context.Context, c *etcdv1alpha1.EtcdCluster, a e
 type podRecorder struct {
 	mu   sync.Mutex
 	pods map[string]corev1.Pod // by UID
+	// nodes are the nodes pods were bound to, by UID.
+	nodes map[string]string
 }
 
 func recordPods(t *testing.T, namespace string) *podRecorder {
-	r := &podRecorder{pods: map[string]corev1.Pod{}}
+	r := &podRecorder{pods: map[string]corev1.Pod{}, nodes: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := newClientset(t).CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -733,11 +736,18 @@ func recordPods(t *testing.T, namespace string) *podRecorder {
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
-			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
-				r.mu.Lock()
-				r.pods[string(pod.UID)] = *pod
-				r.mu.Unlock()
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
 			}
+			r.mu.Lock()
+			if ev.Type == watch.Added {
+				r.pods[string(pod.UID)] = *pod
+			}
+			if pod.Spec.NodeName != "" {
+				r.nodes[string(pod.UID)] = pod.Spec.NodeName
+			}
+			r.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() { cancel(); w.Stop(); <-done })
@@ -777,4 +787,18 @@ func (m *matrixCell) checkPods(t *testing.T) {
 		}
 	}
 	t.Logf("%d pods of the operator checked against the pod template", checked)
+	if m.cfg[matrix.Nodes] == "two" {
+		// Node-local volumes on two nodes are the point: members must have used both.
+		memberNodes := map[string]int{}
+		for uid, pod := range m.pods.pods {
+			if pod.Labels[resources.LabelMember] != "" && pod.Labels[resources.LabelManagedBy] == "etcd-operator" && m.pods.nodes[uid] != "" &&
+				pod.Labels[batchv1.JobNameLabel] == "" {
+				memberNodes[m.pods.nodes[uid]]++
+			}
+		}
+		if len(memberNodes) < 2 {
+			t.Errorf("member pods ran on %v: want both nodes", memberNodes)
+		}
+		t.Logf("member pods by node: %v", memberNodes)
+	}
 }
