@@ -155,37 +155,9 @@ func TestVerifyJobThatCannotPullAnImageIsNotRun(t *testing.T) {
 		{"etcdutl a minute ago", resources.VerifyEtcdutlContainer, privateImage, "ImagePullBackOff", time.Minute, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			backup := &etcdv1alpha1.EtcdBackup{
-				ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "ns", UID: "backup-uid", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
-				Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "c", Verify: &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyAlways},
-					Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}}},
-				Status: etcdv1alpha1.EtcdBackupStatus{History: completedRuns(2)},
-			}
-			backup.Status.LastBackup = backup.Status.History[0].Artifact.DeepCopy()
-			c := formedCluster(nil)
-			c.Spec.Repository = "registry.private/etcd"
-			job, err := resources.VerifyJob(backup, c, resources.VerifySnapshot{Storage: backup.Spec.Destination, Key: "s-2.db",
-				Artifact: *backup.Status.LastBackup, Run: "run-2"}, "registry.test/agent", resources.EtcdImages{Repository: "registry.test/etcd"}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			job.UID, job.CreationTimestamp = "job-uid", metav1.NewTime(time.Now().Add(-30*time.Minute))
-			if err := ctrl.SetControllerReference(backup, job, testScheme(t)); err != nil {
-				t.Fatal(err)
-			}
+			backup, c, job := verifyingBackup(t, "registry.private/etcd", 30*time.Minute)
 			pod := imagePullWait(t, job, tc.container, tc.image, tc.reason, tc.waited)
-			k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(backup, c, job, pod).WithStatusSubresource(backup).Build()
-			recorder := events.NewFakeRecorder(20)
-			r := &EtcdBackupReconciler{Client: k8s, APIReader: k8s, Recorder: recorder, Now: time.Now}
-
-			result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := &etcdv1alpha1.EtcdBackup{}
-			if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(backup), got); err != nil {
-				t.Fatal(err)
-			}
+			got, result, recorder := reconcileVerifyingBackup(t, backup, c, job, pod)
 			if !tc.wantRecorded {
 				if got.Status.LastVerified != nil {
 					t.Fatalf("lastVerified %+v while the image may still be pulled", got.Status.LastVerified)
@@ -218,4 +190,46 @@ func TestVerifyJobThatCannotPullAnImageIsNotRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// verifyingBackup is EtcdBackup nightly of formed cluster c (of spec.repository repository, if
+// not empty) with two completed runs, and the Job verifying the newest, made jobAge ago.
+func verifyingBackup(t *testing.T, repository string, jobAge time.Duration) (*etcdv1alpha1.EtcdBackup, *etcdv1alpha1.EtcdCluster, *batchv1.Job) {
+	t.Helper()
+	backup := &etcdv1alpha1.EtcdBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "ns", UID: "backup-uid", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "c", Verify: &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyAlways},
+			Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}}},
+		Status: etcdv1alpha1.EtcdBackupStatus{History: completedRuns(2)},
+	}
+	backup.Status.LastBackup = backup.Status.History[0].Artifact.DeepCopy()
+	c := formedCluster(nil)
+	c.Spec.Repository = repository
+	job, err := resources.VerifyJob(backup, c, resources.VerifySnapshot{Storage: backup.Spec.Destination, Key: "s-2.db",
+		Artifact: *backup.Status.LastBackup, Run: "run-2"}, "registry.test/agent", resources.EtcdImages{Repository: "registry.test/etcd"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.UID, job.CreationTimestamp = "job-uid", metav1.NewTime(time.Now().Add(-jobAge))
+	if err := ctrl.SetControllerReference(backup, job, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	return backup, c, job
+}
+
+// reconcileVerifyingBackup reconciles backup once among objects, and returns it as written.
+func reconcileVerifyingBackup(t *testing.T, backup *etcdv1alpha1.EtcdBackup, objects ...client.Object) (*etcdv1alpha1.EtcdBackup, ctrl.Result, *events.FakeRecorder) {
+	t.Helper()
+	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objects, backup)...).WithStatusSubresource(backup).Build()
+	recorder := events.NewFakeRecorder(20)
+	r := &EtcdBackupReconciler{Client: k8s, APIReader: k8s, Recorder: recorder, Now: time.Now}
+	result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &etcdv1alpha1.EtcdBackup{}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(backup), got); err != nil {
+		t.Fatal(err)
+	}
+	return got, result, recorder
 }

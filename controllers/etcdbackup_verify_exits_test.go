@@ -8,10 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/resources"
@@ -33,23 +30,7 @@ func TestVerifyJobWhoseRestoredMemberKeepsExitingIsNotRun(t *testing.T) {
 		{"exited three times", verifyMemberExitLimit, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			backup := &etcdv1alpha1.EtcdBackup{
-				ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "ns", UID: "backup-uid", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
-				Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "c", Verify: &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyAlways},
-					Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}}},
-				Status: etcdv1alpha1.EtcdBackupStatus{History: completedRuns(2)},
-			}
-			backup.Status.LastBackup = backup.Status.History[0].Artifact.DeepCopy()
-			c := formedCluster(nil)
-			job, err := resources.VerifyJob(backup, c, resources.VerifySnapshot{Storage: backup.Spec.Destination, Key: "s-2.db",
-				Artifact: *backup.Status.LastBackup, Run: "run-2"}, "registry.test/agent", resources.EtcdImages{Repository: "registry.test/etcd"}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			job.UID, job.CreationTimestamp = "job-uid", metav1.NewTime(time.Now().Add(-3*time.Minute))
-			if err := ctrl.SetControllerReference(backup, job, testScheme(t)); err != nil {
-				t.Fatal(err)
-			}
+			backup, c, job := verifyingBackup(t, "", 3*time.Minute)
 			started := metav1.NewTime(time.Now().Add(-2 * time.Minute))
 			pod := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: "ns", CreationTimestamp: started,
@@ -67,18 +48,7 @@ func TestVerifyJobWhoseRestoredMemberKeepsExitingIsNotRun(t *testing.T) {
 			if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
 				t.Fatal(err)
 			}
-			k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(backup, c, job, pod).WithStatusSubresource(backup).Build()
-			recorder := events.NewFakeRecorder(20)
-			r := &EtcdBackupReconciler{Client: k8s, APIReader: k8s, Recorder: recorder, Now: time.Now}
-
-			result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := &etcdv1alpha1.EtcdBackup{}
-			if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(backup), got); err != nil {
-				t.Fatal(err)
-			}
+			got, result, _ := reconcileVerifyingBackup(t, backup, c, job, pod)
 			if !tc.wantRecorded {
 				if got.Status.LastVerified != nil {
 					t.Fatalf("lastVerified %+v while the member may yet stay up", got.Status.LastVerified)
