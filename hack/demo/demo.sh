@@ -111,7 +111,7 @@ The operator runs as OLM installed it, and the cluster is backed up every 2 minu
   kubectl -n $ns get csv                                   # the installed operator
   kubectl -n $ns get etcdcluster -o wide                   # members, version, conditions
   kubectl -n $ns scale etcdcluster example --replicas 5    # learners added, then promoted
-  kubectl -n $ns delete \$(kubectl -n $ns get pod -l etcd.database.dev/cluster=example -o name | head -1)   # a member comes back
+  kubectl -n $ns delete pod \$(kubectl -n $ns get pod -l app.kubernetes.io/name=etcd,etcd.database.dev/cluster=example -o jsonpath='{.items[0].metadata.name}')   # a member comes back
   kubectl -n $ns get etcdbackup example-every-2m -o yaml   # each run's snapshot, revision, sha256
   sed s/example-every-6h/example-every-2m/ config/samples/etcd_v1alpha1_etcdrestore.yaml | kubectl -n $ns apply -f -
                                                            # the latest snapshot restored into a new cluster
