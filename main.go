@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +32,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/controllers"
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/platform"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
@@ -164,10 +166,17 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 	if err != nil {
 		return nil, err
 	}
+	plat, err := detectPlatform(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
 	if err := controllers.SetupWithManager(mgr, controllers.Options{
-		DefaultEtcdImages:    etcdImages(os.Getenv(relatedImageEtcdEnv), os.Environ()),
-		AgentImage:           os.Getenv(relatedImageOperatorEnv),
-		PodEnv:               proxy.ReadProxyVarsFromEnv(),
+		DefaultEtcdImages: etcdImages(os.Getenv(relatedImageEtcdEnv), os.Environ()),
+		AgentImage:        os.Getenv(relatedImageOperatorEnv),
+		Pods: resources.PodSettings{
+			Env:                proxy.ReadProxyVarsFromEnv(),
+			PlatformAssignsIDs: plat.AssignsPodIDs,
+		},
 		UpgradeableCondition: upgradeable,
 	}); err != nil {
 		return nil, err
@@ -179,6 +188,20 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 		return nil, fmt.Errorf("add ready check: %w", err)
 	}
 	return mgr, nil
+}
+
+// detectPlatform tells from the API server what the distribution decides for pods, and says it.
+func detectPlatform(cfg *rest.Config) (platform.Platform, error) {
+	d, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return platform.Platform{}, fmt.Errorf("discovery client: %w", err)
+	}
+	plat, err := platform.Detect(d)
+	if err != nil {
+		return platform.Platform{}, err
+	}
+	ctrl.Log.Info("platform detected", "platform", plat.Name, "podIDsAssignedByPlatform", plat.AssignsPodIDs)
+	return plat, nil
 }
 
 func metricsOptions(opts options) metricsserver.Options {

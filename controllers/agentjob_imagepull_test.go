@@ -89,7 +89,7 @@ func TestRestoreJobThatCannotPullTheEtcdImageFails(t *testing.T) {
 			staged := resources.MemberPVC(c, resources.MemberSpec{Name: seed})
 			staged.Labels, staged.OwnerReferences = map[string]string{resources.LabelRestore: rs.Name}, nil
 			job, err := resources.RestoreJob(rs, c, resources.RestoreMember{Name: seed, Members: []string{seed}},
-				resources.RestoreSource{Storage: rs.Spec.Source.Location.StorageLocation, Key: "snap.db"}, "registry.test/agent", resources.EtcdImages{Repository: "registry.test/etcd"}, nil)
+				resources.RestoreSource{Storage: rs.Spec.Source.Location.StorageLocation, Key: "snap.db"}, "registry.test/agent", resources.EtcdImages{Repository: "registry.test/etcd"}, resources.PodSettings{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,7 +206,7 @@ func verifyingBackup(t *testing.T, repository string, jobAge time.Duration) (*et
 	c := formedCluster(nil)
 	c.Spec.Repository = repository
 	job, err := resources.VerifyJob(backup, c, resources.VerifySnapshot{Storage: backup.Spec.Destination, Key: "s-2.db",
-		Artifact: *backup.Status.LastBackup, Run: "run-2"}, "registry.test/agent", resources.EtcdImages{Repository: "registry.test/etcd"}, nil)
+		Artifact: *backup.Status.LastBackup, Run: "run-2"}, "registry.test/agent", resources.EtcdImages{Repository: "registry.test/etcd"}, resources.PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func newEnvCluster(t *testing.T, namespace string) *envCluster {
 		if err := k8s.Create(ctx, resources.MemberPVC(cluster, spec)); err != nil {
 			t.Fatal(err)
 		}
-		pod := resources.MemberPod(cluster, spec, resources.EtcdImages{Repository: "registry.test/etcd"})
+		pod := resources.MemberPod(cluster, spec, resources.EtcdImages{Repository: "registry.test/etcd"}, resources.PodSettings{})
 		if err := ctrl.SetControllerReference(cluster, pod, k8s.Scheme()); err != nil {
 			t.Fatal(err)
 		}

@@ -40,9 +40,10 @@ type EtcdBackupReconciler struct {
 	// DefaultImages are the etcd images of clusters whose spec.repository is empty: a verify
 	// Job restores with the cluster's own etcd version.
 	DefaultImages resources.EtcdImages
-	// PodEnv is added to the agent's container (OLM's proxy settings).
-	PodEnv []corev1.EnvVar
-	Now    func() time.Time
+	// Pods are what its install and platform give the Jobs it starts (OLM's proxy settings,
+	// the platform's own pod IDs).
+	Pods resources.PodSettings
+	Now  func() time.Time
 }
 
 // notReadyRetry is how soon a backup that cannot run yet (its cluster not Available, its
@@ -537,7 +538,7 @@ func (r *EtcdBackupReconciler) startRun(ctx context.Context, b *etcdv1alpha1.Etc
 	}
 	// current, not b: the Job's retention keeps the snapshot status.lastBackup names as
 	// written, which is what a restore finds until this run is recorded.
-	job, err := resources.BackupJob(current, c, r.AgentImage, scheduledFor, r.PodEnv)
+	job, err := resources.BackupJob(current, c, r.AgentImage, scheduledFor, r.Pods)
 	if err != nil {
 		return err
 	}

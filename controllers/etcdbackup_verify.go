@@ -124,7 +124,7 @@ func (r *EtcdBackupReconciler) startVerification(ctx context.Context, b *etcdv1a
 	if !ok {
 		return nil
 	}
-	job, err := resources.VerifyJob(b, c, resources.VerifySnapshot{Storage: b.Spec.Destination, Key: key, Artifact: *run.Artifact, Run: run.Job}, r.AgentImage, r.DefaultImages, r.PodEnv)
+	job, err := resources.VerifyJob(b, c, resources.VerifySnapshot{Storage: b.Spec.Destination, Key: key, Artifact: *run.Artifact, Run: run.Job}, r.AgentImage, r.DefaultImages, r.Pods)
 	if err != nil {
 		return err
 	}

@@ -201,7 +201,7 @@ func (r *EtcdClusterReconciler) memberRestoreOn(obs *observation, member string)
 	}
 	restore, err := resources.MemberRestoreOf(pvc)
 	if restore != nil {
-		restore.Env = r.PodEnv
+		restore.Env = r.Pods.Env
 	}
 	return restore, err
 }
@@ -499,7 +499,7 @@ func (r *EtcdClusterReconciler) createMember(ctx context.Context, c *etcdv1alpha
 		}
 		// gofail: var memberClaimCreated struct{}
 	}
-	if err := r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultImages)); err != nil {
+	if err := r.createOwned(ctx, c, resources.MemberPod(c, spec, r.DefaultImages, r.Pods)); err != nil {
 		return err
 	}
 	// gofail: var memberPodCreated struct{}

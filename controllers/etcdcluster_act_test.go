@@ -197,7 +197,7 @@ func unlabelVoter(t *testing.T, k8s client.Client, member string) {
 func TestMemberPodsNeverTakeTheOperatorsProxy(t *testing.T) {
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).Build()
 	r := &EtcdClusterReconciler{Client: k8s, DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"},
-		PodEnv: []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy:3128"}, {Name: "HTTP_PROXY", Value: "http://proxy:3128"}, {Name: "NO_PROXY", Value: "10.96.0.0/12"}}}
+		Pods: resources.PodSettings{Env: []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy:3128"}, {Name: "HTTP_PROXY", Value: "http://proxy:3128"}, {Name: "NO_PROXY", Value: "10.96.0.0/12"}}}}
 	cluster := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid"},
 		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 3, Version: "3.6.16"},

@@ -74,7 +74,7 @@ func TestRecordPodSpecAndExpandClaimsPatchInPlace(t *testing.T) {
 	cluster := staleTestCluster()
 	grown := resource.MustParse("8Gi")
 	cluster.Spec.Storage.Size = &grown
-	pod := resources.MemberPod(cluster, resources.MemberSpec{Name: "c-abcde", Version: "3.6.16"}, resources.EtcdImages{Repository: "etcd"})
+	pod := resources.MemberPod(cluster, resources.MemberSpec{Name: "c-abcde", Version: "3.6.16"}, resources.EtcdImages{Repository: "etcd"}, resources.PodSettings{})
 	delete(pod.Annotations, resources.AnnotationPodSpecHash)
 	pvc := resources.MemberPVC(cluster, resources.MemberSpec{Name: "c-abcde"})
 	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("4Gi")

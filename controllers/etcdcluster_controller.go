@@ -63,8 +63,9 @@ type EtcdClusterReconciler struct {
 	stuckCauses stuckCauses
 	// DefaultImages are the etcd images of clusters whose spec.repository is empty.
 	DefaultImages resources.EtcdImages
-	// PodEnv is added to the agent Jobs it starts (OLM's proxy settings), never to members.
-	PodEnv []corev1.EnvVar
+	// Pods are what its install and platform give the pods it creates: proxy settings for the
+	// agent Jobs it starts (never for members), the platform's own pod IDs.
+	Pods resources.PodSettings
 	// AgentImage is the operator's own image, which copies a member's data before a quorum
 	// recovery rewrites it.
 	AgentImage string

@@ -38,7 +38,7 @@ func TestAnInitialMemberThatNeverRanIsStartedNotReplaced(t *testing.T) {
 			// Started: the pod and claim exist, and the member published its client URLs.
 			m.ClientURLs = []string{resources.ClientURL(c, name)}
 			spec := resources.MemberSpec{Name: name, Version: c.Spec.Version, InitialCluster: initial, State: "new"}
-			pod := resources.MemberPod(c, spec, resources.EtcdImages{Repository: "etcd"})
+			pod := resources.MemberPod(c, spec, resources.EtcdImages{Repository: "etcd"}, resources.PodSettings{})
 			pod.Status.Phase, pod.Status.PodIP = corev1.PodRunning, "10.0.0.1"
 			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 			pvc := resources.MemberPVC(c, spec)

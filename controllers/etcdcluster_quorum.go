@@ -281,7 +281,7 @@ func (r *EtcdClusterReconciler) readLogs(ctx context.Context, c *etcdv1alpha1.Et
 		if pod, ok := obs.pods[name]; ok {
 			node = pod.Spec.NodeName
 		}
-		job, err := resources.ReadLogJob(c, name, node, lostAt, r.AgentImage, r.PodEnv)
+		job, err := resources.ReadLogJob(c, name, node, lostAt, r.AgentImage, r.Pods)
 		if err == nil {
 			err = r.createOwned(ctx, c, job)
 		}
@@ -463,7 +463,7 @@ func (r *EtcdClusterReconciler) preserveData(ctx context.Context, c *etcdv1alpha
 	if err := r.Create(ctx, resources.QuorumRecoveryClaim(c)); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("create claim %s: %w", resources.QuorumRecoveryClaimName(c.Name), err)
 	}
-	job, err := resources.PreserveDataJob(c, member, r.AgentImage, r.PodEnv)
+	job, err := resources.PreserveDataJob(c, member, r.AgentImage, r.Pods)
 	if err != nil {
 		return err
 	}

@@ -262,7 +262,7 @@ func TestSurvivorsThatDoNotAnswerHaveTheirLogsReadFromTheirData(t *testing.T) {
 	a := lostMajorityMute(t, nil)
 	m0, m1 := a.members[0], a.members[1]
 	// From an earlier loss: had it been believed, m0 would be the survivor.
-	earlier, err := resources.ReadLogJob(a.cluster, m0, "", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), "agent", nil)
+	earlier, err := resources.ReadLogJob(a.cluster, m0, "", time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), "agent", resources.PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func (a *scriptedCluster) deletePod(t *testing.T, name string) {
 func (a *scriptedCluster) pendingForAnHour(t *testing.T, name string) {
 	t.Helper()
 	a.deletePod(t, name)
-	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: name, Version: "3.6.16", Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"})
+	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: name, Version: "3.6.16", Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"}, resources.PodSettings{})
 	pending.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
 	if err := a.k8s.Create(t.Context(), pending); err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestMembersARecoveryDidWithoutAreNeverRestartedOnTheirData(t *testing.T) {
 	for _, name := range a.members {
 		a.deletePod(t, name)
 	}
-	forced := resources.MemberPod(a.cluster, resources.MemberSpec{Name: survivor, Version: "3.6.16", ForceNewCluster: true, Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"})
+	forced := resources.MemberPod(a.cluster, resources.MemberSpec{Name: survivor, Version: "3.6.16", ForceNewCluster: true, Voter: true}, resources.EtcdImages{Repository: "registry.test/etcd"}, resources.PodSettings{})
 	forced.Status = corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 	if err := a.k8s.Create(t.Context(), forced); err != nil {
 		t.Fatal(err)

@@ -112,7 +112,7 @@ func TestMembersWhoseNodesStoppedAnsweringAreNeverForcedOut(t *testing.T) {
 	if err := a.k8s.Update(t.Context(), held); err != nil {
 		t.Fatal(err)
 	}
-	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: c, Version: "3.6.16"}, resources.EtcdImages{Repository: "registry.test/etcd"})
+	pending := resources.MemberPod(a.cluster, resources.MemberSpec{Name: c, Version: "3.6.16"}, resources.EtcdImages{Repository: "registry.test/etcd"}, resources.PodSettings{})
 	if err := a.k8s.Create(t.Context(), pending); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func TestOrphanDeletionSparesAClaimTheCacheHasNotSeen(t *testing.T) {
 func TestOrphanDeletionSparesAPodTheCacheHasNotSeen(t *testing.T) {
 	cluster := &etcdv1alpha1.EtcdCluster{}
 	cluster.Name, cluster.Namespace = "stale", restrictedNamespace(t)
-	live := resources.MemberPod(cluster, resources.MemberSpec{Name: "stale-live1", Version: "3.6.16"}, resources.EtcdImages{Repository: "etcd"})
+	live := resources.MemberPod(cluster, resources.MemberSpec{Name: "stale-live1", Version: "3.6.16"}, resources.EtcdImages{Repository: "etcd"}, resources.PodSettings{})
 	if err := k8sClient.Create(t.Context(), live); err != nil {
 		t.Fatal(err)
 	}

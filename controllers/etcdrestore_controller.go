@@ -48,8 +48,10 @@ type EtcdRestoreReconciler struct {
 	AgentImage string
 	// DefaultImages are the etcd images of clusters whose spec.repository is empty.
 	DefaultImages resources.EtcdImages
-	PodEnv        []corev1.EnvVar
-	Now           func() time.Time
+	// Pods are what its install and platform give the pods it creates (OLM's proxy settings,
+	// the platform's own pod IDs).
+	Pods resources.PodSettings
+	Now  func() time.Time
 	// Keyspaces proves, before a restore completes, that every member serves the same
 	// restored store.
 	Keyspaces Keyspaces
@@ -749,7 +751,7 @@ func (r *EtcdRestoreReconciler) startJobs(ctx context.Context, rs *etcdv1alpha1.
 		if jobs[i] != nil {
 			continue
 		}
-		job, err := resources.RestoreJob(rs, c, resources.RestoreMember{Name: member, Index: i, Members: members}, src.RestoreSource, r.AgentImage, r.DefaultImages, r.PodEnv)
+		job, err := resources.RestoreJob(rs, c, resources.RestoreMember{Name: member, Index: i, Members: members}, src.RestoreSource, r.AgentImage, r.DefaultImages, r.Pods)
 		if err != nil {
 			return err
 		}

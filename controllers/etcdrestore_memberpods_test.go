@@ -239,7 +239,7 @@ func TestMembersWhoseClaimsCarryARestoreRestoreInTheirPods(t *testing.T) {
 	}
 	proxy := corev1.EnvVar{Name: "HTTPS_PROXY", Value: "http://proxy:3128"}
 	k8s := fake.NewClientBuilder().WithScheme(testScheme(t)).Build()
-	r := &EtcdClusterReconciler{Client: k8s, PodEnv: []corev1.EnvVar{proxy}, DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}}
+	r := &EtcdClusterReconciler{Client: k8s, Pods: resources.PodSettings{Env: []corev1.EnvVar{proxy}}, DefaultImages: resources.EtcdImages{Repository: "registry.test/etcd"}}
 
 	expectPods := func(t *testing.T, what string) {
 		t.Helper()

@@ -145,7 +145,7 @@ func newRestoredPasswordFixture(t *testing.T) *restoredPasswordFixture {
 	// A formed cluster of one, as the operator made it; authentication is not on yet.
 	name := "c-m0000"
 	spec := resources.MemberSpec{Name: name, Version: "3.6.16", InitialCluster: resources.InitialCluster(cluster, []string{name}), State: "new"}
-	pod := resources.MemberPod(cluster, spec, resources.EtcdImages{Repository: "registry.test/etcd"})
+	pod := resources.MemberPod(cluster, spec, resources.EtcdImages{Repository: "registry.test/etcd"}, resources.PodSettings{})
 	if err := ctrl.SetControllerReference(cluster, pod, k8s.Scheme()); err != nil {
 		t.Fatal(err)
 	}

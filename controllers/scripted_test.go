@@ -63,7 +63,7 @@ func newScriptedClusterWithImages(t *testing.T, size int, images resources.EtcdI
 	for i := range size {
 		name := fmt.Sprintf("c-m%04d", i)
 		names = append(names, name)
-		pod := resources.MemberPod(cluster, resources.MemberSpec{Name: name, Version: "3.6.16", Voter: true}, images)
+		pod := resources.MemberPod(cluster, resources.MemberSpec{Name: name, Version: "3.6.16", Voter: true}, images, resources.PodSettings{})
 		pod.Status = corev1.PodStatus{PodIP: fmt.Sprintf("10.0.0.%d", i+1), Phase: corev1.PodRunning,
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 		objects = append(objects, pod, resources.MemberPVC(cluster, resources.MemberSpec{Name: name}))

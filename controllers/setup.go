@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/operator-framework/operator-lib/conditions"
@@ -21,8 +19,9 @@ type Options struct {
 	// DefaultEtcdImages are the etcd images of clusters that name no repository: the one the
 	// operator was installed with (RELATED_IMAGE_ETCD).
 	DefaultEtcdImages resources.EtcdImages
-	// PodEnv is added to the containers the operator runs (OLM's proxy settings).
-	PodEnv []corev1.EnvVar
+	// Pods are what the install and the platform give the pods the operator creates (OLM's
+	// proxy settings, the platform's own pod IDs).
+	Pods resources.PodSettings
 	// AgentImage is the operator's own image, which its backup and restore Jobs run.
 	AgentImage string
 	// UpgradeableCondition is OLM's Upgradeable condition for this operator; nil outside OLM.
@@ -37,7 +36,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Recorder:      mgr.GetEventRecorder("etcdcluster-controller"),
 		Etcd:          etcd.NewCache(),
 		DefaultImages: opts.DefaultEtcdImages,
-		PodEnv:        opts.PodEnv,
+		Pods:          opts.Pods,
 		AgentImage:    opts.AgentImage,
 	}
 	reconcilers := []interface {
@@ -50,7 +49,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			Recorder:      mgr.GetEventRecorder("etcdbackup-controller"),
 			AgentImage:    opts.AgentImage,
 			DefaultImages: opts.DefaultEtcdImages,
-			PodEnv:        opts.PodEnv,
+			Pods:          opts.Pods,
 			Now:           time.Now,
 		},
 		&EtcdRestoreReconciler{
@@ -59,7 +58,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 			Recorder:      mgr.GetEventRecorder("etcdrestore-controller"),
 			AgentImage:    opts.AgentImage,
 			DefaultImages: opts.DefaultEtcdImages,
-			PodEnv:        opts.PodEnv,
+			Pods:          opts.Pods,
 			Now:           time.Now,
 			Keyspaces:     clusters.KeyspacesAt,
 		},

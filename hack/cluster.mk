@@ -230,6 +230,22 @@ test-guide: cluster-deploy ## Not in CI: run the README's and docs/guide's pages
 	KUBECONFIG=$(CLUSTER_KUBECONFIG) PATH="$(dir $(CLUSTER_KUBECTL)):$(ETCD_BIN):$$PATH" GUIDE_PAGES='$(GUIDE_PAGES)' \
 		go test -tags e2e -count=1 -v -timeout 60m -run '^TestGuidePagesRun$$' ./test/guide/
 
+.PHONY: openshift-up openshift-down test-openshift
+openshift-up: cluster-up ## OpenShift's rules on the local cluster: the restricted-v2 constraint as admission policies on every namespace given ID ranges (all but the platform's), its API groups (security.openshift.io, config.openshift.io, etcds.operator.openshift.io) and openshift-operators for all namespaces.
+	$(CLUSTER_ENV) hack/cluster/openshift.sh up
+
+openshift-down: ## Remove what openshift-up added (openshift-operators and what runs there included).
+	$(CLUSTER_ENV) hack/cluster/openshift.sh down
+
+# The guide's operator (make deploy's, in its own namespace) and then the demo's (OLM's, for all
+# namespaces) meet restricted-v2 in turn; the demo's is uninstalled after, so that the next
+# suite's operator is the only one acting.
+test-openshift: openshift-up ## Not in CI: on OpenShift's rules (openshift-up), the README's and guide's pages (test-guide), then the demo installing through OLM into openshift-operators.
+	$(MAKE) --no-print-directory test-guide
+	$(MAKE) --no-print-directory demo OPENSHIFT=1
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) delete namespace $(CLUSTER_DEMO_NAMESPACE) --wait --timeout=5m
+	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n openshift-operators delete subscription,csv --all --wait --timeout=5m
+
 .PHONY: test-partition
 # The last test needs a second node, up only while it runs: the first two stop or cut off the
 # first node's members, and must find none of theirs on another node.
@@ -341,8 +357,13 @@ demo-intro:
 	@echo "(Kubernetes and the cluster's tools ~13 min measured, then etcd, OLM, opm, the S3 server and the"
 	@echo "operator). Later runs take a few minutes. Each long build says what it builds as it starts."
 
+# With OPENSHIFT=1 the operator goes into openshift-operators for all namespaces, as OperatorHub
+# installs it, on the cluster with OpenShift's rules (openshift-up).
+DEMO_OPERATOR_NAMESPACE = $(if $(OPENSHIFT),openshift-operators,$(CLUSTER_DEMO_NAMESPACE))
+
 .PHONY: demo
-demo: demo-intro olm-catalog-head ## The main job on a fresh machine: the local cluster with OLM, the operator installed from this tree's catalog by a Subscription, a 3-member EtcdCluster, a scheduled backup.
+demo: demo-intro olm-catalog-head $(if $(OPENSHIFT),openshift-up) ## The main job on a fresh machine: the local cluster with OLM, the operator installed from this tree's catalog by a Subscription, a 3-member EtcdCluster, a scheduled backup. OPENSHIFT=1: on OpenShift's rules, into openshift-operators.
 	KUBECTL=$(CLUSTER_KUBECTL) ETCDCTL=$(ETCD_BIN)/etcdctl KUBECONFIG=$(CLUSTER_KUBECONFIG) DEMO_NAMESPACE=$(CLUSTER_DEMO_NAMESPACE) \
+		OPERATOR_NAMESPACE=$(DEMO_OPERATOR_NAMESPACE) \
 		VERSITYGW_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) DEPLOYED_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
 		DEPLOYED_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) hack/demo/demo.sh

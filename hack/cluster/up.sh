@@ -398,8 +398,14 @@ start() {
 	local exe
 	exe=$(readlink -f "$(command -v "$1")")
 	setsid "$@" >>"$CLUSTER_LOGS/$name.log" 2>&1 </dev/null &
-	echo "$! $exe" >"$CLUSTER_PIDS/$name.pid"
-	log "started $name (pid $!, log $CLUSTER_LOGS/$name.log)"
+	local pid=$! tries=0
+	# Until setsid has exec'd the command, the process is setsid itself, which running() would
+	# take for a process that died and whose PID was reused.
+	while [[ $(readlink "/proc/$pid/exe" 2>/dev/null) != "$exe" ]] && kill -0 "$pid" 2>/dev/null && ((tries++ < 100)); do
+		sleep 0.02
+	done
+	echo "$pid $exe" >"$CLUSTER_PIDS/$name.pid"
+	log "started $name (pid $pid, log $CLUSTER_LOGS/$name.log)"
 }
 
 # alive NAME: fails, with the end of the log, as soon as a started component has exited.

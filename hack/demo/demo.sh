@@ -4,12 +4,16 @@
 # EtcdCluster, and back it up on a schedule to an S3 server in the cluster.
 #
 # Environment (make demo sets it): KUBECTL, ETCDCTL, KUBECONFIG, DEMO_NAMESPACE, VERSITYGW_IMAGE,
-# DEPLOYED_NAMESPACE and DEPLOYED_DEPLOYMENT (make deploy's operator, stopped if it runs).
+# DEPLOYED_NAMESPACE and DEPLOYED_DEPLOYMENT (make deploy's operator, stopped if it runs), and
+# OPERATOR_NAMESPACE when the operator goes elsewhere than DEMO_NAMESPACE.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 ns=${DEMO_NAMESPACE:?}
+# The namespace the operator is installed into: the demo's own (an OperatorGroup for it alone),
+# or one that has an OperatorGroup for all namespaces (openshift-operators, as OperatorHub does).
+operator_ns=${OPERATOR_NAMESPACE:-$ns}
 k() { "${KUBECTL:?}" "$@"; }
 kn() { k -n "$ns" "$@"; }
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
@@ -39,18 +43,28 @@ if [ "$(k -n "${DEPLOYED_NAMESPACE:?}" get deployment "${DEPLOYED_DEPLOYMENT:?}"
 	k -n "$DEPLOYED_NAMESPACE" scale deployment "$DEPLOYED_DEPLOYMENT" --replicas 0
 fi
 
-step "Installing the operator through OLM: an OperatorGroup and a Subscription to the catalog"
+ko() { k -n "$operator_ns" "$@"; }
 k -n olm get catalogsource etcd-operator-catalog
-sed "s/DEMO_NAMESPACE/$ns/" "$here/subscription.yaml" | kn apply -f -
-installed_csv() { kn get subscription etcd-operator -o jsonpath='{.status.installedCSV}'; }
+if [ "$operator_ns" = "$ns" ]; then
+	step "Installing the operator through OLM: an OperatorGroup for $ns and a Subscription to the catalog"
+	sed "s/DEMO_NAMESPACE/$ns/" "$here/operatorgroup.yaml" | kn apply -f -
+else
+	step "Installing the operator through OLM into $operator_ns, for all namespaces (its OperatorGroup $(ko get operatorgroup -o jsonpath='{.items[0].metadata.name}')), as OperatorHub does"
+fi
+ko apply -f "$here/subscription.yaml"
+installed_csv() { ko get subscription etcd-operator -o jsonpath='{.status.installedCSV}'; }
 has_installed_csv() { [ -n "$(installed_csv)" ]; }
 wait_for "OLM to resolve the Subscription and install a CSV" 300 has_installed_csv ||
-	{ kn get subscription etcd-operator -o yaml; fail "the Subscription has no installed CSV"; }
+	{ ko get subscription etcd-operator -o yaml; fail "the Subscription has no installed CSV"; }
 csv=$(installed_csv)
-csv_succeeded() { [ "$(kn get csv "$csv" -o jsonpath='{.status.phase}')" = Succeeded ]; }
-wait_for "CSV $csv to reach Succeeded" 300 csv_succeeded ||
-	{ kn get csv "$csv" -o jsonpath='{.status.phase}: {.status.message}{"\n"}'; fail "CSV $csv did not succeed"; }
-kn get csv
+csv_succeeded() { [ "$(ko get csv "$csv" -o jsonpath='{.status.phase}')" = Succeeded ]; }
+if ! wait_for "CSV $csv to reach Succeeded" 300 csv_succeeded; then
+	ko get csv "$csv" -o jsonpath='{.status.phase}: {.status.message}{"\n"}'
+	# Why its pods do not run, when admission refused them.
+	ko get events --field-selector type=Warning -o custom-columns=OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message | tail -n 5
+	fail "CSV $csv did not succeed"
+fi
+ko get csv
 
 step "A 3-member EtcdCluster (config/samples/etcd_v1alpha1_etcdcluster.yaml)"
 kn apply -f "$root/config/samples/etcd_v1alpha1_etcdcluster.yaml"

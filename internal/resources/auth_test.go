@@ -17,7 +17,7 @@ func TestBackupJobAuthenticatesWithThePasswordEtcdHas(t *testing.T) {
 	c := testCluster()
 	c.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: "users-root"}
 	b := testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}})
-	job, err := BackupJob(b, c, "registry/etcd-operator:v1", time.Now(), nil)
+	job, err := BackupJob(b, c, "registry/etcd-operator:v1", time.Now(), PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func TestEtcdImagesGivenPerVersion(t *testing.T) {
 func TestMemberPodRecordsTheVersionOfAPinnedImage(t *testing.T) {
 	c := testCluster()
 	pinned := EtcdImagesOf("registry/etcd"+digestA, "3.6.16")
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, pinned)
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, pinned, PodSettings{})
 	if img := pod.Spec.Containers[0].Image; img != "registry/etcd"+digestA {
 		t.Errorf("image %q, want the pinned one", img)
 	}

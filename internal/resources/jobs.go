@@ -71,7 +71,7 @@ func jobName(base, suffix string) string {
 // BackupJob is the Job that runs one backup of cluster with the operator's agent image. Its
 // retention never deletes the snapshot b's status.lastBackup names: b must be as last written,
 // not as changed in memory since.
-func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, pods PodSettings) (*batchv1.Job, error) {
 	cfg := jobspec.JobConfig{
 		Cluster:   c.Name,
 		Namespace: b.Namespace,
@@ -101,7 +101,7 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		// The password etcd has, which differs from the user's Secret while it is rotated.
 		env = append(env, secretEnv(jobspec.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
 	}
-	env = append(env, extraEnv...)
+	env = append(env, pods.Env...)
 
 	volumes, mounts := storageVolumes(b.Spec.Destination)
 	if cfg.TLS {
@@ -118,7 +118,7 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		Args:         []string{"agent", "backup"},
 		Env:          env,
 		VolumeMounts: mounts,
-	}, volumes)
+	}, volumes, pods)
 	spec.Template.Spec.ServiceAccountName = storageServiceAccount(b.Spec.Destination)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -177,9 +177,9 @@ type RestoreMember struct {
 // image restores it as a member of a cluster of all of them (every member's Job writes the
 // same membership, cluster ID and revision), and the agent moves the result into the data
 // directory.
-func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m RestoreMember, src RestoreSource, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m RestoreMember, src RestoreSource, agentImage string, images EtcdImages, pods PodSettings) (*batchv1.Job, error) {
 	member := m.Name
-	env, err := restoreFetchEnv(c, src, extraEnv)
+	env, err := restoreFetchEnv(c, src, pods.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +209,7 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m Rest
 		Name: RestoreInstallContainer, Image: agentImage, Args: []string{"agent", "restore-install"},
 		VolumeMounts: []corev1.VolumeMount{data},
 	})
-	spec := agentJobSpec(c, podLabels, install, volumes)
+	spec := agentJobSpec(c, podLabels, install, volumes, pods)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore}
 	spec.Template.Spec.ServiceAccountName = storageServiceAccount(src.Storage)
 	withMembersPriority(&spec, c)
@@ -276,7 +276,7 @@ type VerifySnapshot struct {
 // image restores it there (checking the snapshot's own hash: never --skip-hash-check); that
 // etcd serves it alone on the pod's loopback as a native sidecar; and the agent compares what
 // it serves with what the backup recorded. Nothing is written outside the pod.
-func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap VerifySnapshot, agentImage string, images EtcdImages, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap VerifySnapshot, agentImage string, images EtcdImages, pods PodSettings) (*batchv1.Job, error) {
 	env, err := agentEnv(jobspec.JobConfig{
 		Cluster: c.Name, Storage: snap.Storage, Key: snap.Key, SHA256: snap.Artifact.SHA256,
 		Endpoints: []string{jobspec.VerifyClientURL}, Revision: snap.Artifact.Revision, Keyspace: snap.Artifact.Keyspace,
@@ -284,7 +284,7 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 	if err != nil {
 		return nil, err
 	}
-	env = append(env, extraEnv...)
+	env = append(env, pods.Env...)
 	volumes, mounts := storageVolumes(snap.Storage)
 	for i := range mounts {
 		mounts[i].ReadOnly = true // verifying never writes to the destination
@@ -340,7 +340,7 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 
 	podLabels := agentPodLabels(LabelBackup, b.Name)
 	podLabels[LabelVerify] = snap.Run
-	spec := agentJobSpec(c, podLabels, verify, volumes)
+	spec := agentJobSpec(c, podLabels, verify, volumes, pods)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore, member}
 	spec.Template.Spec.ServiceAccountName = storageServiceAccount(snap.Storage)
 	return &batchv1.Job{
@@ -367,7 +367,7 @@ func QuorumRecoveryDir(start time.Time) string { return start.UTC().Format("2006
 // --force-new-cluster. The member's claim is mounted read-only where its pod mounts it: the Job
 // can read the data, never change it. The member must be stopped first (etcd locks its db
 // while it runs; the agent waits for that lock, and fails while it is held).
-func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, pods PodSettings) (*batchv1.Job, error) {
 	if c.Spec.Storage.Ephemeral {
 		return nil, fmt.Errorf("cluster %s keeps its data in emptyDir volumes: member %s has no claim to preserve", c.Name, member)
 	}
@@ -379,7 +379,7 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 	if err != nil {
 		return nil, err
 	}
-	env = append(env, extraEnv...)
+	env = append(env, pods.Env...)
 	dataVolume, dataMount := memberDataReadOnly(member)
 	volumes := []corev1.Volume{
 		dataVolume,
@@ -392,7 +392,7 @@ func PreserveDataJob(c *etcdv1alpha1.EtcdCluster, member, agentImage string, ext
 	spec := agentJobSpec(c, podLabels, corev1.Container{
 		Name: PreserveDataContainer, Image: agentImage, Args: []string{"agent", "preserve-data"},
 		Env: env, VolumeMounts: mounts,
-	}, volumes)
+	}, volumes, pods)
 	withMembersPriority(&spec, c)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: PreserveDataJobName(member), Namespace: c.Namespace, Labels: agentJobLabels(podLabels, c)},
@@ -422,7 +422,7 @@ func ReadLogJobName(member string) string { return jobName(member, "-read-log") 
 // does not answer, reaches, from the WAL on its claim. The claim is mounted read-only and
 // nothing is locked, so the member's pod, if it runs, runs on: the Job is placed on its node
 // (node, if not empty), where a ReadWriteOnce volume can be mounted twice.
-func ReadLogJob(c *etcdv1alpha1.EtcdCluster, member, node string, lostAt time.Time, agentImage string, extraEnv []corev1.EnvVar) (*batchv1.Job, error) {
+func ReadLogJob(c *etcdv1alpha1.EtcdCluster, member, node string, lostAt time.Time, agentImage string, pods PodSettings) (*batchv1.Job, error) {
 	if c.Spec.Storage.Ephemeral {
 		return nil, fmt.Errorf("cluster %s keeps its data in emptyDir volumes: member %s has no claim to read", c.Name, member)
 	}
@@ -434,9 +434,9 @@ func ReadLogJob(c *etcdv1alpha1.EtcdCluster, member, node string, lostAt time.Ti
 	podLabels := agentPodLabels(LabelQuorumRecovery, c.Name)
 	spec := agentJobSpec(c, podLabels, corev1.Container{
 		Name: ReadLogContainer, Image: agentImage, Args: []string{"agent", "read-log"},
-		Env:          append(env, extraEnv...),
+		Env:          append(env, pods.Env...),
 		VolumeMounts: []corev1.VolumeMount{mount},
-	}, []corev1.Volume{volume})
+	}, []corev1.Volume{volume}, pods)
 	withMembersPriority(&spec, c)
 	if node != "" {
 		// The node was chosen when the member's pod was placed: of the template's placement only
@@ -476,7 +476,7 @@ func agentJobLabels(podLabels map[string]string, c *etcdv1alpha1.EtcdCluster) ma
 // agentJobSpec wraps the agent container in a Job that passes the restricted Pod Security
 // profile, needs no API access, fails at once on a permanent error, and runs where c's pod
 // template lets members run, pulling with its secrets.
-func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, container corev1.Container, volumes []corev1.Volume) batchv1.JobSpec {
+func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, container corev1.Container, volumes []corev1.Volume, pods PodSettings) batchv1.JobSpec {
 	container = agentContainer(container)
 	spec := batchv1.JobSpec{
 		BackoffLimit:            ptr.To[int32](agentRetries),
@@ -499,7 +499,7 @@ func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, contain
 				Affinity:                     &corev1.Affinity{NodeAffinity: agentNodeAffinity(c)},
 				AutomountServiceAccountToken: ptr.To(false),
 				EnableServiceLinks:           ptr.To(false),
-				SecurityContext:              restrictedPod(agentUID),
+				SecurityContext:              restrictedPod(agentUID, pods),
 				Containers:                   []corev1.Container{container},
 				Volumes:                      volumes,
 			},

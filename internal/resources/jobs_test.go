@@ -40,7 +40,7 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 		Bucket: "snaps", Prefix: "p/", Endpoint: "https://s3.example", CredentialsSecretName: "s3-creds", CASecretName: "s3-ca",
 	}})
 	at := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
-	job, err := BackupJob(b, c, "registry/etcd-operator:v1", at, []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy"}})
+	job, err := BackupJob(b, c, "registry/etcd-operator:v1", at, PodSettings{Env: []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 
 func TestAgentJobIsRestrictedAndFailsFastOnPermanentErrors(t *testing.T) {
 	b := testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups", SubPath: "etcd"}})
-	job, err := BackupJob(b, testCluster(), "img", time.Now(), nil)
+	job, err := BackupJob(b, testCluster(), "img", time.Now(), PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func checkAgentJob(t *testing.T, job *batchv1.Job) {
 // data it must not harm. It writes only to the quorum-recovery claim.
 func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.T) {
 	c := testCluster()
-	job, err := PreserveDataJob(c, "prod-abcde", "registry/etcd-operator:v1", []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy"}})
+	job, err := PreserveDataJob(c, "prod-abcde", "registry/etcd-operator:v1", PodSettings{Env: []corev1.EnvVar{{Name: "HTTPS_PROXY", Value: "http://proxy"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 		t.Errorf("volumes %+v mounted %+v: want the two claims only", pod.Volumes, ctr.VolumeMounts)
 	}
 	// The agent reads agent.MemberDataDir: the data directory etcd runs with, on that claim.
-	etcdPod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}).Spec
+	etcdPod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, PodSettings{}).Spec
 	etcdMount := etcdPod.Containers[0].VolumeMounts[0]
 	if etcdPod.Volumes[0].PersistentVolumeClaim.ClaimName != PVCName("prod-abcde") || etcdMount.MountPath != jobspec.MemberDataMount ||
 		!slices.Contains(etcdPod.Containers[0].Args, "--data-dir="+jobspec.MemberDataDir) {
@@ -188,7 +188,7 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 	}
 
 	c.Spec.Storage.Ephemeral = true
-	if job, err := PreserveDataJob(c, "prod-abcde", "img", nil); err == nil {
+	if job, err := PreserveDataJob(c, "prod-abcde", "img", PodSettings{}); err == nil {
 		t.Errorf("a cluster on emptyDir volumes has no member claim to copy, yet got Job %+v", job.Spec.Template.Spec.Volumes)
 	}
 }
@@ -198,7 +198,7 @@ func TestPreserveDataJobReadsTheMemberClaimAndWritesTheRecoveryClaim(t *testing.
 func TestReadLogJobOnlyReadsTheMemberClaimOnItsNode(t *testing.T) {
 	c := testCluster()
 	lostAt := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
-	job, err := ReadLogJob(c, "prod-abcde", "node-1", lostAt, "registry/etcd-operator:v1", nil)
+	job, err := ReadLogJob(c, "prod-abcde", "node-1", lostAt, "registry/etcd-operator:v1", PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,11 +222,11 @@ func TestReadLogJobOnlyReadsTheMemberClaimOnItsNode(t *testing.T) {
 		!slices.Equal(terms[0].MatchFields[0].Values, []string{"node-1"}) {
 		t.Errorf("node affinity %+v: want the member pod's node", terms)
 	}
-	if job, _ := ReadLogJob(c, "prod-abcde", "", lostAt, "img", nil); len(job.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields) != 0 {
+	if job, _ := ReadLogJob(c, "prod-abcde", "", lostAt, "img", PodSettings{}); len(job.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields) != 0 {
 		t.Errorf("with no member pod on a node, the Job goes where the claim allows: affinity %+v", job.Spec.Template.Spec.Affinity)
 	}
 	c.Spec.Storage.Ephemeral = true
-	if _, err := ReadLogJob(c, "prod-abcde", "", lostAt, "img", nil); err == nil {
+	if _, err := ReadLogJob(c, "prod-abcde", "", lostAt, "img", PodSettings{}); err == nil {
 		t.Error("a cluster on emptyDir volumes has no member claim to read")
 	}
 }
@@ -280,7 +280,7 @@ func TestBackupJobNamesFitAndDifferPerRun(t *testing.T) {
 // And only voters count in the budget: a learner's pod, which the Services select, it does not.
 func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 	c := testCluster()
-	jobs := agentJobsOf(t, c)
+	jobs := agentJobsOf(t, c, PodSettings{})
 	pdb, err := metav1.LabelSelectorAsSelector(PodDisruptionBudget(c, 3).Spec.Selector)
 	if err != nil {
 		t.Fatal(err)
@@ -290,8 +290,8 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 		"peer Service":   labels.SelectorFromSet(PeerService(c).Spec.Selector),
 		"budget":         pdb,
 	}
-	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16", Voter: true}, EtcdImages{Repository: "etcd"})
-	learner := MemberPod(c, MemberSpec{Name: "prod-fghjk", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
+	member := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16", Voter: true}, EtcdImages{Repository: "etcd"}, PodSettings{})
+	learner := MemberPod(c, MemberSpec{Name: "prod-fghjk", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, PodSettings{})
 	for what, sel := range selectors {
 		if !sel.Matches(labels.Set(member.Labels)) {
 			t.Errorf("the %s does not select member pod labels %v", what, member.Labels)
@@ -318,16 +318,16 @@ func TestAgentPodsAreNotSelectedAsMembers(t *testing.T) {
 func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 	c := testCluster()
 	c.Spec.PodTemplate.Metadata.Labels = map[string]string{LabelManagedBy: "someone-else"}
-	backup, err := BackupJob(testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}), c, "img", time.Now(), nil)
+	backup, err := BackupJob(testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}), c, "img", time.Now(), PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
-		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", EtcdImages{Repository: "etcd"}, nil)
+		RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}, "img", EtcdImages{Repository: "etcd"}, PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	preserve, err := PreserveDataJob(c, "prod-abcde", "img", nil)
+	preserve, err := PreserveDataJob(c, "prod-abcde", "img", PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 	}
 	member := MemberSpec{Name: "prod-abcde", Version: "3.6.16"}
 	made := map[string]map[string]string{
-		"member pod":          MemberPod(c, member, EtcdImages{Repository: "etcd"}).Labels,
+		"member pod":          MemberPod(c, member, EtcdImages{Repository: "etcd"}, PodSettings{}).Labels,
 		"member claim":        MemberPVC(c, member).Labels,
 		"peer Service":        PeerService(c).Labels,
 		"client Service":      ClientService(c).Labels,
@@ -365,7 +365,7 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 func TestRestoreJobBumpsTheRevision(t *testing.T) {
 	for _, bump := range []int64{0, 1_200_000} {
 		job, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
-			RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}, RevisionBump: bump}, "img", EtcdImages{Repository: "etcd"}, nil)
+			RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}, RevisionBump: bump}, "img", EtcdImages{Repository: "etcd"}, PodSettings{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -390,17 +390,17 @@ func TestRestoreJobBumpsTheRevision(t *testing.T) {
 // token of their own.
 func TestStorageJobsRunAsTheBucketsServiceAccount(t *testing.T) {
 	loc := etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{Bucket: "snaps", ServiceAccountName: "etcd-backups"}}
-	backup, err := BackupJob(testBackup(loc), testCluster(), "registry/etcd-operator:v1", time.Now(), nil)
+	backup, err := BackupJob(testBackup(loc), testCluster(), "registry/etcd-operator:v1", time.Now(), PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
-		RestoreSource{Storage: loc, Key: "k"}, "registry/etcd-operator:v1", EtcdImages{}, nil)
+		RestoreSource{Storage: loc, Key: "k"}, "registry/etcd-operator:v1", EtcdImages{}, PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	verify, err := VerifyJob(testBackup(loc), testCluster(), VerifySnapshot{Storage: loc, Key: "k", Run: "nightly-20261122t030000"},
-		"registry/etcd-operator:v1", EtcdImages{}, nil)
+		"registry/etcd-operator:v1", EtcdImages{}, PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +430,7 @@ func TestVerifyJobRestoresInItsOwnPodAndOnlyReadsTheDestination(t *testing.T) {
 		Artifact: etcdv1alpha1.BackupArtifact{URI: "pvc://backups/db/prod/x.db", SHA256: "abc", Revision: 42,
 			Keyspace: &etcdv1alpha1.SnapshotKeyspace{Revision: 42, HashKV: 7, CompactRevision: 3, KeyCount: 9}},
 	}
-	job, err := VerifyJob(b, c, snap, "registry/etcd-operator:v1", EtcdImages{Repository: "etcd"}, nil)
+	job, err := VerifyJob(b, c, snap, "registry/etcd-operator:v1", EtcdImages{Repository: "etcd"}, PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,31 +499,67 @@ func TestVerifyJobRestoresInItsOwnPodAndOnlyReadsTheDestination(t *testing.T) {
 }
 
 // agentJobsOf builds, for cluster c, one Job of each kind the operator starts whose pods are not
-// pinned to a node: backup, verify, restore, preserve-data and read-log.
-func agentJobsOf(t *testing.T, c *etcdv1alpha1.EtcdCluster) map[string]*batchv1.Job {
+// pinned to a node: backup, verify, restore, preserve-data and read-log, with pods.
+func agentJobsOf(t *testing.T, c *etcdv1alpha1.EtcdCluster, pods PodSettings) map[string]*batchv1.Job {
 	t.Helper()
 	claim := etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}
-	backup, err := BackupJob(testBackup(claim), c, "img", time.Now(), nil)
+	backup, err := BackupJob(testBackup(claim), c, "img", time.Now(), pods)
 	if err != nil {
 		t.Fatal(err)
 	}
 	verify, err := VerifyJob(testBackup(claim), c, VerifySnapshot{Storage: claim, Key: "x.db", Run: "nightly-20261122t030000",
-		Artifact: etcdv1alpha1.BackupArtifact{URI: "pvc://b/x.db"}}, "img", EtcdImages{Repository: "etcd"}, nil)
+		Artifact: etcdv1alpha1.BackupArtifact{URI: "pvc://b/x.db"}}, "img", EtcdImages{Repository: "etcd"}, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
 	restore, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, c, RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
-		RestoreSource{Storage: claim}, "img", EtcdImages{Repository: "etcd"}, nil)
+		RestoreSource{Storage: claim}, "img", EtcdImages{Repository: "etcd"}, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	preserve, err := PreserveDataJob(c, "prod-abcde", "img", nil)
+	preserve, err := PreserveDataJob(c, "prod-abcde", "img", pods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readLog, err := ReadLogJob(c, "prod-abcde", "", time.Now(), "img", nil)
+	readLog, err := ReadLogJob(c, "prod-abcde", "", time.Now(), "img", pods)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return map[string]*batchv1.Job{"backup": backup, "verify": verify, "restore": restore, "preserve-data": preserve, "read-log": readLog}
+}
+
+// On a platform that assigns pod IDs (OpenShift's restricted-v2), every pod the operator makes
+// leaves its user, group and filesystem group to the platform, which refuses others; elsewhere
+// each runs as the non-root user its image is built for, owning the volumes it writes. Both stay
+// restricted.
+func TestPodsLeaveTheirIDsToAPlatformThatAssignsThem(t *testing.T) {
+	c := testCluster()
+	for _, pods := range []PodSettings{{}, {PlatformAssignsIDs: true}} {
+		specs := map[string]corev1.PodSpec{
+			"member": MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, pods).Spec,
+		}
+		for kind, job := range agentJobsOf(t, c, pods) {
+			specs[kind] = job.Spec.Template.Spec
+		}
+		for kind, spec := range specs {
+			sc := spec.SecurityContext
+			ids := []*int64{sc.RunAsUser, sc.RunAsGroup, sc.FSGroup}
+			for _, ctr := range spec.Containers {
+				ids = append(ids, ctr.SecurityContext.RunAsUser, ctr.SecurityContext.RunAsGroup)
+			}
+			for _, ctr := range spec.InitContainers {
+				ids = append(ids, ctr.SecurityContext.RunAsUser, ctr.SecurityContext.RunAsGroup)
+			}
+			if pods.PlatformAssignsIDs {
+				if slices.ContainsFunc(ids, func(id *int64) bool { return id != nil }) {
+					t.Errorf("%s pod on a platform that assigns IDs sets some: pod %+v", kind, sc)
+				}
+			} else if *sc.RunAsUser != 65532 || *sc.RunAsGroup != 65532 || *sc.FSGroup != 65532 {
+				t.Errorf("%s pod runs as %d:%d with filesystem group %d, want 65532 for all", kind, *sc.RunAsUser, *sc.RunAsGroup, *sc.FSGroup)
+			}
+			if !*sc.RunAsNonRoot || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("%s pod with %+v is not restricted: %+v", kind, pods, sc)
+			}
+		}
+	}
 }

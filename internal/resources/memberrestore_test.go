@@ -31,7 +31,7 @@ func TestARestoredMembersPodRestoresBeforeEtcdStarts(t *testing.T) {
 		t.Fatalf("read back from the claim: %+v (%v)", read, err)
 	}
 
-	pod := MemberPod(c, spec, EtcdImages{Repository: "registry/etcd"})
+	pod := MemberPod(c, spec, EtcdImages{Repository: "registry/etcd"}, PodSettings{})
 	if pod.Labels[LabelRestore] != "r" {
 		t.Errorf("labels %v: the restore does not follow the pod", pod.Labels)
 	}
@@ -81,7 +81,7 @@ func TestARestoredMembersPodRestoresBeforeEtcdStarts(t *testing.T) {
 		}
 	}
 
-	plain := MemberPod(c, MemberSpec{Name: members[1], Version: "3.6.16", InitialCluster: spec.InitialCluster, State: "new"}, EtcdImages{Repository: "registry/etcd"})
+	plain := MemberPod(c, MemberSpec{Name: members[1], Version: "3.6.16", InitialCluster: spec.InitialCluster, State: "new"}, EtcdImages{Repository: "registry/etcd"}, PodSettings{})
 	if len(plain.Spec.InitContainers) != 0 || plain.Labels[LabelRestore] != "" || plain.Annotations[AnnotationPodSpecHash] != pod.Annotations[AnnotationPodSpecHash] {
 		t.Errorf("a member with no restore: init containers %v; spec hash %s, with a restore %s (a restore is no roll-out)",
 			plain.Spec.InitContainers, plain.Annotations[AnnotationPodSpecHash], pod.Annotations[AnnotationPodSpecHash])

@@ -107,7 +107,7 @@ type MemberSpec struct {
 // MemberPod is the pod of one member. Its etcd carries none of the proxy variables the
 // operator's Jobs get: etcd's peer transport takes a proxy from its environment, and members
 // need nothing outside the cluster. Only the fetch of a member restored in its pod does.
-func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) *corev1.Pod {
+func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, pods PodSettings) *corev1.Pod {
 	tmpl := c.Spec.PodTemplate
 	labels := maps.Clone(tmpl.Metadata.Labels)
 	if labels == nil {
@@ -153,7 +153,7 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages) *co
 			RestartPolicy:                corev1.RestartPolicyAlways,
 			// Enough for etcd to finish in-flight requests and hand off leadership.
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
-			SecurityContext:               restrictedPod(etcdUID),
+			SecurityContext:               restrictedPod(etcdUID, pods),
 			Affinity:                      memberAffinity(c),
 			TopologySpreadConstraints:     memberTopologySpread(c),
 			PriorityClassName:             tmpl.PriorityClassName,
@@ -264,9 +264,20 @@ func restrictedContainer() *corev1.SecurityContext {
 	}
 }
 
-// restrictedPod meets the restricted Pod Security profile as uid, with volumes it can write.
-func restrictedPod(uid int64) *corev1.PodSecurityContext {
-	return &corev1.PodSecurityContext{
+// PodSettings are what the operator's install and platform give every pod it creates.
+type PodSettings struct {
+	// Env is added to the agent Jobs' containers (OLM's proxy settings), never to members.
+	Env []corev1.EnvVar
+	// PlatformAssignsIDs leaves the pods' user, group and filesystem group unset, for the
+	// platform's admission to assign from the namespace's range (platform.Platform.AssignsPodIDs):
+	// OpenShift refuses a pod that brings IDs of its own outside that range.
+	PlatformAssignsIDs bool
+}
+
+// restrictedPod meets the restricted Pod Security profile as uid, with volumes it can write;
+// on a platform that assigns IDs, as the user and filesystem group it assigns.
+func restrictedPod(uid int64, pods PodSettings) *corev1.PodSecurityContext {
+	sc := &corev1.PodSecurityContext{
 		RunAsNonRoot:        ptr.To(true),
 		RunAsUser:           ptr.To(uid),
 		RunAsGroup:          ptr.To(uid),
@@ -274,6 +285,10 @@ func restrictedPod(uid int64) *corev1.PodSecurityContext {
 		FSGroupChangePolicy: ptr.To(corev1.FSGroupChangeOnRootMismatch),
 		SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
+	if pods.PlatformAssignsIDs {
+		sc.RunAsUser, sc.RunAsGroup, sc.FSGroup = nil, nil, nil
+	}
+	return sc
 }
 
 func etcdArgs(c *etcdv1alpha1.EtcdCluster, m MemberSpec) []string {

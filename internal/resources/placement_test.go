@@ -40,7 +40,7 @@ func platformTerm(t *testing.T, what string, a *corev1.Affinity) corev1.NodeSele
 // Pending when zones or nodes are fewer than members.
 func TestMembersSpreadOverZonesAndNodesByDefault(t *testing.T) {
 	c := testCluster()
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, PodSettings{})
 	platformTerm(t, "member", pod.Spec.Affinity)
 
 	anti := pod.Spec.Affinity.PodAntiAffinity
@@ -69,7 +69,7 @@ func TestTheUsersPlacementWins(t *testing.T) {
 	c.Spec.PodTemplate.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: "rack", WhenUnsatisfiable: corev1.DoNotSchedule,
 	}}
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, PodSettings{})
 	platformTerm(t, "member with the user's anti-affinity", pod.Spec.Affinity)
 	if pod.Spec.Affinity.PodAntiAffinity != required {
 		t.Errorf("pod anti-affinity %+v, want the user's %+v", pod.Spec.Affinity.PodAntiAffinity, required)
@@ -85,7 +85,7 @@ func TestTheUsersPlacementWins(t *testing.T) {
 		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/arch", Operator: corev1.NodeSelectorOpIn, Values: []string{"s390x"}}},
 	}}}}
 	c.Spec.PodTemplate.Affinity = &corev1.Affinity{NodeAffinity: s390x}
-	pod = MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
+	pod = MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, PodSettings{})
 	if pod.Spec.Affinity.NodeAffinity != s390x || pod.Spec.Affinity.PodAntiAffinity == nil {
 		t.Errorf("affinity %+v, want the user's node affinity and the default anti-affinity", pod.Spec.Affinity)
 	}
@@ -95,7 +95,7 @@ func TestTheUsersPlacementWins(t *testing.T) {
 // placed on a member's node requires both in one term (terms are alternatives).
 func TestAgentJobsRunOnBuiltPlatforms(t *testing.T) {
 	c := testCluster()
-	jobs := agentJobsOf(t, c)
+	jobs := agentJobsOf(t, c, PodSettings{})
 	for what, job := range jobs {
 		pod := job.Spec.Template.Spec
 		if term := platformTerm(t, what, pod.Affinity); len(term.MatchFields) != 0 {
@@ -103,7 +103,7 @@ func TestAgentJobsRunOnBuiltPlatforms(t *testing.T) {
 		}
 	}
 
-	onNode, err := ReadLogJob(c, "prod-abcde", "node-1", time.Now(), "img", nil)
+	onNode, err := ReadLogJob(c, "prod-abcde", "node-1", time.Now(), "img", PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func nodesFor(t *testing.T, spec corev1.PodSpec, nodes []corev1.Node) []string {
 func TestAgentJobsRunWhereMembersMayAndPullWithTheClustersSecrets(t *testing.T) {
 	c := placedCluster()
 	nodes := testNodes()
-	member := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImagesOf(c.Spec.Repository, c.Spec.Version))
+	member := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImagesOf(c.Spec.Repository, c.Spec.Version), PodSettings{})
 	var want []string
 	for _, n := range nodes {
 		if mayRunOn(t, member.Spec, n) && n.Labels[corev1.LabelArchStable] != "s390x" {
@@ -257,7 +257,7 @@ func TestAgentJobsRunWhereMembersMayAndPullWithTheClustersSecrets(t *testing.T) 
 		t.Fatalf("members may run on %v of %d nodes: want a test that tells nodes apart", want, len(nodes))
 	}
 	priority := map[string]string{"backup": "", "verify": "", "restore": "etcd-critical", "preserve-data": "etcd-critical", "read-log": "etcd-critical"}
-	jobs := agentJobsOf(t, c)
+	jobs := agentJobsOf(t, c, PodSettings{})
 	if len(jobs) != len(priority) {
 		t.Fatalf("Jobs %d, want one of each of %d kinds", len(jobs), len(priority))
 	}
@@ -292,7 +292,7 @@ func TestReadLogJobOnAMembersNodeIsLetOntoIt(t *testing.T) {
 	c := placedCluster()
 	nodes := testNodes()
 	for _, node := range []string{"amd64-etcd-a-nodisk-dedicated-etcd", "amd64-batch-b-nodisk-dedicated-etcd"} {
-		job, err := ReadLogJob(c, "prod-abcde", node, time.Now(), "img", nil)
+		job, err := ReadLogJob(c, "prod-abcde", node, time.Now(), "img", PodSettings{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestAgentJobsCarryThePodTemplatesAnnotationsNotItsLabels(t *testing.T) {
 		Annotations: map[string]string{"sidecar.istio.io/inject": "false"},
 		Labels:      map[string]string{"app": "users-etcd"},
 	}
-	for kind, job := range agentJobsOf(t, c) {
+	for kind, job := range agentJobsOf(t, c, PodSettings{}) {
 		meta := job.Spec.Template.ObjectMeta
 		if meta.Annotations["sidecar.istio.io/inject"] != "false" {
 			t.Errorf("%s Job's pod annotations %v, want the template's", kind, meta.Annotations)

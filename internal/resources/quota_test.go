@@ -43,7 +43,7 @@ func TestMemberPodAlwaysPassesTheEffectiveQuota(t *testing.T) {
 	c.Spec.Tuning.QuotaBackendBytes = nil
 	size := resource.MustParse("1Gi")
 	c.Spec.Storage.Size = &size
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", InitialCluster: "x", State: "new"}, EtcdImages{Repository: "registry/etcd"})
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", InitialCluster: "x", State: "new"}, EtcdImages{Repository: "registry/etcd"}, PodSettings{})
 	if args := pod.Spec.Containers[0].Args; !slices.Contains(args, "--quota-backend-bytes=805306368") {
 		t.Errorf("args lack --quota-backend-bytes=805306368 (3/4 of 1Gi): %v", args)
 	}

@@ -62,8 +62,8 @@ func TestInitialClusterRoundTrip(t *testing.T) {
 // has it.
 func TestOnlyAForcedMemberRunsWithForceNewCluster(t *testing.T) {
 	c := testCluster()
-	normal := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", State: "existing"}, EtcdImages{Repository: "registry/etcd"})
-	forced := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", State: "existing", ForceNewCluster: true}, EtcdImages{Repository: "registry/etcd"})
+	normal := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", State: "existing"}, EtcdImages{Repository: "registry/etcd"}, PodSettings{})
+	forced := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", State: "existing", ForceNewCluster: true}, EtcdImages{Repository: "registry/etcd"}, PodSettings{})
 	if slices.Contains(normal.Spec.Containers[0].Args, "--force-new-cluster") || normal.Annotations[AnnotationForceNewCluster] != "" {
 		t.Fatalf("a normal member pod is forced: %v %v", normal.Spec.Containers[0].Args, normal.Annotations)
 	}
@@ -74,7 +74,7 @@ func TestOnlyAForcedMemberRunsWithForceNewCluster(t *testing.T) {
 
 func TestMemberPodRunsEtcdSafely(t *testing.T) {
 	c := testCluster()
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", InitialCluster: "x", State: "new"}, EtcdImages{Repository: "registry/etcd"})
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16", InitialCluster: "x", State: "new"}, EtcdImages{Repository: "registry/etcd"}, PodSettings{})
 	ctr := pod.Spec.Containers[0]
 	if ctr.Image != "registry/etcd:v3.6.16" || VersionOfImage(ctr.Image) != "3.6.16" {
 		t.Errorf("image %q", ctr.Image)
@@ -108,7 +108,7 @@ func TestMemberPodRunsEtcdSafely(t *testing.T) {
 func TestUserLabelsCannotOverrideTheOperators(t *testing.T) {
 	c := testCluster()
 	c.Spec.PodTemplate.Metadata.Labels = map[string]string{LabelCluster: "other", LabelVoter: "true", "team": "db"}
-	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "r/etcd"})
+	pod := MemberPod(c, MemberSpec{Name: "prod-aaaaa", Version: "3.6.16"}, EtcdImages{Repository: "r/etcd"}, PodSettings{})
 	if _, voter := pod.Labels[LabelVoter]; pod.Labels[LabelCluster] != "prod" || pod.Labels["team"] != "db" || voter {
 		t.Errorf("labels %v", pod.Labels)
 	}
@@ -156,7 +156,7 @@ func TestMembersAreNeverBestEffort(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := testCluster() // quotaBackendBytes 2Gi
 			c.Spec.PodTemplate.Resources = tc.set
-			pod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"})
+			pod := MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, EtcdImages{Repository: "etcd"}, PodSettings{})
 			got := pod.Spec.Containers[0].Resources
 			have := map[string]string{}
 			for name, q := range got.Requests {

@@ -98,11 +98,11 @@ func TestPodsRequireTheNodesTheImagesAreBuiltFor(t *testing.T) {
 	}
 
 	c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "db"}}
-	member := resources.MemberPod(c, resources.MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, resources.EtcdImages{Repository: "etcd"})
+	member := resources.MemberPod(c, resources.MemberSpec{Name: "prod-abcde", Version: "3.6.16"}, resources.EtcdImages{Repository: "etcd"}, resources.PodSettings{})
 	check("a member pod", member.Spec.Affinity)
 	backup := &etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "db"},
 		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "prod", Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}}
-	job, err := resources.BackupJob(backup, c, "operator", time.Now(), nil)
+	job, err := resources.BackupJob(backup, c, "operator", time.Now(), resources.PodSettings{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,4 +172,22 @@ func repositoryOf(ref string) string {
 		ref = ref[:i]
 	}
 	return ref
+}
+
+// OpenShift's restricted-v2 admission assigns every pod's user and filesystem group from its
+// namespace's range and refuses a pod that brings IDs outside it: the CSV's Deployment must
+// bring none, and still run as a non-root user (its image's), restricted.
+func TestCSVDeploymentLeavesUserIDsToThePlatform(t *testing.T) {
+	for _, d := range loadBundle(t).CSV.Spec.InstallStrategy.StrategySpec.DeploymentSpecs {
+		pod := d.Spec.Template.Spec
+		if sc := pod.SecurityContext; sc == nil || sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.FSGroup != nil ||
+			sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+			t.Errorf("Deployment %s pod securityContext %+v: want runAsNonRoot and no user, group or fsGroup (config/manager, then make bundle)", d.Name, sc)
+		}
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			if sc := c.SecurityContext; sc != nil && (sc.RunAsUser != nil || sc.RunAsGroup != nil) {
+				t.Errorf("Deployment %s container %s sets its own user or group (%+v); OpenShift refuses IDs outside the namespace's range", d.Name, c.Name, sc)
+			}
+		}
+	}
 }
