@@ -277,7 +277,7 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 	}
 	b.Status.LastBackup = run.Artifact
 	setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
-		"%s: %d bytes at revision %d, sha256 verified in the destination", res.URI, res.SizeBytes, res.Revision)
+		"%s: %d bytes at revision %d, sha256 read back from the destination", res.URI, res.SizeBytes, res.Revision)
 	postEvent(r.Recorder, b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s)", res.URI, res.SizeBytes, res.Revision, res.SHA256)
 	if n := len(res.Pruned) + res.PrunedCount; n > 0 {
 		postEvent(r.Recorder, b, corev1.EventTypeNormal, "SnapshotsPruned", "Prune", "retention deleted %d older snapshot(s): %v", n, res.Pruned)

@@ -146,7 +146,9 @@ const (
 	BackupSuspended BackupPhase = "Suspended"
 )
 
-// BackupArtifact is a snapshot written and verified in the destination.
+// BackupArtifact is a snapshot written to the destination and read back from it whole, its
+// size and sha256 those of what etcd sent. (A test restore of it is spec.verify's, recorded
+// in lastVerified.)
 type BackupArtifact struct {
 	// URI of the snapshot: s3://bucket/key or pvc://claim/path.
 	URI string `json:"uri"`
@@ -179,7 +181,7 @@ type BackupArtifact struct {
 	// StartTime of the snapshot.
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Started",xDescriptors="urn:alm:descriptor:timestamp"
 	StartTime metav1.Time `json:"startTime"`
-	// CompletionTime is when the snapshot was verified in the destination.
+	// CompletionTime is when the snapshot was read back from the destination and matched.
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Completed",xDescriptors="urn:alm:descriptor:timestamp"
 	CompletionTime metav1.Time `json:"completionTime"`
 	// Keyspace is what the member held when the snapshot was taken: what a restore of the
@@ -279,7 +281,7 @@ type EtcdBackupStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Phase",xDescriptors="urn:alm:descriptor:io.kubernetes.phase"
 	Phase BackupPhase `json:"phase,omitempty"`
 
-	// LastBackup is the newest snapshot that completed and was verified. Retention never
+	// LastBackup is the newest snapshot that completed and was read back intact. Retention never
 	// deletes it while it is named here.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Backup"
