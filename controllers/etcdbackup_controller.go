@@ -59,6 +59,7 @@ const reportGrace = 30 * time.Second
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdbackups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;create
 
 // Reconcile records the runs that finished, then starts the run that is due, if any.
 func (r *EtcdBackupReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -412,6 +413,15 @@ func (r *EtcdBackupReconciler) checkReady(ctx context.Context, b *etcdv1alpha1.E
 	if r.AgentImage == "" {
 		return notReady(etcdv1alpha1.ReasonAgentImageUnknown, "the operator was started without RELATED_IMAGE_OPERATOR, the image its backup Jobs run")
 	}
+	// The destination before the cluster: what it lacks takes the user's action, where a
+	// cluster not Available yet is usually one being created; and a claim provisioned now is
+	// bound while the cluster comes up.
+	if reason, message := r.destinationProblem(ctx, b); reason != "" {
+		if said := meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionReady); said == nil || said.Reason != reason || said.Message != message {
+			postEvent(r.Recorder, b, corev1.EventTypeWarning, reason, "CheckDestination", "%s", message)
+		}
+		return notReady(reason, "%s", message)
+	}
 	cluster := &etcdv1alpha1.EtcdCluster{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.ClusterName}, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -421,9 +431,6 @@ func (r *EtcdBackupReconciler) checkReady(ctx context.Context, b *etcdv1alpha1.E
 	}
 	if !meta.IsStatusConditionTrue(cluster.Status.Conditions, etcdv1alpha1.ConditionAvailable) {
 		return notReady(etcdv1alpha1.ReasonClusterNotAvailable, "EtcdCluster %s is not Available; the backup starts when it is", cluster.Name)
-	}
-	if reason, message := r.destinationProblem(ctx, b); reason != "" {
-		return notReady(reason, "%s", message)
 	}
 	setBackupCondition(b, etcdv1alpha1.ConditionReady, metav1.ConditionTrue, etcdv1alpha1.ReasonReady, "EtcdCluster %s is Available and the destination is configured", cluster.Name)
 	return cluster, true
@@ -482,16 +489,28 @@ func (r *EtcdBackupReconciler) serviceAccountProblem(ctx context.Context, b *etc
 	return "", ""
 }
 
-// claimProblem: the destination claim exists and is not a member's data claim.
+// claimProblem: the destination claim exists, or is provisioned now, and is not a member's
+// data claim. A claim that exists is used as it is.
 func (r *EtcdBackupReconciler) claimProblem(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
 	dest := b.Spec.Destination.PVC
 	if dest == nil {
 		return "", ""
 	}
+	key := client.ObjectKey{Namespace: b.Namespace, Name: dest.ClaimName}
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: dest.ClaimName}, pvc); err != nil {
+	err := r.APIReader.Get(ctx, key, pvc)
+	if apierrors.IsNotFound(err) && dest.Provision != nil {
+		if reason, message := r.provisionClaim(ctx, b); reason != "" {
+			return reason, message
+		}
+		// Created now, or by someone else meanwhile: what is there is checked like any claim.
+		err = r.APIReader.Get(ctx, key, pvc)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return etcdv1alpha1.ReasonClaimNotFound, fmt.Sprintf("PersistentVolumeClaim %s does not exist in namespace %s", dest.ClaimName, b.Namespace)
+			return etcdv1alpha1.ReasonClaimNotFound, fmt.Sprintf(
+				"PersistentVolumeClaim %s does not exist in namespace %s: create it, or set destination.pvc.provision (a size, and a storageClassName unless the default class will do) for the operator to create it; the backup starts once it exists",
+				dest.ClaimName, b.Namespace)
 		}
 		return etcdv1alpha1.ReasonClaimNotFound, fmt.Sprintf("read PersistentVolumeClaim %s: %v", dest.ClaimName, err)
 	}
@@ -500,6 +519,29 @@ func (r *EtcdBackupReconciler) claimProblem(ctx context.Context, b *etcdv1alpha1
 			"PersistentVolumeClaim %s holds the data of member %s of EtcdCluster %s: snapshots are never written onto a member's volume; give destination.pvc a claim of its own",
 			pvc.Name, member, cluster)
 	}
+	return "", ""
+}
+
+// provisionClaim creates the claim destination.pvc.provision asks for, owned by no object so
+// that its snapshots outlive the EtcdBackup. One that exists already is left as it is.
+func (r *EtcdBackupReconciler) provisionClaim(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
+	claim := resources.BackupClaim(b)
+	if err := r.Create(ctx, claim); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return "", ""
+		}
+		return etcdv1alpha1.ReasonClaimNotProvisioned, fmt.Sprintf(
+			"create PersistentVolumeClaim %s for destination.pvc.provision: %v; create the claim yourself, or fix what the message names (a quota, the operator's permissions)",
+			claim.Name, err)
+	}
+	class := "the default StorageClass"
+	if name := claim.Spec.StorageClassName; name != nil {
+		class = "StorageClass " + *name
+	}
+	size := claim.Spec.Resources.Requests[corev1.ResourceStorage]
+	ctrl.LoggerFrom(ctx).V(1).Info("step", "action", "ProvisionClaim", "backup", b.Name, "claim", claim.Name, "reason", "destination.pvc.provision is set and the claim does not exist")
+	postEvent(r.Recorder, b, corev1.EventTypeNormal, "ClaimProvisioned", "Provision",
+		"created PersistentVolumeClaim %s (%s, %s, ReadWriteOnce) for the snapshots; it is kept when the EtcdBackup is deleted", claim.Name, size.String(), class)
 	return "", ""
 }
 

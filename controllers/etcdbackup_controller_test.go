@@ -7,6 +7,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,7 +24,8 @@ func newBackup(t *testing.T, namespace, cluster string, mutate ...func(*etcdv1al
 		ObjectMeta: metav1.ObjectMeta{Name: "snap", Namespace: namespace},
 		Spec: etcdv1alpha1.EtcdBackupSpec{
 			ClusterName: cluster,
-			Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}},
+			Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups",
+				Provision: &etcdv1alpha1.ClaimProvision{Size: resource.MustParse("64Mi")}}},
 		},
 	}
 	for _, m := range mutate {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,7 +44,8 @@ func TestBackupAndRestoreLogTheirSteps(t *testing.T) {
 	backup := &etcdv1alpha1.EtcdBackup{
 		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns", UID: "backup-uid", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Minute))},
 		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: "missing",
-			Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups"}}},
+			Destination: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "backups",
+				Provision: &etcdv1alpha1.ClaimProvision{Size: resource.MustParse("64Mi")}}}},
 	}
 	rs := &etcdv1alpha1.EtcdRestore{
 		ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "ns", UID: "restore-uid", Finalizers: []string{restoreFinalizer}},
@@ -60,6 +62,9 @@ func TestBackupAndRestoreLogTheirSteps(t *testing.T) {
 	backups := &EtcdBackupReconciler{Client: k8s, APIReader: k8s, AgentImage: "registry.test/agent", Now: time.Now}
 	if _, err := backups.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)}); err != nil {
 		t.Fatal(err)
+	}
+	if !logged(*lines, `"action"="ProvisionClaim"`, `"backup"="b"`, `"claim"="backups"`) {
+		t.Errorf("no step logged for the claim provisioned: %q", *lines)
 	}
 	if !logged(*lines, `"action"="WaitUntilReady"`, `"backup"="b"`, `"reason"="ClusterNotFound"`) {
 		t.Errorf("no step logged for a backup whose cluster is missing: %q", *lines)

@@ -67,6 +67,10 @@ var invalidObjects = []struct {
 	{"backup endpoint plain http opted out", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000', allowPlainHTTP: false}"), "set allowPlainHTTP: true"},
 	{"restore endpoint plain http without opt-in", restore("source:\n  location: {key: k, s3: {bucket: bkt, credentialsSecretName: c, endpoint: 'http://minio:9000'}}\ntarget: {mode: InPlace, clusterName: r}"), "an http:// endpoint sends the credentials"},
 	{"backup prefix absolute", backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, credentialsSecretName: c, prefix: /etcd}"), "s3.prefix must not start with /"},
+	{"backup provision without size", backup("clusterName: e\ndestination:\n  pvc: {claimName: b, provision: {storageClassName: slow}}"), "spec.destination.pvc.provision.size: Required value"},
+	{"backup provision too small", backup("clusterName: e\ndestination:\n  pvc: {claimName: b, provision: {size: 1Mi}}"), "pvc.provision.size must be at least 64Mi"},
+	{"backup provision class empty", backup("clusterName: e\ndestination:\n  pvc: {claimName: b, provision: {size: 1Gi, storageClassName: ''}}"), "spec.destination.pvc.provision.storageClassName in body should be at least 1 chars long"},
+	{"restore location provisions", restore("source:\n  location: {key: k, pvc: {claimName: c, provision: {size: 1Gi}}}\ntarget: {mode: InPlace, clusterName: r}"), "pvc.provision applies to a backup's destination"},
 	{"backup pvc path escapes", backup("clusterName: e\ndestination:\n  pvc: {claimName: b, subPath: a/../../etc}"), "pvc.subPath must be a relative path without '..'"},
 	{"backup retention without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nretention: {maxCount: 3}"), "retention applies to scheduled backups only: set schedule too"},
 	{"backup suspend without schedule", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nsuspend: true"), "suspend applies to scheduled backups only: set schedule too"},
@@ -170,6 +174,12 @@ func TestPlainHTTPEndpointIsAcceptedWhenOptedIn(t *testing.T) {
 func TestBackupWithThePodsAWSIdentityIsAccepted(t *testing.T) {
 	create(t, object(t, backup("clusterName: e\ndestination:\n  s3: {bucket: bkt, serviceAccountName: etcd-backups}")))
 	create(t, object(t, restore("source: {location: {s3: {bucket: bkt}, key: k}}\ntarget: {mode: InPlace, clusterName: prod}")))
+}
+
+// A destination claim the operator provisions needs a size; the class is optional.
+func TestBackupToAProvisionedClaimIsAccepted(t *testing.T) {
+	create(t, object(t, backup("clusterName: e\ndestination:\n  pvc: {claimName: b, provision: {size: 1Gi}}")))
+	create(t, object(t, backup("clusterName: e\ndestination:\n  pvc: {claimName: b, provision: {size: 64Mi, storageClassName: standard}}")))
 }
 
 // spec.verify: {} verifies every run (Always is its default); EveryNthRun within the history

@@ -94,6 +94,9 @@ const (
 	ReasonClusterNotAvailable = "ClusterNotAvailable"
 	ReasonSecretNotFound      = "SecretNotFound"
 	ReasonClaimNotFound       = "ClaimNotFound"
+	// ReasonClaimNotProvisioned: destination.pvc.provision is set, the claim does not exist,
+	// and the operator could not create it (the API server's refusal is in the message).
+	ReasonClaimNotProvisioned = "ClaimNotProvisioned"
 	// ReasonServiceAccountNotFound: the S3 location's serviceAccountName does not exist, and
 	// a Job running as it could not be created.
 	ReasonServiceAccountNotFound = "ServiceAccountNotFound"

@@ -68,6 +68,8 @@ type BackupReference struct {
 }
 
 // SnapshotLocation is one snapshot file in storage.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.pvc) || !has(self.pvc.provision)",message="pvc.provision applies to a backup's destination: a restore reads a claim that exists, so leave provision out"
 type SnapshotLocation struct {
 	// StorageLocation is the bucket (with its prefix) or claim (with its subPath) holding it.
 	StorageLocation `json:",inline"`

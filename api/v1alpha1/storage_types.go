@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "k8s.io/apimachinery/pkg/api/resource"
+
 // StorageLocation is where snapshots are written to or read from: an S3-compatible bucket or a
 // PersistentVolumeClaim. Exactly one is set.
 //
@@ -97,4 +99,33 @@ type PVCLocation struct {
 	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(p, p == '..')",message="pvc.subPath must be a relative path without '..'"
 	// +optional
 	SubPath string `json:"subPath,omitempty"`
+
+	// Provision has the operator create the claim when it does not exist, before the
+	// backup's first run: ReadWriteOnce, of this size and StorageClass, labelled
+	// app.kubernetes.io/managed-by: etcd-operator. The claim belongs to no object: it and its
+	// snapshots stay when the EtcdBackup is deleted, for restores and for later backups to
+	// the same claim; delete it yourself once its snapshots are no longer needed. A claim
+	// that exists is used as it is, never resized or otherwise changed. Without provision,
+	// the claim must exist before the backup runs: the backup waits, Ready=False with reason
+	// ClaimNotFound. Only a backup's destination can provision; a restore reads a claim that
+	// exists.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Provision Claim"
+	Provision *ClaimProvision `json:"provision,omitempty"`
+}
+
+// ClaimProvision is the claim the operator creates for a backup destination.
+type ClaimProvision struct {
+	// Size of the claim's volume, such as 1Gi: room for the snapshots retention keeps, each
+	// about the size of the cluster's database.
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('64Mi')) >= 0",message="pvc.provision.size must be at least 64Mi"
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Size",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
+	Size resource.Quantity `json:"size"`
+
+	// StorageClassName of the claim; empty means the cluster's default class.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Storage Class",xDescriptors="urn:alm:descriptor:io.kubernetes:StorageClass"
+	StorageClassName *string `json:"storageClassName,omitempty"`
 }

@@ -19,11 +19,15 @@ spec:
       - path: target.mode
       - path: target.cluster.size
       - path: target.cluster.tls.secrets.peer
+      - path: source.location.pvc.claimName
+      - path: source.location.pvc.provision
+      - path: source.location.pvc.provision.size
       statusDescriptors:
       - path: startTime
     - kind: EtcdBackup
       specDescriptors:
       - path: destination.s3.credentialsSecretName
+      - path: destination.pvc.provision.size
       statusDescriptors:
       - path: lastBackup.completionTime
       - path: history[0].artifact.completionTime
@@ -38,8 +42,8 @@ spec:
 		t.Fatal(err)
 	}
 	want := map[string]map[string][]string{
-		"EtcdRestore": {"specDescriptors": {"target", "target.mode"}, "statusDescriptors": {"startTime"}},
-		"EtcdBackup":  {"specDescriptors": {"destination.s3.credentialsSecretName"}, "statusDescriptors": {"lastBackup.completionTime"}},
+		"EtcdRestore": {"specDescriptors": {"target", "target.mode", "source.location.pvc.claimName"}, "statusDescriptors": {"startTime"}},
+		"EtcdBackup":  {"specDescriptors": {"destination.s3.credentialsSecretName", "destination.pvc.provision.size"}, "statusDescriptors": {"lastBackup.completionTime"}},
 		"EtcdCluster": {"specDescriptors": {"size", "target.cluster.size"}},
 	}
 	for _, o := range csv["spec"].(map[string]any)["customresourcedefinitions"].(map[string]any)["owned"].([]any) {

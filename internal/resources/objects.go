@@ -391,6 +391,30 @@ func QuorumRecoveryClaim(c *etcdv1alpha1.EtcdCluster) *corev1.PersistentVolumeCl
 	}
 }
 
+// BackupClaim is the claim a backup's destination.pvc.provision asks for. It has no owner, so
+// that the snapshots on it outlive the EtcdBackup, and never LabelCluster nor LabelMember:
+// those mark a member's data, which no snapshot is written onto. LabelBackup names the
+// EtcdBackup it was made for.
+func BackupClaim(b *etcdv1alpha1.EtcdBackup) *corev1.PersistentVolumeClaim {
+	dest := b.Spec.Destination.PVC
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      dest.ClaimName,
+			Namespace: b.Namespace,
+			Labels: map[string]string{
+				LabelManagedBy: managerName,
+				LabelName:      managerName + "-backups",
+				LabelBackup:    b.Name,
+			},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: dest.Provision.StorageClassName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: dest.Provision.Size}},
+		},
+	}
+}
+
 // ClaimOwners are the owner references of a member's claim, and of the quorum-recovery claim:
 // the cluster, as controller, only
 // when spec.storage.retentionPolicy.whenDeleted is Delete, so that by default a cluster deleted
