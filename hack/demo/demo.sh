@@ -127,7 +127,7 @@ The operator runs as OLM installed it, and the cluster is backed up every 2 minu
   kubectl -n $ns scale etcdcluster example --replicas 5    # learners added, then promoted
   kubectl -n $ns delete pod \$(kubectl -n $ns get pod -l app.kubernetes.io/name=etcd,etcd.database.dev/cluster=example -o jsonpath='{.items[0].metadata.name}')   # a member comes back
   kubectl -n $ns get etcdbackup example-every-2m -o yaml   # each run's snapshot, revision, sha256
-  sed s/example-every-6h/example-every-2m/ config/samples/etcd_v1alpha1_etcdrestore.yaml | kubectl -n $ns apply -f -
+  sed s/example-snapshot/example-every-2m/ config/samples/etcd_v1alpha1_etcdrestore.yaml | kubectl -n $ns apply -f -
                                                            # the latest snapshot restored into a new cluster
 Stop it all with: make cluster-down (PURGE=1 also deletes its data)
 EOF

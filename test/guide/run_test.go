@@ -84,7 +84,8 @@ func scriptOf(block Block) (string, bool) {
 	return "", false
 }
 
-// pageNamespace makes the page's namespace and a kubeconfig whose current context is in it,
+// pageNamespace makes the page's namespace, under the restricted Pod Security profile as a
+// production namespace is, and a kubeconfig whose current context is in it,
 // deleted when the page is done, and returns the environment the page's blocks run in.
 func pageNamespace(t *testing.T, root, kubeconfig, page string) []string {
 	slug := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(strings.TrimSuffix(filepath.Base(page), ".md")), "-"), "-")
@@ -93,7 +94,8 @@ func pageNamespace(t *testing.T, root, kubeconfig, page string) []string {
 	env := append(os.Environ(), "KUBECONFIG="+own)
 	setup := fmt.Sprintf(`KUBECONFIG=%q kubectl config view --raw > %q
 kubectl config set-context --current --namespace=%s >/dev/null
-kubectl create namespace %s`, kubeconfig, own, namespace, namespace)
+kubectl create namespace %s
+kubectl label namespace %s pod-security.kubernetes.io/enforce=restricted >/dev/null`, kubeconfig, own, namespace, namespace, namespace)
 	if out, err := run(root, env, setup); err != nil {
 		t.Fatalf("namespace %s: %v\n%s", namespace, err, out)
 	}
