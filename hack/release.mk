@@ -67,7 +67,7 @@ TEST_PUBLISH_INSTALL ?=
 test-release-registry: $(OPM) ## Not in CI: make release-publish to a throwaway docker-registry under another name (127.0.0.1:5002/someorg), then every image its bundle and catalog name checked there by digest; TEST_PUBLISH_INSTALL=1 installs it through OLM on the local cluster.
 	MAKE="$(MAKE)" VERSION=$(VERSION) TEST_PUBLISH_ADDRESS=$(TEST_PUBLISH_ADDRESS) TEST_PUBLISH_REGISTRY=$(TEST_PUBLISH_REGISTRY) \
 		RELEASE_DIR=$(LOCALBIN)/release/test-publish/v$(VERSION) OPM=$(OPM) PACKAGE=$(PACKAGE) \
-		TEST_PUBLISH_INSTALL=$(TEST_PUBLISH_INSTALL) KUBECTL="$(OLM_RUNTIME_KUBECTL)" CLUSTER_DIR=$(CLUSTER_DIR) \
+		TEST_PUBLISH_INSTALL=$(TEST_PUBLISH_INSTALL) CLUSTER_DIR=$(CLUSTER_DIR) \
 		hack/release/test-publish.sh
 
 # The proof that the release installs where only a mirror is reachable: its images pushed to the

@@ -8,7 +8,7 @@
 #
 # Settings come from the environment (hack/release.mk): MAKE, VERSION, RELEASE_DIR, OPM, PACKAGE,
 # TEST_PUBLISH_ADDRESS (host:port on loopback), TEST_PUBLISH_REGISTRY (under it), and for the
-# install TEST_PUBLISH_INSTALL, CLUSTER_DIR, KUBECTL.
+# install TEST_PUBLISH_INSTALL and CLUSTER_DIR.
 set -euo pipefail
 
 : "${MAKE:=make}" "${VERSION:?}" "${RELEASE_DIR:?}" "${OPM:?}" "${PACKAGE:?}"
@@ -197,7 +197,7 @@ log "release v$VERSION is whole in $registry; catalog image $catalog_ref"
 
 # --- the optional install through OLM on the local cluster, from this registry
 [[ -n $TEST_PUBLISH_INSTALL ]] || exit 0
-: "${CLUSTER_DIR:?}" "${KUBECTL:?}"
+: "${CLUSTER_DIR:?}"
 certs=$CLUSTER_DIR/config/certs.d
 [[ -d $certs ]] || die "$certs is missing: is the local cluster up (make cluster-up)?"
 # The nodes' containerd pulls from this registry over plain HTTP; removed again on exit.
