@@ -4,11 +4,25 @@
 VERSION ?= 0.2.0
 # Where a release's images live: the project's public registry and organisation. Every image the
 # bundle, the catalog and config/ name is under it (the operator, etcd, the bundle, the catalog).
-# Nothing here pushes to it: make release writes the images as OCI layouts ready to push, and the
-# local cluster pulls these names from its own registry, which mirrors REGISTRY_HOST as a
+# The local cluster pulls these names from its own registry, which mirrors REGISTRY_HOST as a
 # disconnected cluster's mirror does (hack/cluster/up.sh). Another registry: make ... REGISTRY=...
 REGISTRY ?= ghcr.io/etcd-database
 REGISTRY_HOST = $(firstword $(subst /, ,$(REGISTRY)))
+PUBLIC_REGISTRY := ghcr.io/etcd-database
+# Where the push targets (bundle-push, catalog-push, release-push, images-multiarch-push,
+# release-publish) send images: to REGISTRY's own registry, over HTTPS (plain HTTP to one on
+# loopback or a private address), with docker login's credentials. The one exception is the
+# default, PUBLIC_REGISTRY, which nothing here can push to: its images go to the local cluster's
+# registry, which serves them as the mirror of REGISTRY_HOST (hack/cluster.mk); the local cluster's
+# own flows (olm-catalog, test-release) always push there. To publish to ghcr.io itself:
+# make release-publish PUSH_REGISTRY=ghcr.io.
+PUSH_REGISTRY ?= $(if $(filter $(PUBLIC_REGISTRY),$(REGISTRY)),$(CLUSTER_REGISTRY),$(REGISTRY_HOST))
+# imagebuilder's arguments for it: an image named in REGISTRY_HOST goes to PUSH_REGISTRY under the
+# same repository and tag; one named in PUSH_REGISTRY (a local test image) as it is named.
+IMAGE_PUSH = push -registry $(PUSH_REGISTRY) $(if $(filter-out $(REGISTRY_HOST),$(PUSH_REGISTRY)),-mirror-of $(REGISTRY_HOST))
+# The name Docker pushes an image as (bundle-push and catalog-push, with a Docker daemon): in
+# PUSH_REGISTRY, under the same repository and tag.
+push_ref = $(if $(filter $(REGISTRY_HOST)/%,$(1)),$(PUSH_REGISTRY)/$(patsubst $(REGISTRY_HOST)/%,%,$(1)),$(1))
 IMG ?= $(REGISTRY)/etcd-operator:v$(VERSION)
 # The registry config/manager names the etcd image in (RELATED_IMAGE_ETCD); deploy and bundle
 # rename it to REGISTRY's, as they name the operator's IMG, in a copy of config/.

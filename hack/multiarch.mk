@@ -54,5 +54,5 @@ images-multiarch: multiarch-build $(CLUSTER_IMAGEBUILDER) $(foreach p,$(IMAGE_PL
 		$(call image_labels,etcd,etcd with etcdctl and etcdutl built from the Go module proxy,$(v))$(multiarch_newline))
 
 .PHONY: images-multiarch-push
-images-multiarch-push: $(CLUSTER_IMAGEBUILDER) ## Push images-multiarch's image indexes to the local cluster's registry, the mirror of REGISTRY.
-	$(CLUSTER_IMAGEBUILDER) $(CLUSTER_PUSH) $(MULTIARCH_TARS)
+images-multiarch-push: $(CLUSTER_IMAGEBUILDER) ## Push images-multiarch's image indexes to PUSH_REGISTRY (REGISTRY's, or the local cluster's for the default).
+	$(CLUSTER_IMAGEBUILDER) $(IMAGE_PUSH) $(MULTIARCH_TARS)

@@ -130,7 +130,7 @@ olm-up: cluster-base-up olm-images ## Start OLM on the local cluster (starting t
 .PHONY: olm-catalog
 olm-catalog: olm-up cluster-operator-image release-images $(OLM_RUNTIME_RUN_BUNDLE_TARS) ## Push the operator, bundle and catalog images of this tree and of the earlier releases, and add the catalog to OLM as CatalogSource olm/etcd-operator-catalog.
 	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR) $(OLM_RELEASE_TARS) $(OLM_RUNTIME_RUN_BUNDLE_TARS)
-	$(MAKE) --no-print-directory release-push bundle-build bundle-push catalog-build catalog-push olm-next-bundle
+	$(MAKE) --no-print-directory release-push bundle-build bundle-push catalog-build catalog-push olm-next-bundle PUSH_REGISTRY=$(CLUSTER_REGISTRY)
 	$(MAKE) --no-print-directory olm-catalog-source
 
 # What an install of this tree's head needs (make demo): its operator, bundle and catalog images;
@@ -138,7 +138,7 @@ olm-catalog: olm-up cluster-operator-image release-images $(OLM_RUNTIME_RUN_BUND
 .PHONY: olm-catalog-head
 olm-catalog-head: olm-up cluster-operator-image
 	@$(CLUSTER_ENV) hack/cluster/load-images.sh $(CLUSTER_OPERATOR_TAR)
-	$(MAKE) --no-print-directory bundle-build bundle-push catalog-build catalog-push
+	$(MAKE) --no-print-directory bundle-build bundle-push catalog-build catalog-push PUSH_REGISTRY=$(CLUSTER_REGISTRY)
 	$(MAKE) --no-print-directory olm-catalog-source
 
 .PHONY: olm-catalog-source

@@ -90,11 +90,11 @@ bundle-build: ## Build the bundle image BUNDLE_IMG from bundle/: with Docker if 
 	fi
 
 .PHONY: bundle-push
-bundle-push: ## Push BUNDLE_IMG: with Docker if a daemon answers, to its registry; else bundle-build's tarball, to the local cluster's registry, the mirror of REGISTRY.
+bundle-push: ## Push BUNDLE_IMG to PUSH_REGISTRY (REGISTRY's, or the local cluster's for the default): with Docker if a daemon answers, else bundle-build's tarball.
 	if docker info >/dev/null 2>&1; then \
-		docker push $(BUNDLE_IMG); \
+		docker tag $(BUNDLE_IMG) $(call push_ref,$(BUNDLE_IMG)) && docker push $(call push_ref,$(BUNDLE_IMG)); \
 	else \
-		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) $(CLUSTER_PUSH) $(call olm_tar,$(BUNDLE_IMG)); \
+		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) $(IMAGE_PUSH) $(call olm_tar,$(BUNDLE_IMG)); \
 	fi
 
 # The catalog is rendered from CATALOG_TEMPLATE, opm's semver template: a release is one line,
@@ -135,6 +135,9 @@ catalog-add: ## Add a new version to the catalog in one step, once CATALOG_TEMPL
 # never published; release-images renames their bundle's images to REGISTRY's, and their catalog
 # blobs name them so, as the first public catalog serves them.
 OLM_PRE_PUBLIC_REGISTRY := 127.0.0.1:5000
+# The committed catalog and the releases' bundles name their images in PUBLIC_REGISTRY; for
+# another REGISTRY, the same repositories there (release-images, release-push, make release).
+olm_to_registry = sed 's|$(PUBLIC_REGISTRY)/|$(REGISTRY)/|g'
 OLM_RELEASES := \
 	0.1.0@d940ae97f626c03e355b2c90a3c94912c8b90741
 # The tarballs of the releases' operator images, named after the version only, as olm_tar names them.
@@ -158,8 +161,9 @@ release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of e
 		csv="$$src/bundle/manifests/$(PACKAGE).clusterserviceversion.yaml"; \
 		grep -qx "  version: $$version" "$$csv" || { echo "commit $$commit has no bundle of version $$version" >&2; exit 1; }; \
 		sed -i 's|$(OLM_PRE_PUBLIC_REGISTRY)/|$(REGISTRY)/|g' "$$src"/bundle/manifests/*.yaml; \
+		$(olm_to_registry) -i "$$src"/bundle/manifests/*.yaml; \
 		img=$$(sed -n 's/^    containerImage: //p' "$$csv"); \
-		bundle_img=$$(sed -n 's/^image: //p' $(CATALOG_DIR)/bundles/$(PACKAGE).v$$version.yaml); \
+		bundle_img=$$(sed -n 's/^image: //p' $(CATALOG_DIR)/bundles/$(PACKAGE).v$$version.yaml | $(olm_to_registry)); \
 		[ -n "$$img" ] && [ -n "$$bundle_img" ] || { echo "release $$version: no containerImage in its CSV or no image in its catalog blob" >&2; exit 1; }; \
 		(cd "$$src" && CGO_ENABLED=0 go build -o "$$src/bin/manager" .); \
 		mkdir -p $(OLM_IMAGES); \
@@ -173,12 +177,12 @@ release-images: $(OLM_IMAGEBUILDER) ## Build the operator and bundle images of e
 # The operator images are tarballs whatever the engine (imagebuilder made them); the bundle
 # images are pushed as bundle-push does.
 .PHONY: release-push
-release-push: $(OLM_IMAGEBUILDER) ## Push release-images' operator and bundle images to the local cluster's registry, the mirror of REGISTRY.
+release-push: $(OLM_IMAGEBUILDER) ## Push release-images' operator and bundle images to PUSH_REGISTRY (REGISTRY's, or the local cluster's for the default).
 	for release in $(OLM_RELEASES); do \
 		version=$${release%@*}; \
-		$(OLM_IMAGEBUILDER) $(CLUSTER_PUSH) $(OLM_IMAGES)/etcd-operator_v$$version.tar; \
+		$(OLM_IMAGEBUILDER) $(IMAGE_PUSH) $(OLM_IMAGES)/etcd-operator_v$$version.tar; \
 		$(MAKE) --no-print-directory bundle-push \
-			BUNDLE_IMG="$$(sed -n 's/^image: //p' $(CATALOG_DIR)/bundles/$(PACKAGE).v$$version.yaml)"; \
+			BUNDLE_IMG="$$(sed -n 's/^image: //p' $(CATALOG_DIR)/bundles/$(PACKAGE).v$$version.yaml | $(olm_to_registry))"; \
 	done
 
 # Generated once; test/olm checks that its opm image tag is the opm version pinned here. After
@@ -205,11 +209,11 @@ catalog-build: catalog.Dockerfile ## Build the catalog image CATALOG_IMG: with D
 	fi
 
 .PHONY: catalog-push
-catalog-push: ## Push CATALOG_IMG: with Docker if a daemon answers, to its registry; else catalog-build's tarball, to the local cluster's registry, the mirror of REGISTRY.
+catalog-push: ## Push CATALOG_IMG to PUSH_REGISTRY (REGISTRY's, or the local cluster's for the default): with Docker if a daemon answers, else catalog-build's tarball.
 	if docker info >/dev/null 2>&1; then \
-		docker push $(CATALOG_IMG); \
+		docker tag $(CATALOG_IMG) $(call push_ref,$(CATALOG_IMG)) && docker push $(call push_ref,$(CATALOG_IMG)); \
 	else \
-		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) $(CLUSTER_PUSH) $(call olm_tar,$(CATALOG_IMG)); \
+		$(MAKE) --no-print-directory $(OLM_IMAGEBUILDER) && $(OLM_IMAGEBUILDER) $(IMAGE_PUSH) $(call olm_tar,$(CATALOG_IMG)); \
 	fi
 
 # operator-sdk stamps its version into the bundle's labels; unstamped it writes "unknown".

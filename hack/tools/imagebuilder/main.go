@@ -17,9 +17,11 @@
 // `{arch}` in an -add's SRC stand for the platform's, so each image gets its own cross-compiled
 // binaries (bin/{os}_{arch}/manager). An ELF file added for an architecture it was not compiled
 // for is refused. `ctr images import` reads both kinds (from an index, only the machine's own
-// platform's content is imported). push sends either kind over plain HTTP to the registry named
-// in its tag, which must be the one given: a tag naming any other registry is refused, so nothing
-// is ever sent off the machine by mistake. With -mirror-of, an image tagged in that registry (a
+// platform's content is imported). push sends either kind to the registry named in its tag, which
+// must be the one given: a tag naming any other registry is refused, so nothing is ever sent to a
+// registry by mistake. It speaks HTTPS, or plain HTTP to a registry on loopback, a private (RFC
+// 1918) address or a .local name, as the registry answers; credentials are docker login's (the
+// Docker config file, or $DOCKER_CONFIG's), anonymous where it has none. With -mirror-of, an image tagged in that registry (a
 // public one, ghcr.io) is pushed to -registry under the same repository and tag, unchanged, as a
 // mirror of it serves it: a containerd hosts.toml or an ImageDigestMirrorSet then pulls the public
 // name from the mirror, by tag or by digest. digest prints the digest push makes an image (or an
@@ -51,6 +53,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -459,6 +462,9 @@ func layer(entries []entry, mediaType types.MediaType) (v1.Layer, error) {
 	}, tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithCompressedCaching, tarball.WithMediaType(mediaType))
 }
 
+// pushOptions are every push's: docker login's credentials for the registry, if it has any.
+var pushOptions = []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+
 func push(args []string) error {
 	fs := flag.NewFlagSet("push", flag.ExitOnError)
 	registry := fs.String("registry", "", "the only registry pushed to, e.g. 127.0.0.1:5000")
@@ -491,8 +497,9 @@ func push(args []string) error {
 // to; the same repository and tag in that registry when it names the registry mirrored; refused
 // otherwise, so that nothing goes to a registry not named on the command line.
 func pushTarget(file, tag, registry, mirrorOf string) (name.Tag, error) {
-	// The local registry speaks plain HTTP: it listens on loopback only.
-	ref, err := name.NewTag(tag, name.Insecure)
+	// Not name.Insecure: with it, a registry under a public name would be tried over plain HTTP
+	// too. One on loopback or a private address is (the local cluster's speaks plain HTTP).
+	ref, err := name.NewTag(tag)
 	if err != nil {
 		return name.Tag{}, fmt.Errorf("%s: %w", file, err)
 	}
@@ -500,7 +507,7 @@ func pushTarget(file, tag, registry, mirrorOf string) (name.Tag, error) {
 	case registry:
 		return ref, nil
 	case mirrorOf:
-		mirrored, err := name.NewTag(registry+"/"+ref.RepositoryStr()+":"+ref.TagStr(), name.Insecure)
+		mirrored, err := name.NewTag(registry + "/" + ref.RepositoryStr() + ":" + ref.TagStr())
 		if err != nil {
 			return name.Tag{}, fmt.Errorf("%s: %w", file, err)
 		}
@@ -525,7 +532,7 @@ func pushDockerTarball(f, registry, mirrorOf string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", f, err)
 	}
-	if err := remote.Write(ref, img); err != nil {
+	if err := remote.Write(ref, img, pushOptions...); err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)
 	}
 	fmt.Printf("pushed %s\n", ref)
@@ -548,7 +555,7 @@ func pushLayout(f, registry, mirrorOf string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		if err := remote.Write(ref, img); err != nil {
+		if err := remote.Write(ref, img, pushOptions...); err != nil {
 			return fmt.Errorf("push %s: %w", ref, err)
 		}
 		fmt.Printf("pushed %s (image %s)\n", ref, desc.Digest)
@@ -558,7 +565,7 @@ func pushLayout(f, registry, mirrorOf string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", f, err)
 	}
-	if err := remote.WriteIndex(ref, idx); err != nil {
+	if err := remote.WriteIndex(ref, idx, pushOptions...); err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)
 	}
 	fmt.Printf("pushed %s (index %s)\n", ref, desc.Digest)

@@ -2,9 +2,13 @@ package main
 
 import (
 	"archive/tar"
+	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"log"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -209,6 +213,88 @@ func TestPushToAMirrorKeepsTheRepositoryAndTheDigest(t *testing.T) {
 	}
 	if pushed.Digest.String() != want {
 		t.Fatalf("the mirror serves %s as %s; the public name is pinned by %s", ref, pushed.Digest, want)
+	}
+}
+
+// buildTool builds a one-file image tagged tag into dir.
+func buildTool(t *testing.T, dir, tag string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "tool.tar")
+	if err := build(append([]string{"-tag", tag, "-o", out, "-add", bin + ":/tool"}, ociLabelArgs()...)); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A registry under a public name speaks HTTPS only: push reaches it over HTTPS for every request,
+// not only for the first. The name example.com is the test server's, dialled on loopback.
+func TestPushReachesAnHTTPSRegistryOverHTTPS(t *testing.T) {
+	server := httptest.NewTLSServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(server.Close)
+	transport := server.Client().Transport.(*http.Transport).Clone()
+	transport.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, server.Listener.Addr().String())
+	}
+	saved := pushOptions
+	pushOptions = append(slices.Clone(saved), remote.WithTransport(transport))
+	t.Cleanup(func() { pushOptions = saved })
+
+	tag := "example.com/someone/tool:v1"
+	out := buildTool(t, t.TempDir(), tag)
+	if err := push([]string{"-registry", "example.com", out}); err != nil {
+		t.Fatal(err)
+	}
+	want, err := imageDigest(out, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := remote.Head(ref, remote.WithTransport(transport))
+	if err != nil {
+		t.Fatalf("the registry does not serve %s: %v", tag, err)
+	}
+	if pushed.Digest.String() != want {
+		t.Fatalf("the registry serves %s as %s, want %s", tag, pushed.Digest, want)
+	}
+}
+
+// A registry that wants a login gets docker login's credentials, from the Docker config file.
+func TestPushLogsInWithDockerLoginsCredentials(t *testing.T) {
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, password, ok := r.BasicAuth(); !ok || user != "someone" || password != "secret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="registry"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	t.Cleanup(server.Close)
+	host := strings.TrimPrefix(server.URL, "http://")
+	dir := t.TempDir()
+	out := buildTool(t, dir, host+"/someone/tool:v1")
+
+	t.Setenv("DOCKER_CONFIG", filepath.Join(dir, "docker"))
+	if err := push([]string{"-registry", host, out}); err == nil {
+		t.Fatal("pushed without credentials to a registry that wants a login")
+	}
+	auth := base64.StdEncoding.EncodeToString([]byte("someone:secret"))
+	if err := os.MkdirAll(filepath.Join(dir, "docker"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	config := `{"auths": {"` + host + `": {"auth": "` + auth + `"}}}`
+	if err := os.WriteFile(filepath.Join(dir, "docker", "config.json"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := push([]string{"-registry", host, out}); err != nil {
+		t.Fatal(err)
 	}
 }
 
