@@ -239,12 +239,14 @@ openshift-down: ## Remove what openshift-up added (openshift-operators and what 
 
 # The guide's operator (make deploy's, in its own namespace) and then the demo's (OLM's, for all
 # namespaces) meet restricted-v2 in turn; the demo's is uninstalled after, so that the next
-# suite's operator is the only one acting.
-test-openshift: openshift-up ## Not in CI: on OpenShift's rules (openshift-up), the README's and guide's pages (test-guide), then the demo installing through OLM into openshift-operators.
+# suite's operator is the only one acting, and the rules are taken down (the other suites' own
+# test pods bring fixed IDs).
+test-openshift: openshift-up ## Not in CI: on OpenShift's rules (openshift-up), the README's and guide's pages (test-guide), then the demo installing through OLM into openshift-operators, with a TLS and authentication cluster, a verified snapshot and an in-place restore (DEMO_SECURE=1).
 	$(MAKE) --no-print-directory test-guide
-	$(MAKE) --no-print-directory demo OPENSHIFT=1
+	$(MAKE) --no-print-directory demo OPENSHIFT=1 DEMO_SECURE=1
 	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) delete namespace $(CLUSTER_DEMO_NAMESPACE) --wait --timeout=5m
 	$(CLUSTER_KUBECTL) --kubeconfig $(CLUSTER_KUBECONFIG) -n openshift-operators delete subscription,csv --all --wait --timeout=5m
+	$(CLUSTER_ENV) hack/cluster/openshift.sh down
 
 .PHONY: test-partition
 # The last test needs a second node, up only while it runs: the first two stop or cut off the
@@ -358,12 +360,13 @@ demo-intro:
 	@echo "operator). Later runs take a few minutes. Each long build says what it builds as it starts."
 
 # With OPENSHIFT=1 the operator goes into openshift-operators for all namespaces, as OperatorHub
-# installs it, on the cluster with OpenShift's rules (openshift-up).
+# installs it, on the cluster with OpenShift's rules (openshift-up). DEMO_SECURE=1 adds a cluster
+# with TLS and authentication, a verified snapshot of it and an in-place restore.
 DEMO_OPERATOR_NAMESPACE = $(if $(OPENSHIFT),openshift-operators,$(CLUSTER_DEMO_NAMESPACE))
 
 .PHONY: demo
 demo: demo-intro olm-catalog-head $(if $(OPENSHIFT),openshift-up) ## The main job on a fresh machine: the local cluster with OLM, the operator installed from this tree's catalog by a Subscription, a 3-member EtcdCluster, a scheduled backup. OPENSHIFT=1: on OpenShift's rules, into openshift-operators.
 	KUBECTL=$(CLUSTER_KUBECTL) ETCDCTL=$(ETCD_BIN)/etcdctl KUBECONFIG=$(CLUSTER_KUBECONFIG) DEMO_NAMESPACE=$(CLUSTER_DEMO_NAMESPACE) \
-		OPERATOR_NAMESPACE=$(DEMO_OPERATOR_NAMESPACE) \
+		OPERATOR_NAMESPACE=$(DEMO_OPERATOR_NAMESPACE) DEMO_SECURE=$(DEMO_SECURE) \
 		VERSITYGW_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) DEPLOYED_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
 		DEPLOYED_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) hack/demo/demo.sh

@@ -5,7 +5,8 @@
 #
 # Environment (make demo sets it): KUBECTL, ETCDCTL, KUBECONFIG, DEMO_NAMESPACE, VERSITYGW_IMAGE,
 # DEPLOYED_NAMESPACE and DEPLOYED_DEPLOYMENT (make deploy's operator, stopped if it runs), and
-# OPERATOR_NAMESPACE when the operator goes elsewhere than DEMO_NAMESPACE.
+# OPERATOR_NAMESPACE when the operator goes elsewhere than DEMO_NAMESPACE. DEMO_SECURE=1 adds a
+# cluster with TLS and authentication, a verified snapshot of it and an in-place restore.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -115,6 +116,90 @@ wait_for "the first scheduled run (due at the next even minute)" 300 backed_up |
 	{ kn get etcdbackup example-every-2m -o yaml; fail "no backup completed"; }
 kn get etcdbackup example-every-2m -o wide
 echo "    snapshot: $(kn get etcdbackup example-every-2m -o jsonpath='{.status.lastBackup.uri} (revision {.status.lastBackup.revision}, {.status.lastBackup.sizeBytes} bytes)')"
+
+if [ -n "${DEMO_SECURE:-}" ]; then
+	step "A cluster with TLS and authentication: certificates from the operator, user root with a password"
+	kn get secret secure-root >/dev/null 2>&1 ||
+		kn create secret generic secure-root --from-literal=password="$(head -c 24 /dev/urandom | base64 | tr -d '/+=')"
+	kn apply -f - <<EOF
+apiVersion: etcd.database.dev/v1alpha1
+kind: EtcdCluster
+metadata: {name: secure}
+spec: {size: 3, version: 3.6.16, storage: {size: 1Gi}, tls: {}, auth: {rootSecretName: secure-root}}
+EOF
+	wait_for "EtcdCluster secure to be Available" 300 kn wait etcdcluster/secure --for=condition=Available --timeout=5s ||
+		{ kn get etcdcluster secure -o yaml; fail "EtcdCluster secure is not Available"; }
+	image=$(kn get pod -l etcd.database.dev/cluster=secure -o jsonpath='{.items[0].spec.containers[0].image}')
+	# secure_etcdctl ARGS...: etcdctl in a pod of the namespace (restricted, no user ID of its
+	# own), over TLS with the client certificate and root's password; prints its output.
+	secure_etcdctl() {
+		kn delete pod etcdctl --ignore-not-found --wait >/dev/null
+		local args
+		args=$(printf '"%s", ' "$@")
+		kn apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: etcdctl}
+spec:
+  restartPolicy: Never
+  securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+  containers:
+  - name: etcdctl
+    image: $image
+    command: [etcdctl, ${args%, }]
+    securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+    env:
+    - {name: ETCDCTL_ENDPOINTS, value: "https://secure-client:2379"}
+    - {name: ETCDCTL_CACERT, value: /tls/ca.crt}
+    - {name: ETCDCTL_CERT, value: /tls/tls.crt}
+    - {name: ETCDCTL_KEY, value: /tls/tls.key}
+    - {name: ETCDCTL_USER, value: root}
+    - {name: ETCDCTL_PASSWORD, valueFrom: {secretKeyRef: {name: secure-root, key: password}}}
+    volumeMounts: [{name: tls, mountPath: /tls, readOnly: true}]
+  volumes: [{name: tls, secret: {secretName: secure-client-tls}}]
+EOF
+		kn wait pod etcdctl --for=jsonpath='{.status.phase}'=Succeeded --timeout=2m >/dev/null ||
+			{ kn logs etcdctl || true; fail "etcdctl $* did not succeed"; }
+		kn logs etcdctl
+	}
+	echo "    put greeting: $(secure_etcdctl put greeting "hello over TLS")"
+
+	step "A snapshot of it to the S3 server, proven restorable by a verify Job"
+	kn apply -f - <<EOF
+apiVersion: etcd.database.dev/v1alpha1
+kind: EtcdBackup
+metadata: {name: secure-snapshot}
+spec:
+  clusterName: secure
+  verify: {}
+  destination:
+    s3: {bucket: etcd-backups, prefix: secure/, endpoint: "http://demo-s3.$ns.svc:7070", forcePathStyle: true, allowPlainHTTP: true, credentialsSecretName: demo-s3-credentials}
+EOF
+	verified() { [ "$(kn get etcdbackup secure-snapshot -o jsonpath='{.status.lastVerified.result}')" = Verified ]; }
+	wait_for "the snapshot and its verify Job (the snapshot restored in a Job, checked against its record)" 300 verified ||
+		{ kn get etcdbackup secure-snapshot -o yaml; fail "the snapshot was not verified"; }
+	echo "    $(kn get etcdbackup secure-snapshot -o jsonpath='{.status.lastVerified.uri}: {.status.lastVerified.result} in {.status.lastVerified.duration}')"
+
+	step "The snapshot restored in place: a key written after it is gone, the greeting is back"
+	echo "    put written-after: $(secure_etcdctl put written-after the-snapshot)"
+	kn apply -f - <<EOF
+apiVersion: etcd.database.dev/v1alpha1
+kind: EtcdRestore
+metadata: {name: secure-back-to-snapshot}
+spec:
+  source: {backup: {name: secure-snapshot}}
+  target: {mode: InPlace, clusterName: secure}
+EOF
+	restored() { [ "$(kn get etcdrestore secure-back-to-snapshot -o jsonpath='{.status.phase}')" = Completed ]; }
+	wait_for "the in-place restore to complete" 600 restored ||
+		{ kn get etcdrestore secure-back-to-snapshot -o yaml; fail "the in-place restore did not complete"; }
+	kn wait etcdcluster/secure --for=condition=Available --timeout=2m >/dev/null
+	[ -z "$(secure_etcdctl get written-after)" ] || fail "written-after survived the restore"
+	greeting=$(secure_etcdctl get greeting --print-value-only)
+	[ "$greeting" = "hello over TLS" ] || fail "greeting after the restore: '$greeting'"
+	echo "    written-after: gone; greeting: $greeting"
+	kn delete pod etcdctl --ignore-not-found >/dev/null
+fi
 
 step "Everything the operator manages here"
 kn get etcd-operator
