@@ -53,7 +53,7 @@ type PreservedData struct {
 	// RaftIndex is the raft index the db had applied (etcd's consistent index). A member that
 	// did not stop cleanly may hold later entries in its WAL, which etcd applies when it starts.
 	RaftIndex uint64 `json:"raftIndex"`
-	// Revision is the revision the db is at: its newest, or 1 for a keyspace never written.
+	// Revision is the newest revision in the db; 0 for a keyspace never written.
 	Revision       int64     `json:"revision"`
 	CompletionTime time.Time `json:"completionTime"`
 }

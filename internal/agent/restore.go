@@ -211,10 +211,8 @@ func SnapshotRevision(file string) (int64, error) {
 	return rev, err
 }
 
-// lastRevision is the revision etcd's MVCC store is at: the main revision of the last key of
-// the "key" bucket, where it keys every change by revision; for a store never written to, 1,
-// where etcd starts and what it serves (and what a backup of it records). Never 0, which a
-// restore takes for "not yet known".
+// lastRevision is the main revision of the last key of the "key" bucket, where etcd's MVCC
+// store keys every change by revision; 0 for an empty keyspace.
 func lastRevision(tx *bolt.Tx) (int64, error) {
 	b := tx.Bucket([]byte("key"))
 	if b == nil {
@@ -222,7 +220,7 @@ func lastRevision(tx *bolt.Tx) (int64, error) {
 	}
 	k, _ := b.Cursor().Last()
 	if len(k) < 8 {
-		return 1, nil
+		return 0, nil
 	}
 	return int64(binary.BigEndian.Uint64(k[:8])), nil
 }

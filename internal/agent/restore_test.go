@@ -20,20 +20,6 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/s3test"
 )
 
-// A cluster that has taken no write yet is at revision 1, as etcd's store starts there; its
-// snapshot holds no key to read that from. Fetch reports 1, the revision the backup recorded:
-// a restore that took 0 for "not yet known" waited for ever on such a snapshot.
-func TestFetchReportsTheRevisionOfAnEmptyClustersSnapshot(t *testing.T) {
-	_, dest, backup := backUpCluster(t, 1, 0)
-	res, err := agent.Fetch(t.Context(), agent.FetchConfig{Source: dest, Key: strings.TrimPrefix(backup.URI, "s3://backups/etcd/"), SHA256: backup.SHA256, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if backup.Revision != 1 || res.Revision != backup.Revision {
-		t.Fatalf("an empty cluster backed up at revision %d, its snapshot fetched at revision %d: want 1 for both", backup.Revision, res.Revision)
-	}
-}
-
 // A snapshot of a real cluster, fetched back from a real S3 server, restores with etcdutl
 // into a data directory that Install puts in place, and holds the revision Fetch reports.
 func TestFetchRestoreInstall(t *testing.T) {
