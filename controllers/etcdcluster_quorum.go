@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"net"
 	"slices"
 	"strconv"
@@ -575,7 +576,7 @@ func recordQuorumRecovery(c *etcdv1alpha1.EtcdCluster, obs *observation, step me
 	}
 	if rs := obs.recovery.restore; qr.Backup != nil && rs != nil && rs.Status.MissingSnapshotURI == qr.Backup.SnapshotURI && rs.Status.SnapshotURI != "" {
 		// The newest snapshot no longer existed: the record names the one restored instead.
-		qr.Backup.SnapshotURI, qr.Backup.Revision = rs.Status.SnapshotURI, rs.Status.RestoredRevision
+		qr.Backup.SnapshotURI, qr.Backup.Revision = rs.Status.SnapshotURI, ptr.Deref(rs.Status.RestoredRevision, 0)
 	}
 	pod, forced := obs.pods[qr.Member]
 	forced = forced && pod.Annotations[resources.AnnotationForceNewCluster] != ""

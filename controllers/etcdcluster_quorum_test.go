@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -489,7 +490,7 @@ func TestRecoveryFromABackupSaysWhenItsRestoreFellBack(t *testing.T) {
 
 	// The restore Job found hourly's newest snapshot gone and restored the one before it.
 	rs := &restores.Items[0]
-	rs.Status.SnapshotURI, rs.Status.MissingSnapshotURI, rs.Status.RestoredRevision = "pvc://backups/hourly-older.db", "pvc://backups/hourly.db", 650
+	rs.Status.SnapshotURI, rs.Status.MissingSnapshotURI, rs.Status.RestoredRevision = "pvc://backups/hourly-older.db", "pvc://backups/hourly.db", ptr.To[int64](650)
 	if err := a.k8s.Status().Update(t.Context(), rs); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -127,8 +128,8 @@ func TestARestoreIntoANewClusterPreparesEveryMemberAtOnce(t *testing.T) {
 	completeRestoreJob(t, k8s, jobs[1], report)
 	rs = reconcileRestore(t, r, rs) // records what was restored
 	rs = reconcileRestore(t, r, rs) // lets the cluster form
-	if rs.Status.RestoredRevision != 42 || rs.Status.RevisionBump != 5000000 {
-		t.Errorf("restored revision %d, bump %d; want 42 and 5000000", rs.Status.RestoredRevision, rs.Status.RevisionBump)
+	if ptr.Deref(rs.Status.RestoredRevision, 0) != 42 || rs.Status.RevisionBump != 5000000 {
+		t.Errorf("restored revision %d, bump %d; want 42 and 5000000", ptr.Deref(rs.Status.RestoredRevision, 0), rs.Status.RevisionBump)
 	}
 	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(target), target); err != nil || target.Annotations[resources.AnnotationRestorePending] != "" {
 		t.Fatalf("every member restored, the cluster is still held (%v)", err)
@@ -187,7 +188,7 @@ func TestMembersRestoredFromDifferentSnapshotsNeverForm(t *testing.T) {
 // and says why, with a Warning event naming the members that differ.
 func TestARestoreCompletesOnlyWhenEveryMemberHoldsTheSameStore(t *testing.T) {
 	rs := newClusterRestore(3)
-	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, RestoredRevision: 42, RevisionBump: 5000000}
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, RestoredRevision: ptr.To[int64](42), RevisionBump: 5000000}
 	target := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: "ns", UID: "copy-uid", Annotations: map[string]string{resources.AnnotationRestoredBy: rs.Name}},
 		Spec:       etcdv1alpha1.EtcdClusterSpec{Size: 3, Version: "3.6.16"},
@@ -342,16 +343,16 @@ func TestARestoreGoesOnOnceItsJobsPodsHaveSucceeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs = reconcileRestore(t, r, rs)
-	if rs.Status.Phase != etcdv1alpha1.RestoreRestoring || rs.Status.RestoredRevision != 0 {
+	if rs.Status.Phase != etcdv1alpha1.RestoreRestoring || rs.Status.RestoredRevision != nil {
 		t.Fatalf("with one Job's pod failed (the Job not failed) the restore is %s at revision %d; want it Restoring, nothing recorded",
-			rs.Status.Phase, rs.Status.RestoredRevision)
+			rs.Status.Phase, ptr.Deref(rs.Status.RestoredRevision, 0))
 	}
 	succeedRestorePod(t, k8s, jobs[2], report) // the retry: newer, as its name sorts
 
 	rs = reconcileRestore(t, r, rs) // records what was restored
 	rs = reconcileRestore(t, r, rs) // lets the cluster form
-	if rs.Status.RestoredRevision != 42 {
-		t.Errorf("restored revision %d, want 42 from the succeeded pods' reports", rs.Status.RestoredRevision)
+	if ptr.Deref(rs.Status.RestoredRevision, 0) != 42 {
+		t.Errorf("restored revision %d, want 42 from the succeeded pods' reports", ptr.Deref(rs.Status.RestoredRevision, 0))
 	}
 	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(target), target); err != nil || target.Annotations[resources.AnnotationRestorePending] != "" {
 		t.Fatalf("every member's pod succeeded, the cluster is still held (%v)", err)
@@ -403,8 +404,8 @@ func TestARestoreFromAClaimIntoANewClusterPreparesTheSeedAlone(t *testing.T) {
 			// The cluster's reconciler has added the others as learners: it serves at its size.
 			markServing(t, k8s, target, 3)
 			rs = reconcileRestore(t, r, rs)
-			if rs.Status.Phase != etcdv1alpha1.RestoreCompleted || rs.Status.RestoredRevision != 42 {
-				t.Fatalf("restore %s at revision %d: %s", rs.Status.Phase, rs.Status.RestoredRevision, conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
+			if rs.Status.Phase != etcdv1alpha1.RestoreCompleted || ptr.Deref(rs.Status.RestoredRevision, 0) != 42 {
+				t.Fatalf("restore %s at revision %d: %s", rs.Status.Phase, ptr.Deref(rs.Status.RestoredRevision, 0), conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded))
 			}
 			if says := conditionText(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded); !strings.Contains(says, "with 3 members, every member with HashKV 42") {
 				t.Errorf("the completion says %q, not that its 3 members hold the same store", says)
@@ -553,4 +554,24 @@ func startClusterRestore(t *testing.T, rs *etcdv1alpha1.EtcdRestore, objects ...
 		t.Fatalf("the target cluster: %v", err)
 	}
 	return r, k8s, rs, target
+}
+
+// A snapshot of a cluster never written to is at revision 0 as the restore Jobs read it (its
+// store holds no key yet). Recorded, the cluster goes on to form from it: a restore that took
+// revision 0 for "nothing recorded yet" recorded it again every second and never went on.
+func TestARestoreOfASnapshotAtRevisionZeroGoesOn(t *testing.T) {
+	rs := newClusterRestore(3)
+	r, k8s, rs, target := startClusterRestore(t, rs, readWithACloudIdentity(rs))
+	report := agent.Report{Restore: &agent.RestoreResult{URI: "s3://b/snap.db", SizeBytes: 1, SHA256: "abc", Revision: 0}}
+	for _, job := range restoreJobsOfTest(t, k8s, rs, 3) {
+		succeedRestorePod(t, k8s, job, report)
+	}
+	rs = reconcileRestore(t, r, rs) // records what was restored
+	rs = reconcileRestore(t, r, rs) // lets the cluster form
+	if rs.Status.RestoredRevision == nil || *rs.Status.RestoredRevision != 0 {
+		t.Fatalf("restored revision %v, want 0 recorded", rs.Status.RestoredRevision)
+	}
+	if err := k8s.Get(t.Context(), client.ObjectKeyFromObject(target), target); err != nil || target.Annotations[resources.AnnotationRestorePending] != "" {
+		t.Fatalf("every member restored a snapshot at revision 0, the cluster is still held (%v)", err)
+	}
 }

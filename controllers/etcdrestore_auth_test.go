@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -228,7 +229,7 @@ func TestARestoredClusterWithoutAuthInItsDataHasItTurnedOn(t *testing.T) {
 // than after 15 minutes.
 func TestARestoreWaitingOnAClusterThatRefusesTheOperatorSaysWhy(t *testing.T) {
 	rs := restoreOfHourly(&etcdv1alpha1.EtcdClusterSpec{Size: 3, Version: "3.6.16"})
-	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()), RestoredRevision: 700,
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()), RestoredRevision: ptr.To[int64](700),
 		InstallTime: ptrTime(time.Now().Add(-time.Minute))}
 	target := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "copy", Namespace: "ns", UID: "copy-uid", Annotations: map[string]string{resources.AnnotationRestoredBy: rs.Name}},

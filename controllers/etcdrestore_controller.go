@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -184,7 +185,7 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if rs.Status.RestoredRevision == 0 {
+	if rs.Status.RestoredRevision == nil {
 		// Until the restore Job reports the snapshot it fetched, which may be a fallback.
 		rs.Status.SnapshotURI, rs.Status.SnapshotSHA256 = src.uri, src.SHA256
 	}
@@ -505,7 +506,7 @@ func (r *EtcdRestoreReconciler) prepareMembers(ctx context.Context, rs *etcdv1al
 		return ctrl.Result{}, nil
 	}
 	setRestoreCondition(rs, metav1.ConditionUnknown, etcdv1alpha1.ReasonRestoring,
-		"members %s hold the snapshot at revision %d; the cluster forms from them%s", strings.Join(members, ", "), rs.Status.RestoredRevision, grows)
+		"members %s hold the snapshot at revision %d; the cluster forms from them%s", strings.Join(members, ", "), ptr.Deref(rs.Status.RestoredRevision, 0), grows)
 	return ctrl.Result{}, nil
 }
 
@@ -616,8 +617,9 @@ func (r *EtcdRestoreReconciler) runRestoreJobs(ctx context.Context, rs *etcdv1al
 		return 0, false, err
 	}
 	restored := reports[0]
-	recorded := rs.Status.RestoredRevision != 0
-	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = restored.Revision, restored.SHA256
+	// Not the revision itself: a snapshot of a keyspace never written to is at revision 0.
+	recorded := rs.Status.RestoredRevision != nil
+	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256 = ptr.To(restored.Revision), restored.SHA256
 	// From the Jobs, not computed again: the highest revision seen may have moved since.
 	rs.Status.RevisionBump = jobRevisionBump(jobs[0])
 	if restored.URI != "" {
@@ -864,7 +866,7 @@ const (
 // revision compacted away by the time every member answered can no longer be compared: the
 // restore completes, and says so.
 func (r *EtcdRestoreReconciler) compareRestoredData(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (string, time.Duration) {
-	revision := rs.Status.RestoredRevision + rs.Status.RevisionBump
+	revision := ptr.Deref(rs.Status.RestoredRevision, 0) + rs.Status.RevisionBump
 	digests, err := r.Keyspaces(ctx, c, revision)
 	switch {
 	case errors.Is(err, etcd.ErrCompacted):
@@ -951,7 +953,7 @@ func (r *EtcdRestoreReconciler) complete(rs *etcdv1alpha1.EtcdRestore, c *etcdv1
 		how += fmt.Sprintf("; the snapshot is %s, the newest older one that existed: %s, the one asked for, did not", rs.Status.SnapshotURI, missing)
 	}
 	setRestoreCondition(rs, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
-		"EtcdCluster %s serves the snapshot's data from revision %d with %d members%s", c.Name, rs.Status.RestoredRevision, c.Status.ReadyMembers, how)
+		"EtcdCluster %s serves the snapshot's data from revision %d with %d members%s", c.Name, ptr.Deref(rs.Status.RestoredRevision, 0), c.Status.ReadyMembers, how)
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "RestoreCompleted", "Restore", "EtcdCluster %s is Available with the restored data%s", c.Name, how)
 }
 

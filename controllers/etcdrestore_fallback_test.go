@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -76,9 +77,9 @@ func TestRestoreOfAMissingSnapshotFallsBackToTheNewestOlderOne(t *testing.T) {
 	report := agent.Report{Restore: &agent.RestoreResult{URI: fetched.URI, SizeBytes: 1, SHA256: fetched.SHA256, Revision: fetched.Revision, Missing: missing.URI}}
 	completeRestoreJob(t, k8s, job, report)
 	got := reconcileRestore(t, r, rs)
-	if got.Status.SnapshotURI != fetched.URI || got.Status.MissingSnapshotURI != missing.URI || got.Status.RestoredRevision != fetched.Revision {
+	if got.Status.SnapshotURI != fetched.URI || got.Status.MissingSnapshotURI != missing.URI || ptr.Deref(got.Status.RestoredRevision, 0) != fetched.Revision {
 		t.Fatalf("status names %s (missing %q) at revision %d, want the snapshot restored, %s at %d, and the missing %s",
-			got.Status.SnapshotURI, got.Status.MissingSnapshotURI, got.Status.RestoredRevision, fetched.URI, fetched.Revision, missing.URI)
+			got.Status.SnapshotURI, got.Status.MissingSnapshotURI, ptr.Deref(got.Status.RestoredRevision, 0), fetched.URI, fetched.Revision, missing.URI)
 	}
 	if cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded); cond == nil || !strings.Contains(cond.Message, missing.URI+" no longer exists") {
 		t.Errorf("Succeeded %+v: want it to say the restore fell back", cond)

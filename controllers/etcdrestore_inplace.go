@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"maps"
 	"slices"
 	"strings"
@@ -107,13 +108,13 @@ func (r *EtcdRestoreReconciler) restoreInPlace(ctx context.Context, rs *etcdv1al
 // cluster writing very fast during the staging; a restore created again bumps past it. With
 // spec.revisionBump None the user chose to start at the snapshot's revision.
 func passedTheBump(rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) error {
-	starts := rs.Status.RestoredRevision + rs.Status.RevisionBump
+	starts := ptr.Deref(rs.Status.RestoredRevision, 0) + rs.Status.RevisionBump
 	if rs.Status.RevisionBump == 0 || c.Status.HighestRevision < starts {
 		return nil
 	}
 	return failed(etcdv1alpha1.ReasonFailed,
 		"EtcdCluster %s reached revision %d while the snapshot was staged, past revision %d the restored data would start from (snapshot %d + bump %d), and was not touched; create the restore again, which bumps past it, or give a larger spec.revisionBump",
-		c.Name, c.Status.HighestRevision, starts, rs.Status.RestoredRevision, rs.Status.RevisionBump)
+		c.Name, c.Status.HighestRevision, starts, ptr.Deref(rs.Status.RestoredRevision, 0), rs.Status.RevisionBump)
 }
 
 // checkInPlaceStart refuses to start while a backup of the cluster runs, and records what the

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"k8s.io/utils/ptr"
 	"strings"
 	"time"
 
@@ -87,7 +88,7 @@ const memberRestoreRetry = 2 * time.Second
 // restore. The cluster is deleted only if no member installed the data: until then no etcd
 // ran, and it never held data.
 func (r *EtcdRestoreReconciler) recordMemberRestores(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster) (bool, ctrl.Result, error) {
-	if rs.Status.RestoredRevision != 0 {
+	if rs.Status.RestoredRevision != nil {
 		return true, ctrl.Result{}, nil
 	}
 	seed, err := r.seedClaim(ctx, rs, c)
@@ -165,7 +166,7 @@ func (r *EtcdRestoreReconciler) recordMemberRestores(ctx context.Context, rs *et
 				plan.Members[0], first.URI, first.Revision, plan.Members[i+1], got.URI, got.Revision, c.Name)
 		}
 	}
-	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256, rs.Status.SnapshotURI = first.Revision, first.SHA256, first.URI
+	rs.Status.RestoredRevision, rs.Status.SnapshotSHA256, rs.Status.SnapshotURI = ptr.To(first.Revision), first.SHA256, first.URI
 	rs.Status.RevisionBump = plan.Source.RevisionBump
 	postEvent(r.Recorder, rs, corev1.EventTypeNormal, "MemberRestored", "Restore", "members %s of EtcdCluster %s restored from %s (revision %d, sha256 %s)",
 		strings.Join(plan.Members, ", "), c.Name, first.URI, first.Revision, first.SHA256)

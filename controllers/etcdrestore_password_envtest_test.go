@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -452,7 +453,7 @@ func (f *restoredPasswordFixture) cutOverToSnapshot(t *testing.T, snapshot strin
 		replaced.Members = append(replaced.Members, m.Name)
 	}
 	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()), Replaced: replaced,
-		RestoredRevision: 2, SnapshotURI: "pvc://backups/snapshot.db", SnapshotSHA256: "not-checked-here"}
+		RestoredRevision: ptr.To[int64](2), SnapshotURI: "pvc://backups/snapshot.db", SnapshotSHA256: "not-checked-here"}
 	if err := f.k8s.Status().Update(ctx, rs); err != nil {
 		t.Fatal(err)
 	}

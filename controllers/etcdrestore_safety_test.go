@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -347,14 +348,14 @@ func TestInPlaceRestoreRecordsTheRestoredRevisionBeforeTheCutOver(t *testing.T) 
 	}
 
 	got := reconcileRestore(t, r, rs)
-	if got.Status.RestoredRevision != 42 || got.Status.SnapshotSHA256 != "abc" {
+	if ptr.Deref(got.Status.RestoredRevision, 0) != 42 || got.Status.SnapshotSHA256 != "abc" {
 		t.Fatalf("status %+v: want the Job's revision 42 and sha256 recorded", got.Status)
 	}
 	if cutOver() {
 		t.Fatal("the cluster was cut over in the reconcile that recorded the revision")
 	}
 	got = reconcileRestore(t, r, got)
-	if !cutOver() || got.Status.RestoredRevision != 42 {
+	if !cutOver() || ptr.Deref(got.Status.RestoredRevision, 0) != 42 {
 		t.Fatalf("after the record: cut over %t, status %+v; want the cut-over with revision 42 kept", cutOver(), got.Status)
 	}
 }
@@ -449,7 +450,7 @@ func TestRestoreIntoANewClusterCarriesTheSourcesRootPasswords(t *testing.T) {
 	rs := inPlaceRestore("copy")
 	rs.Spec.Source = etcdv1alpha1.RestoreSource{Backup: &etcdv1alpha1.BackupReference{Name: "hourly"}}
 	rs.Spec.Target = etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: "copy"}
-	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()), RestoredRevision: 42}
+	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()), RestoredRevision: ptr.To[int64](42)}
 	source := formedCluster(nil)
 	source.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: "root"}
 	sourceRecord, err := resources.RootCredentials(source, resources.RootRecord{Password: "now"}.

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -121,7 +122,7 @@ var errStopped = errors.New("the operator stopped here")
 func TestInPlaceCutOverStoppedHalfWayKeepsTheRestoredClaim(t *testing.T) {
 	rs := inPlaceRestore("cut")
 	rs.Status = etcdv1alpha1.EtcdRestoreStatus{Phase: etcdv1alpha1.RestoreRestoring, StartTime: ptrTime(time.Now()),
-		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "1"}, RestoredRevision: 42, SnapshotSHA256: "abc"}
+		Replaced: &etcdv1alpha1.ReplacedData{ClusterID: "1"}, RestoredRevision: ptr.To[int64](42), SnapshotSHA256: "abc"}
 	seed := resources.SeedMemberName("c", string(rs.UID))
 	var staged *corev1.PersistentVolumeClaim
 	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {

@@ -178,10 +178,11 @@ type EtcdRestoreStatus struct {
 	// +optional
 	SnapshotSHA256 string `json:"snapshotSHA256,omitempty"`
 
-	// RestoredRevision is the etcd revision the restored cluster starts from.
+	// RestoredRevision is the etcd revision the restored cluster starts from, once the restore
+	// has read it from the snapshot: 0 for a snapshot of a keyspace never written to.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Restored Revision"
-	RestoredRevision int64 `json:"restoredRevision,omitempty"`
+	RestoredRevision *int64 `json:"restoredRevision,omitempty"`
 
 	// RevisionBump is how far past the snapshot's revision (restoredRevision) the restored
 	// cluster starts: its first revision is restoredRevision + revisionBump, and every one

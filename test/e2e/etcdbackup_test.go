@@ -241,7 +241,7 @@ func TestEtcdBackup(t *testing.T) {
 		}
 		expectNoCluster(t, f.ns, "from-corrupted")
 		// Not named, the newest snapshot that did not fail is restored: the older one.
-		if rs := restoreOf("skips-corrupted", ""); rs.Status.Phase != etcdv1alpha1.RestoreCompleted || rs.Status.SnapshotURI != older.URI || rs.Status.RestoredRevision != older.Revision {
+		if rs := restoreOf("skips-corrupted", ""); rs.Status.Phase != etcdv1alpha1.RestoreCompleted || rs.Status.SnapshotURI != older.URI || deref(rs.Status.RestoredRevision) != older.Revision {
 			t.Fatalf("a restore of the backup without a snapshot named: %+v; want %s (revision %d), the newest that did not fail verification, restored",
 				rs.Status, older.URI, older.Revision)
 		}

@@ -55,7 +55,7 @@ func TestEtcdRestore(t *testing.T) {
 		if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
 			t.Fatalf("restore %s: %+v", rs.Status.Phase, rs.Status)
 		}
-		if rs.Status.RestoredRevision != art.Revision || rs.Status.SnapshotURI != art.URI || rs.Status.SnapshotSHA256 != art.SHA256 {
+		if deref(rs.Status.RestoredRevision) != art.Revision || rs.Status.SnapshotURI != art.URI || rs.Status.SnapshotSHA256 != art.SHA256 {
 			t.Errorf("status %+v; want revision %d of %s (sha256 %s)", rs.Status, art.Revision, art.URI, art.SHA256)
 		}
 		restored := &etcdv1alpha1.EtcdCluster{}

@@ -254,7 +254,7 @@ func (w *failpointWalk) restoreInPlace(t *testing.T) {
 	// The hold goes in the cleanup after the outcome is recorded.
 	w.waitCluster(t, w.cluster, "no annotation of the restore left", func(c *etcdv1alpha1.EtcdCluster) bool { return len(c.Annotations) == 0 })
 	members.expectFinalAllNew(t, before)
-	w.expectBackedUpData(t, w.cluster, rs.Status.RestoredRevision+rs.Status.RevisionBump)
+	w.expectBackedUpData(t, w.cluster, deref(rs.Status.RestoredRevision)+rs.Status.RevisionBump)
 }
 
 func (w *failpointWalk) restoreNew(t *testing.T) {
@@ -274,7 +274,7 @@ func (w *failpointWalk) restoreNew(t *testing.T) {
 	w.waitRestored(t, rs)
 	restored := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "walk-copy", Namespace: w.ns}}
 	w.converged(t, restored, 1, func() *clientv3.Client { return plainClient(restored) })
-	w.expectBackedUpData(t, restored, rs.Status.RestoredRevision+rs.Status.RevisionBump)
+	w.expectBackedUpData(t, restored, deref(rs.Status.RestoredRevision)+rs.Status.RevisionBump)
 }
 
 // waitRestored waits for the restore to complete and checks what its status and the objects it
@@ -286,7 +286,7 @@ func (w *failpointWalk) waitRestored(t *testing.T, rs *etcdv1alpha1.EtcdRestore)
 	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted || !meta.IsStatusConditionTrue(rs.Status.Conditions, etcdv1alpha1.ConditionSucceeded) {
 		t.Fatalf("restore %s: %+v", rs.Status.Phase, rs.Status)
 	}
-	if rs.Status.SnapshotURI != art.URI || rs.Status.SnapshotSHA256 != art.SHA256 || rs.Status.RestoredRevision != art.Revision || rs.Status.CompletionTime == nil {
+	if rs.Status.SnapshotURI != art.URI || rs.Status.SnapshotSHA256 != art.SHA256 || deref(rs.Status.RestoredRevision) != art.Revision || rs.Status.CompletionTime == nil {
 		t.Errorf("restore status %+v; want revision %d of %s (sha256 %s) and a completion time", rs.Status, art.Revision, art.URI, art.SHA256)
 	}
 	if rs.Status.RevisionBump < restoreplan.MinAutoBump {
@@ -530,7 +530,7 @@ func (w *failpointWalk) restoreLostCluster(t *testing.T) {
 	rs := &etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: qr.Backup.EtcdRestore}}
 	w.waitRestored(t, rs)
 	w.converged(t, w.cluster, 3, w.plainClient)
-	w.expectBackedUpData(t, w.cluster, rs.Status.RestoredRevision+rs.Status.RevisionBump)
+	w.expectBackedUpData(t, w.cluster, deref(rs.Status.RestoredRevision)+rs.Status.RevisionBump)
 }
 
 // keyspace is every key of the cluster with its value, read linearizably.

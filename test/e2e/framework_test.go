@@ -356,6 +356,15 @@ func envOr(name, fallback string) string {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// deref is *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -313,8 +313,8 @@ func recoveredFromTheLatestBackup(t *testing.T) {
 	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: qr.Backup.EtcdRestore}, rs); err != nil {
 		t.Fatalf("the recovery's EtcdRestore: %v", err)
 	}
-	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted || rs.Status.RestoredRevision != art.Revision {
-		t.Errorf("EtcdRestore %s: %s at revision %d, want Completed at %d", rs.Name, rs.Status.Phase, rs.Status.RestoredRevision, art.Revision)
+	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted || deref(rs.Status.RestoredRevision) != art.Revision {
+		t.Errorf("EtcdRestore %s: %s at revision %d, want Completed at %d", rs.Name, rs.Status.Phase, deref(rs.Status.RestoredRevision), art.Revision)
 	}
 	for _, m := range c.Status.Members {
 		if slices.Contains(lost, m.Name) {

@@ -77,7 +77,7 @@ func TestAKubeAPIServerSurvivesAnInPlaceRestore(t *testing.T) {
 			t.Fatalf("restore %s: %+v", rs.Status.Phase, rs.Status)
 		}
 		t.Logf("restored revision %d bumped by %d; the informer held the backed-up ConfigMaps %v after the cut-over",
-			rs.Status.RestoredRevision, rs.Status.RevisionBump, converged.Sub(rs.Status.InstallTime.Time).Round(time.Second))
+			deref(rs.Status.RestoredRevision), rs.Status.RevisionBump, converged.Sub(rs.Status.InstallTime.Time).Round(time.Second))
 		waitAvailable(t, f.cluster, 3)
 		kube.put(t, "e", "created after the bumped restore")
 		backedUp["e"] = "created after the bumped restore"
