@@ -16,10 +16,10 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 )
 
-// What a CA rotation rests on, against a real etcd: it trusts the CAs its --trusted-ca-file
-// held when it started, whatever the file says later; it presents the certificate its
-// --cert-file holds at each handshake, so a new leaf is served without a restart; and
-// handshakes show both. A probe certificate of a CA it does not trust is refused.
+// What a CA rotation rests on, against a real etcd, on its client and its peer port: it trusts
+// the CAs its trusted-CA file held when it started, whatever the file says later; it presents
+// the certificate its certificate file holds at each handshake, so a new leaf is served without
+// a restart; and handshakes show both. A probe certificate of a CA it does not trust is refused.
 func TestTrustOfShowsWhatARunningMemberTrustsAndPresents(t *testing.T) {
 	now := time.Now()
 	caA, caB := newTestCA(t, "A", now), newTestCA(t, "B", now)
@@ -44,8 +44,11 @@ func TestTrustOfShowsWhatARunningMemberTrustsAndPresents(t *testing.T) {
 
 	s := etcdtest.NewServer(t, "m")
 	s.ClientURL = strings.Replace(s.ClientURL, "http://", "https://", 1)
+	s.PeerURL = strings.Replace(s.PeerURL, "http://", "https://", 1)
 	s.ExtraArgs = []string{"--cert-file=" + filepath.Join(dir, "server.crt"), "--key-file=" + filepath.Join(dir, "server.key"),
-		"--trusted-ca-file=" + filepath.Join(dir, "trusted.crt"), "--client-cert-auth"}
+		"--trusted-ca-file=" + filepath.Join(dir, "trusted.crt"), "--client-cert-auth",
+		"--peer-cert-file=" + filepath.Join(dir, "server.crt"), "--peer-key-file=" + filepath.Join(dir, "server.key"),
+		"--peer-trusted-ca-file=" + filepath.Join(dir, "trusted.crt"), "--peer-client-cert-auth"}
 	start := func() {
 		t.Helper()
 		s.Start(t, "new", etcdtest.InitialCluster(s))
@@ -56,14 +59,17 @@ func TestTrustOfShowsWhatARunningMemberTrustsAndPresents(t *testing.T) {
 	cas := map[string]*x509.Certificate{"A": parse(t, caA), "B": parse(t, caB)}
 	probes := []etcd.TrustProbe{probeOf(t, "A", caA, now), probeOf(t, "B", caB, now)}
 	addr := strings.TrimPrefix(s.ClientURL, "https://")
+	// The client port and the peer port alike.
 	expect := func(what string, trusts []string, presents string) {
 		t.Helper()
-		seen, err := etcd.TrustOf(t.Context(), addr, cas, probes)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if !slices.Equal(seen.Trusts, trusts) || seen.Presents != presents {
-			t.Fatalf("%s: trusts %v, presents %q; want %v, %q", what, seen.Trusts, seen.Presents, trusts, presents)
+		for _, port := range []string{addr, strings.TrimPrefix(s.PeerURL, "https://")} {
+			seen, err := etcd.TrustOf(t.Context(), port, cas, probes)
+			if err != nil {
+				t.Fatalf("%s, at %s: %v", what, port, err)
+			}
+			if !slices.Equal(seen.Trusts, trusts) || seen.Presents != presents {
+				t.Fatalf("%s, at %s: trusts %v, presents %q; want %v, %q", what, port, seen.Trusts, seen.Presents, trusts, presents)
+			}
 		}
 	}
 	expect("started trusting A", []string{"A"}, "A")
