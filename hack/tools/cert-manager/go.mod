@@ -2,11 +2,11 @@
 // (hack/cert-manager.mk, make cert-manager-up). Their main packages are modules of their own
 // upstream (cmd/controller, cmd/webhook, cmd/cainjector), which are never tagged and so are not on
 // the Go module proxy: cmd/ holds them as upstream has them, their .go files and LICENSE unchanged
-// from the release-1.21 branch at 378ef0e (the .go files are v1.21.1's; the branch changed only
-// their go.mod before v1.21.2), each go.mod cut to its module line. They are replaced with those
-// directories here, and they build against the library module pinned below, from the proxy. Their
-// module paths stay upstream's: only import paths under cert-manager's own may use its internal
-// packages.
+// from the release-1.21 branch at 378ef0e, the newest commit of it read (the .go files are
+// v1.21.1's: from v1.21.1 to that commit only their go.mod and go.sum changed), each go.mod cut
+// to its module line. They are replaced with those directories here, and they build against the
+// library module pinned below, from the proxy. Their module paths stay upstream's: only import
+// paths under cert-manager's own may use its internal packages.
 module github.com/etcd-database/etcd-operator/hack/tools/cert-manager
 
 go 1.26.0
