@@ -265,6 +265,7 @@ envtest-min-assets: $(K8S_MIN_BIN)/kube-apiserver $(K8S_BIN)/kubectl $(ETCD_BIN)
 -include hack/multiarch.mk
 -include hack/olm.mk
 -include hack/olm-runtime.mk
+-include hack/cert-manager.mk
 -include hack/release.mk
 -include hack/failpoints.mk
 -include hack/mutation.mk

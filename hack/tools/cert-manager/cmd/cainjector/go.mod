@@ -1,0 +1,3 @@
+module github.com/cert-manager/cert-manager/cainjector-binary
+
+go 1.26.0
