@@ -92,6 +92,8 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		err = r.setRootPassword(ctx, c, obs, true)
 	case membership.ChangeRootPassword:
 		err = r.setRootPassword(ctx, c, obs, false)
+	case stepMakeNewCA, stepPublishBundle, stepReissueLeaves, stepRecordCAPhase:
+		err = r.rotateCA(ctx, c, obs)
 	default:
 		err = fmt.Errorf("unknown step %q", step.Action)
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -72,6 +73,9 @@ type EtcdClusterReconciler struct {
 	// ProbeAddresses finds whether anything answers at a member's addresses while quorum is
 	// lost (etcd.FirstAnswer when nil; replaced in tests).
 	ProbeAddresses func(ctx context.Context, addrs []string) string
+	// ProbeTrust asks a member's TLS port which CAs it trusts, during a CA rotation
+	// (etcd.TrustOf when nil; replaced in tests).
+	ProbeTrust func(ctx context.Context, addr string, cas map[string]*x509.Certificate, probes []etcd.TrustProbe) (etcd.TrustSeen, error)
 }
 
 // +kubebuilder:rbac:groups=etcd.database.dev,resources=etcdclusters,verbs=get;list;watch;create;update;patch
@@ -83,7 +87,7 @@ type EtcdClusterReconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -167,7 +171,14 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		setReconcileError(cluster, err)
 		return ctrl.Result{}, err
 	}
-	step := membership.Next(obs.decisionInput(cluster, r.now()))
+	input := obs.decisionInput(cluster, r.now())
+	step := membership.Next(input)
+	if membership.Settled(step) {
+		if step, err = r.decideCARotation(ctx, cluster, obs, input, step); err != nil {
+			setReconcileError(cluster, err)
+			return ctrl.Result{}, err
+		}
+	}
 	result, actErr := r.act(ctx, cluster, obs, step)
 	if held := (*disruptionHeld)(nil); errors.As(actErr, &held) {
 		step, actErr = held.waiting(step), nil

@@ -57,6 +57,9 @@ type observation struct {
 
 	// recovery is what a recovery from a quorum lost for good needs; see etcdcluster_quorum.go.
 	recovery quorumRecoveryObservation
+	// caRotation is the CA rotation's step, decided once membership had nothing to do; see
+	// etcdcluster_carotation.go.
+	caRotation *caRotationObservation
 }
 
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster, a *access) (*observation, error) {

@@ -92,7 +92,8 @@ func TestCertificateEventsSayWhyTheyWereIssued(t *testing.T) {
 // The reconciler's clock jumps forward (a node's clock corrected, an operator suspended for
 // months): certificates past their renewal time, and past their expiry too, are renewed at the
 // next reconcile, each event saying they expired; past the CA's own expiry, nothing is renewed
-// against it and the CA is left for the user to replace, as the operator cannot yet rotate it.
+// against it and the CA is left for the user to replace: a rotation without downtime needs
+// members that still accept each other's certificates.
 func TestCertificatesAfterTheClockJumpsForward(t *testing.T) {
 	start := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	clock := start

@@ -39,8 +39,14 @@ func (r *EtcdClusterReconciler) ensureCertificates(ctx context.Context, c *etcdv
 	return r.loadTLSState(ctx, c)
 }
 
+// defaultRenewBefore is tls.renewBefore's default.
+const defaultRenewBefore = 30 * 24 * time.Hour
+
+// issueCertificates makes the cluster's CA if it has none, begins its replacement when one is
+// asked for or due (status.caRotation; etcdcluster_carotation.go carries it out), and issues
+// and renews the leaves from it.
 func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1alpha1.EtcdCluster, now time.Time) error {
-	renewBefore := 30 * 24 * time.Hour
+	renewBefore := defaultRenewBefore
 	if c.Spec.TLS.RenewBefore != nil {
 		renewBefore = c.Spec.TLS.RenewBefore.Duration
 	}
@@ -53,12 +59,9 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		ca = certs.KeyPair{CertPEM: caSecret.Data[certs.KeyCert], KeyPEM: caSecret.Data[certs.KeyKey]}
 	}
 	caReq := certs.Request{Kind: certs.CA, Validity: 10 * resources.CertificateRequest(c, certs.Peer).Validity}
-	if reason, why, renew := certs.NeedsRenewal(ca, nil, caReq, renewBefore, now); renew {
-		// A new CA means every member must trust it before it signs anything they need:
-		// until CA rotation with a trust overlap exists, it is only made, never replaced.
-		if caSecret != nil {
-			return fmt.Errorf("the CA in Secret %s must be replaced by hand (%s: %s)", resources.CASecretName(c.Name), reason, why)
-		}
+	reason, why, renew := certs.NeedsRenewal(ca, nil, caReq, renewBefore, now)
+	switch {
+	case caSecret == nil:
 		if ca, err = certs.NewCA(c.Name+"-ca", caReq.Validity, now); err != nil {
 			return err
 		}
@@ -67,6 +70,37 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		}
 		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CACreated", "IssueCertificate", "made the cluster's CA")
 		// gofail: var caCreated struct{}
+	case renew && (reason != certs.ReasonExpiring || caExpired(ca.CertPEM, now)):
+		// A CA that cannot be read, or has expired, is not replaced: a rotation replaces one
+		// without downtime only while members still accept each other's certificates, and
+		// proves at each step which CA each member holds to; past that, every member must be
+		// restarted on new certificates at once, which is the user's call.
+		return fmt.Errorf("the CA in Secret %s must be replaced by hand (%s: %s)", resources.CASecretName(c.Name), reason, why)
+	default:
+		rotation, why, err := caRotationToBegin(c, ca.CertPEM, now)
+		if err != nil {
+			return err
+		}
+		if rotation != nil {
+			c.Status.CARotation = rotation
+			postEvent(r.Recorder, c, corev1.EventTypeNormal, "CARotationStarted", "RotateCA", "replacing the cluster's CA without downtime: %s", why)
+		}
+	}
+	return r.issueLeaves(ctx, c, ca, renewBefore, now)
+}
+
+// caExpired: the PEM CA's validity is over.
+func caExpired(caPEM []byte, now time.Time) bool {
+	notAfter, err := certs.NotAfter(caPEM)
+	return err == nil && now.After(notAfter)
+}
+
+// issueLeaves issues and renews the peer, server and client certificates from ca, each with
+// the trust bundle as its ca.crt.
+func (r *EtcdClusterReconciler) issueLeaves(ctx context.Context, c *etcdv1alpha1.EtcdCluster, ca certs.KeyPair, renewBefore time.Duration, now time.Time) error {
+	caNotAfter, err := certs.NotAfter(ca.CertPEM)
+	if err != nil {
+		return fmt.Errorf("the CA in Secret %s: %w", resources.CASecretName(c.Name), err)
 	}
 	names := resources.TLSSecrets(c)
 	// In a fixed order, so that events and a failure part-way read the same on every run.
@@ -88,11 +122,20 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 		if !renew {
 			continue
 		}
+		if notAfter, err := certs.NotAfter(current.CertPEM); reason == certs.ReasonExpiring && err == nil && !notAfter.Before(caNotAfter) {
+			// It already lives as long as its CA: one issued now would too, and be renewed at
+			// once, again and again. The CA's replacement (status.caRotation) renews it.
+			continue
+		}
+		bundle, err := r.trustBundle(ctx, c, ca.CertPEM)
+		if err != nil {
+			return err
+		}
 		issued, err := certs.Issue(ca, req, now)
 		if err != nil {
 			return err
 		}
-		if err := r.writeSecret(ctx, c, name, corev1.SecretTypeTLS, issued, ca.CertPEM); err != nil {
+		if err := r.writeSecret(ctx, c, name, corev1.SecretTypeTLS, issued, bundle); err != nil {
 			return err
 		}
 		postEvent(r.Recorder, c, corev1.EventTypeNormal, "CertificateIssued", "IssueCertificate", "issued the %s certificate (Secret %s): %s: %s", kind, name, reason, why)

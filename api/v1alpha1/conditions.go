@@ -39,6 +39,8 @@ const (
 	// ReasonRollingOut: members are restarted one at a time on a changed spec, or their
 	// claims expanded.
 	ReasonRollingOut = "RollingOut"
+	// ReasonRotatingCA: the cluster's CA is being replaced (status.caRotation says how far).
+	ReasonRotatingCA = "RotatingCA"
 	// ReasonMembersNotRunning: a member's pod cannot run (unschedulable, image not pullable,
 	// crash-looping), or has not started on its node for long (a volume that cannot be attached
 	// or mounted, a sandbox that cannot be made); the message names the member and the cause.
@@ -170,3 +172,9 @@ const AnnotationRecoverFrom = "etcd.database.dev/recover-from"
 // AnnotationRecoverFrom it holds for the loss it was given for: set before the loss was
 // observed, or on a cluster with a quorum, it is removed with an event.
 const AnnotationLostMembers = "etcd.database.dev/lost-members"
+
+// AnnotationRotateCA, set by a user on an EtcdCluster whose tls.provider is Operator, asks for
+// its CA to be replaced now, without downtime (status.caRotation follows it). Its value is any
+// token, such as a date: a rotation begins when it differs from the one the last rotation was
+// started for, so the annotation can stay and a new value asks for a new rotation.
+const AnnotationRotateCA = "etcd.database.dev/rotate-ca"

@@ -303,6 +303,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.provider == 'CertManager' || !has(self.certManager)",message="tls.certManager is only used when tls.provider is CertManager"
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || duration(self.validity) <= duration('87600h')",message="tls.validity must be at most 87600h (10 years): the CA lives ten times as long as the certificates it issues; choose a shorter validity"
 // +kubebuilder:validation:XValidation:rule="!has(self.renewBefore) || duration(self.renewBefore) > duration('0s')",message="tls.renewBefore must be above 0, such as 720h: certificates are renewed that long before they expire"
+// +kubebuilder:validation:XValidation:rule="!has(self.caRenewBefore) || duration(self.caRenewBefore) > duration('0s')",message="tls.caRenewBefore must be above 0, such as 2160h: the CA is replaced that long before it expires"
+// +kubebuilder:validation:XValidation:rule="!has(self.caRenewBefore) || self.provider == 'Operator'",message="tls.caRenewBefore is only used when tls.provider is Operator: the operator replaces only a CA it made"
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.renewBefore) || duration(self.renewBefore) < duration(self.validity)",message="tls.renewBefore must be shorter than tls.validity, or every certificate would be renewed as soon as it is issued; lower tls.renewBefore or raise tls.validity"
 type TLSSpec struct {
 	// Provider of the certificates: Operator (the default: the operator makes a CA for the
@@ -336,6 +338,13 @@ type TLSSpec struct {
 	// +kubebuilder:default="720h0m0s"
 	// +optional
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+
+	// CARenewBefore is how long before its expiry the CA the operator made (provider Operator)
+	// is replaced by a new one, without downtime (status.caRotation). Unset, validity plus
+	// renewBefore: the CA is replaced before a certificate issued from it would be cut short by
+	// its expiry. The annotation etcd.database.dev/rotate-ca replaces it at any time.
+	// +optional
+	CARenewBefore *metav1.Duration `json:"caRenewBefore,omitempty"`
 }
 
 // TLSSecrets are user-provided kubernetes.io/tls Secrets, each carrying ca.crt.
@@ -584,13 +593,53 @@ type CertificateStatus struct {
 	RenewalTime *metav1.Time `json:"renewalTime,omitempty"`
 }
 
+// CARotationPhase is how far a CA rotation has gone.
+// +kubebuilder:validation:Enum=Prepare;TrustBoth;Reissue;DropOld;Done
+type CARotationPhase string
+
+// CARotationStatus is a replacement of the cluster's CA, made without downtime in four phases,
+// each begun only once the members show, live, that the one before is complete: Prepare (the
+// new CA is made), TrustBoth (every member trusts the old and the new CA: the ca.crt of the
+// certificate Secrets holds both, and members are restarted one at a time, the leader last, to
+// load it), Reissue (every certificate is issued from the new CA; members load certificates
+// without a restart), DropOld (ca.crt holds the new CA alone, and members are restarted one at
+// a time again), then Done.
+type CARotationStatus struct {
+	// Phase reached.
+	Phase CARotationPhase `json:"phase"`
+	// OldCA is the SHA-256 fingerprint of the CA being replaced.
+	// +kubebuilder:validation:MaxLength=64
+	OldCA string `json:"oldCA"`
+	// NewCA is the SHA-256 fingerprint of the CA replacing it, once made.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	NewCA string `json:"newCA,omitempty"`
+	// Trigger is what started it: Requested (the annotation etcd.database.dev/rotate-ca) or
+	// CAExpiring (tls.caRenewBefore).
+	// +kubebuilder:validation:MaxLength=253
+	Trigger string `json:"trigger"`
+	// Annotation is the value etcd.database.dev/rotate-ca had when it began: another value asks
+	// for another rotation.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Annotation string `json:"annotation,omitempty"`
+	// Message says what the rotation does or waits for now.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// StartTime is when it began.
+	StartTime metav1.Time `json:"startTime"`
+	// CompletionTime is when it reached Done.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
 // OperationStatus is the change under way: what the operator is doing, to which members, and
 // since when. It describes the current step only: a spec edit made mid-way changes the next
 // step, and never leaves one half done.
 type OperationStatus struct {
 	// Type is the operation, as the Progressing condition's reason names it: Bootstrapping,
 	// ScalingUp, ScalingDown, ReplacingMember, PromotingLearner, Upgrading, RollingOut,
-	// RecoveringMembers, Restoring, EnablingAuth, ChangingRootPassword, Defragmenting.
+	// RecoveringMembers, Restoring, EnablingAuth, ChangingRootPassword, Defragmenting, RotatingCA.
 	Type string `json:"type"`
 	// Action is the step under way, such as AddLearner, PromoteLearner or RemoveMember.
 	// +optional
@@ -629,6 +678,11 @@ type QuorumRecoveryStatus struct {
 	// Trigger is what allowed the recovery: the policy (ForceNewCluster or FromLatestBackup),
 	// or the user's recover-from annotation.
 	Trigger string `json:"trigger"`
+	// Annotation is the value etcd.database.dev/rotate-ca had when it began: another value asks
+	// for another rotation.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Annotation string `json:"annotation,omitempty"`
 	// StartTime is when the recovery began.
 	StartTime metav1.Time `json:"startTime"`
 	// PreservedData is the copy of the member's data directory kept before it was rewritten.
@@ -754,6 +808,11 @@ type EtcdClusterStatus struct {
 	// Certificates in use, with their expiry.
 	// +optional
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
+
+	// CARotation is the last replacement of the cluster's CA (provider Operator): under way, or
+	// its record once Done.
+	// +optional
+	CARotation *CARotationStatus `json:"caRotation,omitempty"`
 
 	// QuorumLostTime is when the operator first found this formed cluster without a quorum
 	// serving (etcd answered no member list), since one last served; unset while a quorum

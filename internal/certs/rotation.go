@@ -67,6 +67,9 @@ type RotationMember struct {
 	// Presents is the CA of the leaf it presents, as a handshake shows; "" when it could not
 	// be asked.
 	Presents string
+	// IsLeader: it leads raft. A leader is restarted last, and only once leadership has moved
+	// off it: restarted leading, it would stall every write for an election.
+	IsLeader bool
 }
 
 // RotationWorld is what a rotation step is decided on.
@@ -91,6 +94,9 @@ const (
 	PublishBundle RotationAction = "PublishBundle"
 	// RestartMember: replace Step.Member's pod, so that its etcd loads the bundle.
 	RestartMember RotationAction = "RestartMember"
+	// MoveLeadership: move raft leadership from Step.Member to Step.Target, before Step.Member
+	// is restarted.
+	MoveLeadership RotationAction = "MoveLeadership"
 	// ReissueLeaves: issue every leaf, and the operator's client certificate, from the new CA.
 	ReissueLeaves RotationAction = "ReissueLeaves"
 	// RecordPhase: record Step.Phase; the next phase begins.
@@ -105,6 +111,8 @@ const (
 type RotationStep struct {
 	Action RotationAction
 	Member string
+	// Target is the member leadership moves to (MoveLeadership).
+	Target string
 	Bundle []string
 	Phase  RotationPhase
 	Reason string
@@ -173,7 +181,9 @@ func restartOneNotTrusting(w RotationWorld, want []string) (RotationStep, bool) 
 		}
 	}
 	// A member that restarts loads the bundle: the one to restart is one that has not loaded
-	// it, and only while every other member is healthy, so that a quorum stays up.
+	// it, and only while every other member is healthy, so that a quorum stays up. Followers
+	// go first; the leader last, once leadership has moved to a healthy member.
+	slices.SortStableFunc(behind, func(a, b RotationMember) int { return boolOrder(a.IsLeader, b.IsLeader) })
 	for _, m := range behind {
 		others := true
 		for _, o := range w.Members {
@@ -181,12 +191,32 @@ func restartOneNotTrusting(w RotationWorld, want []string) (RotationStep, bool) 
 				others = false
 			}
 		}
-		if !sameCAs(m.Trusts, want) && m.Trusts != nil && others {
-			return RotationStep{Action: RestartMember, Member: m.Name,
-				Reason: fmt.Sprintf("member %s trusts %v; restarted, it loads %v", m.Name, m.Trusts, want)}, true
+		if sameCAs(m.Trusts, want) || m.Trusts == nil || !others {
+			continue
 		}
+		if m.IsLeader {
+			for _, o := range w.Members {
+				if o.Name != m.Name && o.Healthy {
+					return RotationStep{Action: MoveLeadership, Member: m.Name, Target: o.Name,
+						Reason: "moving leadership off member " + m.Name + " before it restarts"}, true
+				}
+			}
+		}
+		return RotationStep{Action: RestartMember, Member: m.Name,
+			Reason: fmt.Sprintf("member %s trusts %v; restarted, it loads %v", m.Name, m.Trusts, want)}, true
 	}
 	return RotationStep{Action: WaitForMembers, Member: behind[0].Name, Reason: "every member healthy before the next restart"}, true
+}
+
+// boolOrder sorts false before true.
+func boolOrder(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func sameCAs(a, b []string) bool {

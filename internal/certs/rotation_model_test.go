@@ -23,7 +23,9 @@ import (
 // After every step:
 //   - every running member trusts the CA of the leaf every other running member presents, and
 //     of the operator's client certificate;
-//   - the operator restarts a member only while every other member is healthy;
+//   - the operator restarts a member only while every other member is healthy, and never the
+//     leader of a cluster of more than one member (it moves leadership to a healthy member
+//     first);
 //   - the bundle lacks the old CA only while no member presents a leaf of it.
 //
 // At the end, once members stop failing and the kubelet has caught up, the rotation completes
@@ -51,12 +53,14 @@ type rotationModel struct {
 	bundle     []string
 	leavesFrom string
 	client     string
-	log        []string
+	// leader is the member that leads raft, or "" while none does (an election).
+	leader string
+	log    []string
 }
 
 func newRotationModel(t *rapid.T, n int) *rotationModel {
 	w := &rotationModel{t: t, rotation: Rotation{Phase: RotationPrepare, Old: oldCA},
-		bundle: []string{oldCA}, leavesFrom: oldCA, client: oldCA}
+		bundle: []string{oldCA}, leavesFrom: oldCA, client: oldCA, leader: "m0"}
 	for i := range n {
 		w.members = append(w.members, &modelMember{name: fmt.Sprintf("m%d", i), running: true,
 			loaded: []string{oldCA}, mountTrust: []string{oldCA}, mountLeaf: oldCA})
@@ -69,7 +73,7 @@ func newRotationModel(t *rapid.T, n int) *rotationModel {
 func (w *rotationModel) observe() RotationWorld {
 	obs := RotationWorld{Rotation: w.rotation, Bundle: slices.Clone(w.bundle), LeavesFrom: w.leavesFrom, OperatorClientFrom: w.client}
 	for _, m := range w.members {
-		om := RotationMember{Name: m.name, Healthy: m.running && !m.slow, Restarting: !m.running}
+		om := RotationMember{Name: m.name, Healthy: m.running && !m.slow, Restarting: !m.running, IsLeader: m.name == w.leader}
 		if om.Healthy {
 			om.Trusts, om.Presents = slices.Clone(m.loaded), m.mountLeaf
 		}
@@ -104,10 +108,21 @@ func (w *rotationModel) operatorStep(record bool) RotationStep {
 				w.t.Fatalf("member %s restarted while member %s was not healthy\n%s", step.Member, m.name, w.trace())
 			}
 		}
+		if step.Member == w.leader && len(w.members) > 1 {
+			w.t.Fatalf("member %s restarted while it leads\n%s", step.Member, w.trace())
+		}
 		m := w.member(step.Member)
 		m.running, m.slow = false, false
+		if w.leader == m.name {
+			w.leader = ""
+		}
 		// The pod is made anew: its mounts hold what the Secrets hold now.
 		m.mountTrust, m.mountLeaf = slices.Clone(w.bundle), w.leavesFrom
+	case MoveLeadership:
+		if t := w.member(step.Target); !t.running || t.slow || step.Member != w.leader {
+			w.t.Fatalf("leadership moved from %s (leader %q) to %s, which is not healthy\n%s", step.Member, w.leader, step.Target, w.trace())
+		}
+		w.leader = step.Target
 	case ReissueLeaves:
 		// The leaves first, then the operator's own client certificate: it may stop between.
 		w.leavesFrom = w.rotation.New
@@ -168,10 +183,13 @@ func TestModelCARotation(t *testing.T) {
 		steps := rapid.IntRange(0, 80).Draw(t, "steps")
 		for i := range steps {
 			m := w.members[rapid.IntRange(0, len(w.members)-1).Draw(t, fmt.Sprintf("member%d", i))]
-			switch rapid.IntRange(0, 9).Draw(t, fmt.Sprintf("event%d", i)) {
+			switch rapid.IntRange(0, 10).Draw(t, fmt.Sprintf("event%d", i)) {
 			case 0: // its etcd crashes; the container restarts in its pod, reading its mount
 				if m.running {
 					m.running = false
+					if w.leader == m.name {
+						w.leader = ""
+					}
 					w.log = append(w.log, "event: "+m.name+" crashes")
 				}
 			case 1:
@@ -185,7 +203,12 @@ func TestModelCARotation(t *testing.T) {
 				}
 			case 3:
 				w.refresh(m)
-			case 4: // the operator stops before recording what it decided
+			case 4: // an election: any running member may win it
+				if m.running {
+					w.leader = m.name
+					w.log = append(w.log, "event: "+m.name+" leads")
+				}
+			case 5: // the operator stops before recording what it decided
 				w.operatorStep(false)
 			default:
 				w.operatorStep(true)

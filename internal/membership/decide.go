@@ -356,6 +356,9 @@ const (
 	OpNoSpace              = etcdv1alpha1.ReasonAlarm
 	OpRollingOut           = etcdv1alpha1.ReasonRollingOut
 	OpRecoveringQuorum     = etcdv1alpha1.ReasonRecoveringQuorum
+	// OpRotatingCA is never decided here: a CA rotation (internal/certs) moves only once the
+	// cluster is Settled, and its restarts are RollMember steps of this operation.
+	OpRotatingCA = etcdv1alpha1.ReasonRotatingCA
 	OpNone                 = ""
 )
 
@@ -434,7 +437,15 @@ func Next(o Observed) Step {
 	if step, ok := recordPodSpec(o); ok {
 		return step
 	}
-	return Step{Action: Wait, Reason: "cluster matches its spec"}
+	return Step{Action: Wait, Reason: reasonSettled}
+}
+
+const reasonSettled = "cluster matches its spec"
+
+// Settled says whether step is the one of a cluster with nothing to do: every member healthy,
+// the spec met.
+func Settled(step Step) bool {
+	return step.Action == Wait && step.Operation == OpNone && step.Reason == reasonSettled
 }
 
 func nextBootstrapStep(o Observed) Step {

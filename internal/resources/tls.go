@@ -37,6 +37,10 @@ func TLSSecrets(c *etcdv1alpha1.EtcdCluster) TLSSecretNames {
 // CASecretName is the Secret of the CA the operator makes for a cluster.
 func CASecretName(cluster string) string { return cluster + "-ca" }
 
+// CARotationSecretName is the Secret of a CA rotation under way: the new CA, and a client
+// certificate of each CA to ask members which they trust.
+func CARotationSecretName(cluster string) string { return cluster + "-ca-rotation" }
+
 // CertificateRequest says what the operator-issued certificate of kind must be valid for.
 func CertificateRequest(c *etcdv1alpha1.EtcdCluster, kind certs.Kind) certs.Request {
 	validity := 365 * 24 * time.Hour

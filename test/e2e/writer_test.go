@@ -36,8 +36,14 @@ func startWriter(t *testing.T, endpoint, prefix string) *writer {
 // startWriterAs writes as user (with password) to a cluster with authentication on.
 func startWriterAs(t *testing.T, endpoint, prefix, user, password string) *writer {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
-		Username: user, Password: password})
+	return startWriterWith(t, clientv3.Config{Endpoints: []string{endpoint}, Username: user, Password: password}, prefix)
+}
+
+// startWriterWith writes with the client cfg makes (a cluster served over TLS, say).
+func startWriterWith(t *testing.T, cfg clientv3.Config, prefix string) *writer {
+	t.Helper()
+	cfg.DialTimeout, cfg.Logger = 2*time.Second, zap.NewNop()
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package linearizability
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // Config is a workload: Clients concurrent clients, each with its own connection, doing gets,
@@ -34,6 +36,10 @@ type Config struct {
 	// etcd client does (30 s, 10 s). Without them a connection to a member that stopped answering
 	// stays open, and is answered again if that member comes back.
 	KeepAliveTime, KeepAliveTimeout time.Duration
+	// TLS and DialOptions, when set, are the clients' (a cluster served over TLS, reached at
+	// an address other than the name its certificate carries).
+	TLS         *tls.Config
+	DialOptions []grpc.DialOption
 }
 
 func (c Config) withDefaults() Config {
@@ -72,7 +78,8 @@ func Start(ctx context.Context, cfg Config) (*Workload, error) {
 	w := &Workload{cfg: cfg, stop: make(chan struct{})}
 	for range cfg.Clients {
 		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
-			DialKeepAliveTime: cfg.KeepAliveTime, DialKeepAliveTimeout: cfg.KeepAliveTimeout})
+			DialKeepAliveTime: cfg.KeepAliveTime, DialKeepAliveTimeout: cfg.KeepAliveTimeout,
+			TLS: cfg.TLS, DialOptions: cfg.DialOptions})
 		if err != nil {
 			w.closeClients()
 			return nil, fmt.Errorf("etcd client: %w", err)
