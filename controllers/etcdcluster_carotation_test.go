@@ -261,3 +261,64 @@ func (w *rotationWorld) recordProbeCAs(t *testing.T, oldCA []byte) {
 		t.Fatal(err)
 	}
 }
+
+// A rotation begins on a new value of the annotation, or once the CA has less than
+// tls.caRenewBefore left (validity + renewBefore by default); never while one is under way,
+// and never twice for the same value.
+func TestCARotationBeginsOnTheAnnotationOrBeforeTheCAExpires(t *testing.T) {
+	now := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	ca, err := certs.NewCA("c-ca", 900*24*time.Hour, now) // 10 × a validity of 90 days
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := 24 * time.Hour
+	tlsSpec := func(caRenewBefore time.Duration) *etcdv1alpha1.TLSSpec {
+		s := &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderOperator,
+			Validity: &metav1.Duration{Duration: 90 * day}, RenewBefore: &metav1.Duration{Duration: 30 * day}}
+		if caRenewBefore > 0 {
+			s.CARenewBefore = &metav1.Duration{Duration: caRenewBefore}
+		}
+		return s
+	}
+	done := &etcdv1alpha1.CARotationStatus{Phase: "Done", Annotation: "a"}
+	underway := &etcdv1alpha1.CARotationStatus{Phase: "TrustBoth", Annotation: "a"}
+	for _, tc := range []struct {
+		name          string
+		at            time.Duration
+		caRenewBefore time.Duration
+		annotation    string
+		last          *etcdv1alpha1.CARotationStatus
+		want          string
+	}{
+		{name: "young CA, no annotation", at: day},
+		{name: "the annotation", at: day, annotation: "a", want: caRotationTriggerRequested},
+		{name: "the annotation the last rotation was made for", at: day, annotation: "a", last: done},
+		{name: "a new value", at: day, annotation: "b", last: done, want: caRotationTriggerRequested},
+		{name: "a new value while one is under way", at: day, annotation: "b", last: underway},
+		{name: "before validity + renewBefore is left", at: 900*day - 121*day},
+		{name: "once validity + renewBefore is left", at: 900*day - 119*day, want: caRotationTriggerAuto},
+		{name: "once caRenewBefore is left", at: 900*day - 9*day, caRenewBefore: 10 * day, want: caRotationTriggerAuto},
+		{name: "before caRenewBefore is left", at: 900*day - 11*day, caRenewBefore: 10 * day},
+		{name: "due, but one is under way", at: 900*day - day, last: underway},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Spec: etcdv1alpha1.EtcdClusterSpec{TLS: tlsSpec(tc.caRenewBefore)},
+				Status: etcdv1alpha1.EtcdClusterStatus{CARotation: tc.last}}
+			if tc.annotation != "" {
+				c.Annotations = map[string]string{etcdv1alpha1.AnnotationRotateCA: tc.annotation}
+			}
+			got, why, err := caRotationToBegin(c, ca.CertPEM, now.Add(tc.at))
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.want == "" && got != nil:
+				t.Errorf("a rotation begins (%s): %+v", why, got)
+			case tc.want != "" && got == nil:
+				t.Errorf("no rotation begins, want one by %s", tc.want)
+			case got != nil && (got.Trigger != tc.want || got.Phase != "Prepare" || got.OldCA == "" || got.Annotation != tc.annotation || why == ""):
+				t.Errorf("rotation %+v (%s), want trigger %s from Prepare", got, why, tc.want)
+			}
+		})
+	}
+}
