@@ -390,14 +390,20 @@ func (r *EtcdClusterReconciler) resetBootstrapMembers(ctx context.Context, c *et
 	return nil
 }
 
-// recordPodSpec records the current spec's hash on pods that have none: nothing restarts.
+// recordPodSpec records the current spec's hash, and the trusted CAs' (tls.provider Secrets),
+// on pods that have none: nothing restarts.
 func (r *EtcdClusterReconciler) recordPodSpec(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, names []string) error {
-	hash := resources.MemberPodSpecHash(c)
+	hash, trusted := resources.MemberPodSpecHash(c), obs.trustedCAHash()
 	return patchEach(ctx, r.Client, obs.pods, names, "record the spec of pod", func(pod *corev1.Pod) {
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
-		pod.Annotations[resources.AnnotationPodSpecHash] = hash
+		if _, ok := pod.Annotations[resources.AnnotationPodSpecHash]; !ok {
+			pod.Annotations[resources.AnnotationPodSpecHash] = hash
+		}
+		if _, ok := pod.Annotations[resources.AnnotationTrustedCAHash]; !ok && trusted != "" {
+			pod.Annotations[resources.AnnotationTrustedCAHash] = trusted
+		}
 	})
 }
 
@@ -494,6 +500,13 @@ func (r *EtcdClusterReconciler) recordVersionToRun(ctx context.Context, obs *obs
 
 // createMember creates the member's claim (when withPVC and storage is not ephemeral) and pod.
 func (r *EtcdClusterReconciler) createMember(ctx context.Context, c *etcdv1alpha1.EtcdCluster, spec resources.MemberSpec, withPVC bool) error {
+	// Read before the pod is made, so that a change of the Secrets in between shows as the
+	// pod's record being older than them (a restart too many), never newer (one too few).
+	trusted, err := r.userTrustedCAHash(ctx, c)
+	if err != nil {
+		return err
+	}
+	spec.TrustedCAHash = trusted
 	if withPVC && !c.Spec.Storage.Ephemeral {
 		pvc := resources.MemberPVC(c, spec)
 		if err := r.Create(ctx, pvc); client.IgnoreAlreadyExists(err) != nil {

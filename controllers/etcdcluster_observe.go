@@ -476,6 +476,9 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		m.PodVersion = resources.PodEtcdVersion(pod)
 		m.PodProblem = obs.podProblems[name]
 		m.PodOutdated, m.PodSpecUnrecorded = podSpecOutdated(specHash, pod)
+		if outdated, unrecorded := podTrustOutdated(obs.trustedCAHash(), pod); outdated || unrecorded {
+			m.PodOutdated, m.PodSpecUnrecorded = m.PodOutdated || outdated, m.PodSpecUnrecorded || unrecorded
+		}
 	}
 	for name := range obs.pvcsDeleting {
 		get(name).PVCDeleting = true
@@ -597,6 +600,27 @@ func (obs *observation) authAnswered() bool {
 func podSpecOutdated(specHash string, pod *corev1.Pod) (outdated, unrecorded bool) {
 	recorded, ok := pod.Annotations[resources.AnnotationPodSpecHash]
 	return ok && recorded != specHash, !ok
+}
+
+// podTrustOutdated says whether pod was made when the user's TLS Secrets held other CAs than
+// the ones whose resources.TrustedCAHash is current ("" when the cluster's provider is not
+// Secrets), and whether it predates the record of them (an earlier operator). Its etcd trusts
+// what it read at start: restarted, it loads the CAs the Secrets hold now.
+func podTrustOutdated(current string, pod *corev1.Pod) (outdated, unrecorded bool) {
+	if current == "" {
+		return false, false
+	}
+	recorded, ok := pod.Annotations[resources.AnnotationTrustedCAHash]
+	return ok && recorded != current, !ok
+}
+
+// trustedCAHash is what members of a cluster with tls.provider Secrets must trust now, as
+// resources.TrustedCAHash; "" for any other cluster.
+func (obs *observation) trustedCAHash() string {
+	if obs.access == nil || obs.access.tls == nil {
+		return ""
+	}
+	return obs.access.tls.trustedCAHash
 }
 
 // claimTooSmall says whether pvc requests less than spec.storage.size.

@@ -23,6 +23,9 @@ type tlsState struct {
 	// client is rebuilt then and only then.
 	fingerprint  string
 	certificates []etcdv1alpha1.CertificateStatus
+	// trustedCAHash is resources.TrustedCAHash of the user's Secrets (tls.provider Secrets):
+	// what members must have loaded; "" for the other providers.
+	trustedCAHash string
 }
 
 // ensureCertificates makes sure a TLS cluster has its certificates — issuing and renewing the
@@ -196,8 +199,30 @@ func (r *EtcdClusterReconciler) loadTLSState(ctx context.Context, c *etcdv1alpha
 		if err := certs.CheckTrust(trust[certs.Peer], trust[certs.Server], trust[certs.Client], r.now()); err != nil {
 			return nil, err
 		}
+		state.trustedCAHash = resources.TrustedCAHash(trust[certs.Peer].CA, trust[certs.Server].CA)
 	}
 	return state, nil
+}
+
+// userTrustedCAHash is resources.TrustedCAHash of the user's Secrets, read from the API server,
+// for a cluster with tls.provider Secrets; "" for any other.
+func (r *EtcdClusterReconciler) userTrustedCAHash(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (string, error) {
+	if c.Spec.TLS == nil || c.Spec.TLS.Provider != etcdv1alpha1.TLSProviderSecrets {
+		return "", nil
+	}
+	names := resources.TLSSecrets(c)
+	var cas [][]byte
+	for _, name := range []string{names.Peer, names.Server} {
+		secret, err := getSecret(ctx, r.APIReader, c.Namespace, name)
+		if err != nil {
+			return "", err
+		}
+		if secret == nil {
+			return "", fmt.Errorf("TLS Secret %s not found", name)
+		}
+		cas = append(cas, secret.Data[certs.KeyCA])
+	}
+	return resources.TrustedCAHash(cas[0], cas[1]), nil
 }
 
 func clientTLSConfig(secret *corev1.Secret) (*tls.Config, error) {

@@ -359,7 +359,7 @@ const (
 	// OpRotatingCA is never decided here: a CA rotation (internal/certs) moves only once the
 	// cluster is Settled, and its restarts are RollMember steps of this operation.
 	OpRotatingCA = etcdv1alpha1.ReasonRotatingCA
-	OpNone                 = ""
+	OpNone       = ""
 )
 
 // LearnerStartTimeout is how long a learner's pod may take to start before the learner is

@@ -46,6 +46,10 @@ const (
 	// AnnotationPodSpecHash records, on a member pod, MemberPodSpecHash of the spec it was
 	// made from.
 	AnnotationPodSpecHash = "etcd.database.dev/pod-spec-hash"
+	// AnnotationTrustedCAHash records, on a member pod of a cluster with tls.provider Secrets,
+	// TrustedCAHash of the CAs its Secrets held when it was made: etcd reads them only at
+	// start, so a pod whose record differs from the Secrets now is restarted to load them.
+	AnnotationTrustedCAHash = "etcd.database.dev/trusted-ca-hash"
 	// AnnotationRestorePending, on an EtcdCluster, names the EtcdRestore still preparing its
 	// first member's data: the cluster does not form until the restore removes it.
 	AnnotationRestorePending = "etcd.database.dev/restore-pending"

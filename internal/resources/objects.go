@@ -102,6 +102,9 @@ type MemberSpec struct {
 	// Restore, on a member a restore prepares in its own pod, is what the pod restores before
 	// etcd starts (AnnotationMemberRestore).
 	Restore *MemberRestore
+	// TrustedCAHash is TrustedCAHash of the user's TLS Secrets (tls.provider Secrets) when the
+	// pod is made; "" otherwise.
+	TrustedCAHash string
 }
 
 // MemberPod is the pod of one member. Its etcd carries none of the proxy variables the
@@ -133,6 +136,10 @@ func MemberPod(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages, pod
 	annotations[AnnotationClusterState] = m.State
 	annotations[AnnotationPodSpecHash] = MemberPodSpecHash(c)
 	annotations[AnnotationEtcdVersion] = m.Version
+	delete(annotations, AnnotationTrustedCAHash)
+	if m.TrustedCAHash != "" {
+		annotations[AnnotationTrustedCAHash] = m.TrustedCAHash
+	}
 	if m.ForceNewCluster {
 		annotations[AnnotationForceNewCluster] = "true"
 	}

@@ -1,6 +1,8 @@
 package resources
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"slices"
@@ -36,6 +38,13 @@ func TLSSecrets(c *etcdv1alpha1.EtcdCluster) TLSSecretNames {
 
 // CASecretName is the Secret of the CA the operator makes for a cluster.
 func CASecretName(cluster string) string { return cluster + "-ca" }
+
+// TrustedCAHash identifies what a member trusts: the ca.crt of its peer and server Secrets,
+// which etcd reads only at start (--peer-trusted-ca-file, --trusted-ca-file).
+func TrustedCAHash(peerCA, serverCA []byte) string {
+	sum := sha256.Sum256(slices.Concat([]byte("peer\n"), peerCA, []byte("\nserver\n"), serverCA))
+	return hex.EncodeToString(sum[:8])
+}
 
 // CARotationSecretName is the Secret of a CA rotation under way: the new CA, and a client
 // certificate of each CA to ask members which they trust.
