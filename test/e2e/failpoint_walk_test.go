@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -73,6 +75,7 @@ func TestFailpointWalk(t *testing.T) {
 		"restore into a new cluster": w.restoreNew,
 		"create with TLS and auth":   w.createSecure,
 		"change the root password":   w.changeRootPassword,
+		"rotate the CA":              w.rotateCA,
 		"renew certificates":         w.renewCertificates,
 		"recover a lost quorum":      w.recoverLostQuorum,
 		"restore a lost cluster from its latest backup": w.restoreLostCluster,
@@ -383,6 +386,31 @@ func (w *failpointWalk) changeRootPassword(t *testing.T) {
 		t.Errorf("the old root password after the change: %v, want authentication failed", err)
 	}
 	w.converged(t, w.secure, 3, w.secureClient)
+}
+
+func (w *failpointWalk) rotateCA(t *testing.T) {
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+etcdv1alpha1.AnnotationRotateCA+`":"walk"}}}`))
+	if err := k8sClient.Patch(context.Background(), w.secure, patch); err != nil {
+		t.Fatal(err)
+	}
+	w.waitCluster(t, w.secure, "the CA rotation done", func(c *etcdv1alpha1.EtcdCluster) bool {
+		return c.Status.CARotation != nil && c.Status.CARotation.Phase == "Done"
+	})
+	w.converged(t, w.secure, 3, w.secureClient)
+	ca := &corev1.Secret{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: w.ns, Name: resources.CASecretName(w.secure.Name)}, ca); err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(ca.Data["tls.crt"])
+	if block == nil {
+		t.Fatal("no CA certificate in its Secret")
+	}
+	if sum := sha256.Sum256(block.Bytes); hex.EncodeToString(sum[:]) != w.secure.Status.CARotation.NewCA {
+		t.Errorf("the CA Secret holds %x, status.caRotation.newCA says %s", sum, w.secure.Status.CARotation.NewCA)
+	}
+	if err := w.securePut(t, w.rootPassword); err != nil {
+		t.Errorf("root with the client certificate of the new CA was refused: %v", err)
+	}
 }
 
 func (w *failpointWalk) renewCertificates(t *testing.T) {

@@ -126,6 +126,18 @@ var Walk = []Operation{
 		},
 	},
 	{
+		// The CA is replaced on the annotation: the new CA made (crashing before status
+		// records it), members restarted one at a time to trust both CAs, the CA Secret
+		// swapped (crashing before any certificate is issued from it), every certificate
+		// issued from the new CA, members restarted again to drop the old one.
+		Name: "rotate the CA",
+		Failpoints: []Failpoint{
+			{"caRotationNewCAMade", 1},
+			{"memberPodStopped", 1},
+			{"caRotationCASwapped", 1},
+		},
+	},
+	{
 		// The certificates reach their renewal time and are issued again.
 		Name: "renew certificates",
 		Failpoints: []Failpoint{
