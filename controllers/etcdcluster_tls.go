@@ -1,10 +1,12 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -260,6 +262,9 @@ func (r *EtcdClusterReconciler) writeSecret(ctx context.Context, c *etcdv1alpha1
 	}
 	data := map[string][]byte{certs.KeyCert: kp.CertPEM, certs.KeyKey: kp.KeyPEM, certs.KeyCA: caPEM}
 	if existing != nil {
+		if maps.EqualFunc(existing.Data, data, bytes.Equal) {
+			return nil // written already: a step taken again after a crash, or on a stale cache
+		}
 		existing.Data = data
 		if err := r.Update(ctx, existing); err != nil {
 			return fmt.Errorf("update Secret %s: %w", name, err)

@@ -45,6 +45,8 @@ var invalidObjects = []struct {
 	{"cluster compaction retention not a duration", cluster("tuning:\n  autoCompactionRetention: one hour"), "spec.tuning.autoCompactionRetention in body should match"},
 	{"cluster tls renewal as long as validity", cluster("tls: {validity: 720h, renewBefore: 720h}"), "tls.renewBefore must be shorter than tls.validity"},
 	{"cluster tls renewal zero", cluster("tls: {renewBefore: 0s}"), "tls.renewBefore must be above 0"},
+	{"cluster tls CA renewal zero", cluster("tls: {caRenewBefore: 0s}"), "tls.caRenewBefore must be above 0"},
+	{"cluster tls CA renewal with user Secrets", cluster("tls: {provider: Secrets, secrets: {peer: p, server: s, client: c}, caRenewBefore: 720h}"), "tls.caRenewBefore is only used when tls.provider is Operator"},
 	{"cluster tls validity above ten years", cluster("tls: {validity: 87601h}"), "tls.validity must be at most 87600h"},
 	{"cluster quota zero", cluster("tuning: {quotaBackendBytes: 0}"), "tuning.quotaBackendBytes must be above 0"},
 	{"cluster reserved pod label", cluster("podTemplate:\n  metadata:\n    labels:\n      etcd.database.dev/member: x"), "label keys with the etcd.database.dev/ prefix are reserved for the operator"},
