@@ -129,6 +129,18 @@ func (r *EtcdClusterReconciler) readRotationMaterial(ctx context.Context, c *etc
 	if err != nil || secret == nil {
 		return nil, err
 	}
+	m, err := parseRotationMaterial(secret)
+	if err != nil {
+		return nil, err
+	}
+	if rot := c.Status.CARotation; rot != nil && m.probes[0].CA != rot.OldCA {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// parseRotationMaterial reads what the rotation's Secret holds; the old CA's probe comes first.
+func parseRotationMaterial(secret *corev1.Secret) (*rotationMaterial, error) {
 	m := &rotationMaterial{secret: secret, oldPEM: secret.Data[rotationOldCACert], newPEM: secret.Data[rotationNewCACert], cas: map[string]*x509.Certificate{}}
 	for _, p := range []struct {
 		ca, cert, key string
@@ -144,9 +156,6 @@ func (r *EtcdClusterReconciler) readRotationMaterial(ctx context.Context, c *etc
 		fp := certs.Fingerprint(cas[0])
 		m.cas[fp] = cas[0]
 		m.probes = append(m.probes, etcd.TrustProbe{CA: fp, Certificate: pair})
-	}
-	if rot := c.Status.CARotation; rot != nil && m.probes[0].CA != rot.OldCA {
-		return nil, nil
 	}
 	return m, nil
 }
@@ -398,7 +407,8 @@ func (r *EtcdClusterReconciler) makeRotationMaterial(ctx context.Context, c *etc
 		return nil, err
 	}
 	postEvent(r.Recorder, c, corev1.EventTypeNormal, "CACreated", "RotateCA", "made a new CA to replace %s", c.Status.CARotation.OldCA)
-	return r.readRotationMaterial(ctx, c)
+	// From what was written, not read back: the cache may not hold it yet.
+	return parseRotationMaterial(secret)
 }
 
 // publishTrustBundle writes bundle as the ca.crt of the peer, server and client Secrets: what a
