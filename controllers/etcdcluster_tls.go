@@ -23,6 +23,9 @@ type tlsState struct {
 	// client is rebuilt then and only then.
 	fingerprint  string
 	certificates []etcdv1alpha1.CertificateStatus
+	// problem is what the certificates of a running cluster need from the user (provider
+	// CertManager), reported as Degraded; nil when none.
+	problem *tlsProblem
 }
 
 // ensureCertificates makes sure a TLS cluster has its certificates — issuing and renewing the
@@ -30,6 +33,9 @@ type tlsState struct {
 func (r *EtcdClusterReconciler) ensureCertificates(ctx context.Context, c *etcdv1alpha1.EtcdCluster, now time.Time) (*tlsState, error) {
 	if c.Spec.TLS == nil {
 		return nil, nil
+	}
+	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager {
+		return r.ensureCertManagerTLS(ctx, c)
 	}
 	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderOperator {
 		if err := r.issueCertificates(ctx, c, now); err != nil {
@@ -105,6 +111,9 @@ func (r *EtcdClusterReconciler) issueCertificates(ctx context.Context, c *etcdv1
 // The operator's own Secrets are in the cache; the user's (provider Secrets) are not, and are
 // read from the API server.
 func (r *EtcdClusterReconciler) loadTLSState(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*tlsState, error) {
+	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager {
+		return r.loadCertManagerTLSState(ctx, c, nil)
+	}
 	names := resources.TLSSecrets(c)
 	state := &tlsState{}
 	var from client.Reader = r.Client
