@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"net"
 	"testing"
 	"time"
@@ -115,32 +116,42 @@ func TestCertManager(t *testing.T) {
 	serviceName := resources.ClientServiceName(c.Name) + "." + ns + ".svc"
 	w := startTLSWriter(t, serviceName+":2379", clientServiceEndpoint(t, c)[len("http://"):], clientTLS, "/e2e/cert-manager")
 	podsBefore := memberPods(t, c)
-	servedBefore := servedSerials(t, podsBefore, c, clientTLS)
+	server, peer := resources.TLSSecrets(c).Server, resources.TLSSecrets(c).Peer
+	// What each member serves on its client port (the server certificate) and its peer port
+	// (the peer certificate): the serials of the Secrets, as they are before the renewal.
+	expected := func() map[string]string {
+		want := map[string]string{}
+		for _, pod := range podsBefore {
+			want[fmt.Sprintf("%s:%d", pod.Name, resources.ClientPort)] = secretSerial(t, ns, server)
+			want[fmt.Sprintf("%s:%d", pod.Name, resources.PeerPort)] = secretSerial(t, ns, peer)
+		}
+		return want
+	}
+	servedBefore, wantBefore := servedSerials(t, podsBefore, c, clientTLS), expected()
+	if !maps.Equal(servedBefore, wantBefore) {
+		t.Fatalf("members serve %v, want the serials of their Secrets %v", servedBefore, wantBefore)
+	}
 	waitFor(t, "writes acknowledged before the renewal", func(context.Context) (bool, error) { return w.ackedCount() > 20, nil })
 
 	// Renew the server and peer certificates, as cmctl renew does.
-	renewed := []string{resources.TLSSecrets(c).Server, resources.TLSSecrets(c).Peer}
-	secretSerials := map[string]string{}
-	for _, name := range renewed {
-		secretSerials[name] = secretSerial(t, ns, name)
+	for _, name := range []string{server, peer} {
 		triggerRenewal(t, ns, name)
 	}
-	for _, name := range renewed {
-		waitFor(t, "cert-manager to renew "+name, func(context.Context) (bool, error) {
-			return secretSerial(t, ns, name) != secretSerials[name], nil
-		})
-	}
-	start := time.Now()
-	if err := pollTolerant(t, "every member to serve its renewed certificates", 2*time.Second, certManagerRenewalTimeout, func(context.Context) (bool, error) {
-		now := servedSerials(t, podsBefore, c, clientTLS)
-		for k, before := range servedBefore {
+	waitFor(t, "cert-manager to renew "+server+" and "+peer, func(context.Context) (bool, error) {
+		now := expected()
+		for k, before := range wantBefore {
 			if now[k] == before {
 				return false, nil
 			}
 		}
 		return true, nil
+	})
+	wantAfter := expected()
+	start := time.Now()
+	if err := pollTolerant(t, "every member to serve its renewed certificates", 2*time.Second, certManagerRenewalTimeout, func(context.Context) (bool, error) {
+		return maps.Equal(servedSerials(t, podsBefore, c, clientTLS), wantAfter), nil
 	}); err != nil {
-		t.Fatalf("members still serve %v (before the renewal: %v): %v", servedSerials(t, podsBefore, c, clientTLS), servedBefore, err)
+		t.Fatalf("members serve %v, want the renewed serials %v (before the renewal: %v): %v", servedSerials(t, podsBefore, c, clientTLS), wantAfter, servedBefore, err)
 	}
 	t.Logf("every member served its renewed certificates %v after the Secrets were renewed", time.Since(start).Round(time.Second))
 	// New connections now meet the renewed certificates; keep writing through a few.
