@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/certs"
@@ -30,6 +31,7 @@ import (
 //
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificaterequests,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=patch
 
 // certManagerMissing is the message of a cluster asking for cert-manager where it is not served.
 const certManagerMissing = "tls.provider is CertManager, but the API server did not serve cert-manager's Certificates " +
@@ -91,8 +93,11 @@ func (r *EtcdClusterReconciler) ensureCertManagerTLS(ctx context.Context, c *etc
 			return nil, err
 		}
 	}
-	state, err := r.loadCertManagerTLSState(ctx, c, bundle)
+	state, issued, err := r.readCertManagerTLS(ctx, c, bundle)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.ownIssuedSecrets(ctx, c, issued); err != nil {
 		return nil, err
 	}
 	if state.problem == nil && failed {
@@ -299,36 +304,45 @@ func (r *EtcdClusterReconciler) createTrustBundle(ctx context.Context, c *etcdv1
 // loadCertManagerTLSState reads the certificates cert-manager wrote and the trust bundle, and
 // writes nothing. bundle is the trust bundle when the caller has it, or nil to read it.
 func (r *EtcdClusterReconciler) loadCertManagerTLSState(ctx context.Context, c *etcdv1alpha1.EtcdCluster, bundle *corev1.Secret) (*tlsState, error) {
+	state, _, err := r.readCertManagerTLS(ctx, c, bundle)
+	return state, err
+}
+
+// readCertManagerTLS is loadCertManagerTLSState, which also returns the Secrets cert-manager
+// wrote, as read.
+func (r *EtcdClusterReconciler) readCertManagerTLS(ctx context.Context, c *etcdv1alpha1.EtcdCluster, bundle *corev1.Secret) (*tlsState, []*corev1.Secret, error) {
 	bundleName := resources.TrustBundleSecretName(c.Name)
 	if bundle == nil {
 		var err error
 		if bundle, err = getSecret(ctx, r.Client, c.Namespace, bundleName); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if bundle == nil {
-			return nil, fmt.Errorf("trust bundle Secret %s not found: it is made once cert-manager has issued every certificate", bundleName)
+			return nil, nil, fmt.Errorf("trust bundle Secret %s not found: it is made once cert-manager has issued every certificate", bundleName)
 		}
 	}
 	trust := bundle.Data[certs.KeyCA]
 	caNotAfter, err := certs.EarliestNotAfter(trust)
 	if err != nil {
-		return nil, fmt.Errorf("trust bundle Secret %s: %s: %w", bundleName, certs.KeyCA, err)
+		return nil, nil, fmt.Errorf("trust bundle Secret %s: %s: %w", bundleName, certs.KeyCA, err)
 	}
 	state := &tlsState{certificates: []etcdv1alpha1.CertificateStatus{
 		{Name: string(certs.CA), SecretName: bundleName, NotAfter: &metav1.Time{Time: caNotAfter}}}}
 	var untrusted []string
+	var issued []*corev1.Secret
 	for _, ic := range resources.CertManagerCertificates(c) {
 		secret, err := getSecret(ctx, r.APIReader, c.Namespace, ic.Name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if secret == nil {
-			return nil, fmt.Errorf("TLS Secret %s (%s certificate) not found; cert-manager writes it for Certificate %s", ic.Name, ic.Kind, ic.Name)
+			return nil, nil, fmt.Errorf("TLS Secret %s (%s certificate) not found; cert-manager writes it for Certificate %s", ic.Name, ic.Kind, ic.Name)
 		}
 		notAfter, err := certs.NotAfter(secret.Data[certs.KeyCert])
 		if err != nil {
-			return nil, fmt.Errorf("TLS Secret %s: %s: %w", ic.Name, certs.KeyCert, err)
+			return nil, nil, fmt.Errorf("TLS Secret %s: %s: %w", ic.Name, certs.KeyCert, err)
 		}
+		issued = append(issued, secret)
 		state.certificates = append(state.certificates, etcdv1alpha1.CertificateStatus{Name: string(ic.Kind), SecretName: ic.Name, NotAfter: &metav1.Time{Time: notAfter}})
 		if err := certs.VerifyChain(secret.Data[certs.KeyCert], trust, r.now()); err != nil {
 			untrusted = append(untrusted, ic.Name)
@@ -340,7 +354,7 @@ func (r *EtcdClusterReconciler) loadCertManagerTLSState(ctx context.Context, c *
 		withBundle := &corev1.Secret{Data: map[string][]byte{
 			certs.KeyCert: secret.Data[certs.KeyCert], certs.KeyKey: secret.Data[certs.KeyKey], certs.KeyCA: trust}}
 		if state.clientConfig, err = clientTLSConfig(withBundle); err != nil {
-			return nil, fmt.Errorf("TLS Secret %s: %w", ic.Name, err)
+			return nil, nil, fmt.Errorf("TLS Secret %s: %w", ic.Name, err)
 		}
 		// A renewed client certificate, or a changed bundle, makes a new etcd client.
 		state.fingerprint = ic.Name + "@" + secret.ResourceVersion + "," + bundleName + "@" + bundle.ResourceVersion
@@ -353,7 +367,28 @@ func (r *EtcdClusterReconciler) loadCertManagerTLSState(ctx context.Context, c *
 				"and renew the Certificates (cmctl renew), or restore a backup into a new EtcdCluster with the issuer you want",
 			strings.Join(untrusted, ", "), bundleName, ref.Kind, ref.Name, ref.Name, bundleName)}
 	}
-	return state, nil
+	return state, issued, nil
+}
+
+// ownIssuedSecrets makes the cluster an owner of the Secrets cert-manager wrote, so that they
+// and their private keys go with the cluster: cert-manager leaves a Secret behind when its
+// Certificate is deleted (unless its --enable-certificate-owner-ref is set). Not as controller,
+// which cert-manager's own reference may be; cert-manager checks only its own.
+func (r *EtcdClusterReconciler) ownIssuedSecrets(ctx context.Context, c *etcdv1alpha1.EtcdCluster, issued []*corev1.Secret) error {
+	for _, secret := range issued {
+		if slices.ContainsFunc(secret.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == c.UID }) {
+			continue
+		}
+		owned := secret.DeepCopy()
+		if err := controllerutil.SetOwnerReference(c, owned, r.Scheme()); err != nil {
+			return err
+		}
+		// A strategic merge adds the reference to the list, keyed by UID, leaving cert-manager's.
+		if err := r.Patch(ctx, owned, client.StrategicMergeFrom(secret)); err != nil {
+			return fmt.Errorf("make Secret %s the cluster's, to be deleted with it: %w", secret.Name, err)
+		}
+	}
+	return nil
 }
 
 // setCertManagerWait reports a cluster that waits for cert-manager: nothing of it runs yet,

@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -235,6 +236,23 @@ func TestCertManagerCertificatesAreAwaitedThenTheirCAIsTheOnlyOneTrusted(t *test
 		want := "ca=cm-trust-bundle peer=cm-peer-tls server=cm-server-tls client=cm-client-tls user=cm-user-tls"
 		if strings.Join(names, " ") != want {
 			return fmt.Errorf("status.certificates %v, want %s", names, want)
+		}
+		return nil
+	})
+
+	// The Secrets cert-manager wrote, private keys and all, go with the cluster.
+	eventually(t, 20*time.Second, func() error {
+		for _, ic := range issued {
+			s := &corev1.Secret{}
+			if err := k8sClient.Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: ic.Name}, s); err != nil {
+				return err
+			}
+			owned := slices.ContainsFunc(s.OwnerReferences, func(o metav1.OwnerReference) bool {
+				return o.UID == c.UID && (o.Controller == nil || !*o.Controller)
+			})
+			if !owned {
+				return fmt.Errorf("Secret %s: owners %v, want the cluster, not as controller", ic.Name, s.OwnerReferences)
+			}
 		}
 		return nil
 	})
