@@ -139,8 +139,15 @@ func run(opts options) error {
 }
 
 // newManager is the operator's manager with every reconciler and probe, its informers set up
-// by cacheOptions.
+// by cacheOptions, and cert-manager's Certificates among them where cert-manager is installed.
 func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctrl.Manager, error) {
+	certManager, err := detectCertManager(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if certManager {
+		cacheOptions = controllers.WithCertificates(cacheOptions)
+	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(etcdv1alpha1.AddToScheme(scheme))
@@ -178,6 +185,7 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 			PlatformAssignsIDs: plat.AssignsPodIDs,
 		},
 		UpgradeableCondition: upgradeable,
+		CertManager:          certManager,
 	}); err != nil {
 		return nil, err
 	}
@@ -202,6 +210,21 @@ func detectPlatform(cfg *rest.Config) (platform.Platform, error) {
 	}
 	ctrl.Log.Info("platform detected", "platform", plat.Name, "podIDsAssignedByPlatform", plat.AssignsPodIDs)
 	return plat, nil
+}
+
+// detectCertManager tells whether the API server serves cert-manager's Certificates, and says
+// it: read once, at start, so a cert-manager installed later is used after a restart.
+func detectCertManager(cfg *rest.Config) (bool, error) {
+	d, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, fmt.Errorf("discovery client: %w", err)
+	}
+	served, err := platform.CertManagerServed(d)
+	if err != nil {
+		return false, err
+	}
+	ctrl.Log.Info("cert-manager detected", "certificatesServed", served)
+	return served, nil
 }
 
 func metricsOptions(opts options) metricsserver.Options {

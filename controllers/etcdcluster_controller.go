@@ -55,6 +55,9 @@ type EtcdClusterReconciler struct {
 	// Secrets a spec names, which the cache does not hold, are read through it.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
+	// CertManager: the API server served cert-manager's Certificates when the operator
+	// started, so provider CertManager can be honoured and its Certificates are watched.
+	CertManager bool
 	// Clock is time.Now, replaced in tests.
 	Clock func() time.Time
 	Etcd  *etcd.Cache
@@ -127,15 +130,16 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		retErr = errors.Join(retErr, patchErr)
 	}()
 
-	if reason, unsupported := unsupportedFeature(cluster); unsupported {
-		setUnsupportedConditions(cluster, reason)
-		// Looked at now and then, as an invalid spec is: its reconcile heartbeat
+	access, err := r.etcdAccess(ctx, cluster)
+	if wait := asCertManagerWait(err); wait != nil {
+		setCertManagerWait(cluster, wait)
+		announce = true
+		// A Certificate's change brings the next look sooner (watchCertificates). Looked at
+		// now and then meanwhile, as an invalid spec is: its reconcile heartbeat
 		// (etcd_operator_cluster_last_successful_reconcile_timestamp_seconds) stays fresh, and
 		// the stale-heartbeat alert fires only for a cluster the operator stopped minding.
 		return ctrl.Result{RequeueAfter: requeueSteady}, nil
 	}
-
-	access, err := r.etcdAccess(ctx, cluster)
 	if err != nil {
 		setAccessError(cluster, err)
 		postEvent(r.Recorder, cluster, corev1.EventTypeWarning, accessErrorReason(err), "Configure", "%v", err)
@@ -256,16 +260,6 @@ func (r *EtcdClusterReconciler) writeStatus(ctx context.Context, cluster, before
 	return nil
 }
 
-// unsupportedFeature names a spec feature this build cannot honour yet: better to say so than
-// to run a cluster without the TLS or authentication the user asked for.
-func unsupportedFeature(c *etcdv1alpha1.EtcdCluster) (string, bool) {
-	switch {
-	case c.Spec.TLS != nil && c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager:
-		return "spec.tls.provider CertManager is not supported by this operator version yet; the cluster is not created without the TLS it asks for", true
-	}
-	return "", false
-}
-
 // ensureServices creates the peer and client Services, and keeps the client Service's type and
 // annotations those of spec.clientService. It also brings a client Service made by an older
 // operator, which selected every pod of the cluster, to ClientEndpointSelector: it runs after
@@ -341,7 +335,7 @@ func (r *EtcdClusterReconciler) createOwned(ctx context.Context, c *etcdv1alpha1
 
 // SetupWithManager registers the reconciler and what it watches.
 func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	return r.watchCertificates(ctrl.NewControllerManagedBy(mgr).
 		// Its spec, labels and annotations (the recovery go-ahead) are what ask for a change; a
 		// status write is the operator's own record, and reconciling on it would retry a failed
 		// step at once whenever the record changed (a learner's new name in each failure),
@@ -357,7 +351,7 @@ func (r *EtcdClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&etcdv1alpha1.EtcdRestore{}).
 		// Claims are owned only when the retention policy deletes them, so they are matched
 		// by label instead.
-		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabelledObject)).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(clusterOfLabelledObject))).
 		Named("etcdcluster").
 		// A cluster whose members do not answer holds its reconcile for the etcd call
 		// timeout; others must not queue behind it.

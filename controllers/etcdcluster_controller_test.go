@@ -262,25 +262,6 @@ func TestOperatorTLSIssuesCertificatesAndMountsThem(t *testing.T) {
 	}
 }
 
-func TestCertManagerTLSIsRefusedRatherThanIgnored(t *testing.T) {
-	c := newCluster(t, "cm", func(c *etcdv1alpha1.EtcdCluster) {
-		c.Spec.TLS = &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderCertManager,
-			CertManager: &etcdv1alpha1.CertManagerTLS{IssuerRef: etcdv1alpha1.IssuerReference{Name: "ca"}}}
-	})
-	eventually(t, 10*time.Second, func() error {
-		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
-			return err
-		}
-		if d := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionDegraded); d == nil || d.Reason != etcdv1alpha1.ReasonNotYetImplemented {
-			return fmt.Errorf("Degraded = %+v", d)
-		}
-		return nil
-	})
-	if pods, _ := membersOf(t, c); len(pods) != 0 {
-		t.Fatalf("a cluster asking for cert-manager TLS was started without it: %d pods", len(pods))
-	}
-}
-
 func TestAuthWithoutItsSecretIsReportedAndNothingStarts(t *testing.T) {
 	c := newCluster(t, "auth", func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Auth = &etcdv1alpha1.AuthSpec{RootSecretName: "missing"} })
 	eventually(t, 10*time.Second, func() error {

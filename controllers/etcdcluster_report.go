@@ -157,6 +157,7 @@ func setConditions(c *etcdv1alpha1.EtcdCluster, obs *observation, voters int, st
 	setAvailable(c, obs.reachable, voters, readyMemberPods(obs), quorumNote(step))
 	setProgressing(c, step, actErr)
 	setDegraded(c, obs.reachable, notRunning, quorumNote(step))
+	setCertificateProblem(c, obs)
 }
 
 func setCondition(c *etcdv1alpha1.EtcdCluster, condType string, status metav1.ConditionStatus, reason, message string) {
@@ -347,18 +348,4 @@ func (r *EtcdClusterReconciler) announceDegraded(c, before *etcdv1alpha1.EtcdClu
 func setReconcileError(c *etcdv1alpha1.EtcdCluster, err error) {
 	setCondition(c, etcdv1alpha1.ConditionProgressing, metav1.ConditionTrue, etcdv1alpha1.ReasonReconcileError,
 		"the operator could not read or prepare the cluster's objects, will retry: "+err.Error())
-}
-
-// setUnsupportedConditions reports a spec this build cannot run.
-func setUnsupportedConditions(c *etcdv1alpha1.EtcdCluster, message string) {
-	c.Status.ObservedGeneration = c.Generation
-	for _, condType := range []string{etcdv1alpha1.ConditionAvailable, etcdv1alpha1.ConditionDegraded} {
-		status := metav1.ConditionFalse
-		if condType == etcdv1alpha1.ConditionDegraded {
-			status = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
-			Type: condType, Status: status, Reason: etcdv1alpha1.ReasonNotYetImplemented, Message: message, ObservedGeneration: c.Generation,
-		})
-	}
 }

@@ -28,6 +28,9 @@ type tlsState struct {
 	// trustedCAHash is resources.TrustedCAHash of the user's Secrets (tls.provider Secrets):
 	// what members must have loaded; "" for the other providers.
 	trustedCAHash string
+	// problem is what the certificates of a running cluster need from the user (provider
+	// CertManager), reported as Degraded; nil when none.
+	problem *tlsProblem
 }
 
 // ensureCertificates makes sure a TLS cluster has its certificates — issuing and renewing the
@@ -35,6 +38,9 @@ type tlsState struct {
 func (r *EtcdClusterReconciler) ensureCertificates(ctx context.Context, c *etcdv1alpha1.EtcdCluster, now time.Time) (*tlsState, error) {
 	if c.Spec.TLS == nil {
 		return nil, nil
+	}
+	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager {
+		return r.ensureCertManagerTLS(ctx, c)
 	}
 	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderOperator {
 		if err := r.issueCertificates(ctx, c, now); err != nil {
@@ -153,6 +159,9 @@ func (r *EtcdClusterReconciler) issueLeaves(ctx context.Context, c *etcdv1alpha1
 // The operator's own Secrets are in the cache; the user's (provider Secrets) are not, and are
 // read from the API server.
 func (r *EtcdClusterReconciler) loadTLSState(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*tlsState, error) {
+	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager {
+		return r.loadCertManagerTLSState(ctx, c, nil)
+	}
 	names := resources.TLSSecrets(c)
 	state := &tlsState{}
 	var from client.Reader = r.Client

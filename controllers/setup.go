@@ -24,6 +24,8 @@ type Options struct {
 	Pods resources.PodSettings
 	// AgentImage is the operator's own image, which its backup and restore Jobs run.
 	AgentImage string
+	// CertManager: the API server serves cert-manager's Certificates (cert-manager.io/v1).
+	CertManager bool
 	// UpgradeableCondition is OLM's Upgradeable condition for this operator; nil outside OLM.
 	UpgradeableCondition conditions.Condition
 }
@@ -38,6 +40,7 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		DefaultImages: opts.DefaultEtcdImages,
 		Pods:          opts.Pods,
 		AgentImage:    opts.AgentImage,
+		CertManager:   opts.CertManager,
 	}
 	reconcilers := []interface {
 		SetupWithManager(ctrl.Manager) error

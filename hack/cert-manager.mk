@@ -82,3 +82,17 @@ cert-manager-down: ## Remove cert-manager from the local cluster: its namespace,
 .PHONY: cert-manager-check
 cert-manager-check: ## Not in CI: on the running cert-manager (make cert-manager-up), a self-signed ClusterIssuer, a CA Certificate, a CA Issuer and a leaf Certificate issued, then renewed by hand with a new serial (hack/cluster/cert-manager-check.sh).
 	KUBECTL=$(CLUSTER_KUBECTL) KUBECONFIG=$(CLUSTER_KUBECONFIG) hack/cluster/cert-manager-check.sh
+
+# The operator looks for cert-manager when it starts: one that started before cert-manager's CRDs
+# were installed does not know of it, and is restarted first.
+.PHONY: test-cert-manager
+test-cert-manager: cert-manager-up cluster-deploy ## Not in CI: the e2e test of tls.provider CertManager against the real cert-manager (make cert-manager-up): a CA issuer chain, a 3-member cluster serving over TLS, its server and peer certificates renewed under writes with no member restarted.
+	crd=$$($(CERT_MANAGER_KUBECTL) get crd certificates.cert-manager.io -o jsonpath='{.metadata.creationTimestamp}') && \
+	started=$$($(CERT_MANAGER_KUBECTL) -n $(CLUSTER_OPERATOR_NAMESPACE) get pods -l app.kubernetes.io/name=etcd-operator,app.kubernetes.io/component=manager \
+		-o jsonpath='{.items[0].status.startTime}') && \
+	if [ "$$started" \< "$$crd" ]; then \
+		echo "the operator started ($$started) before cert-manager's CRDs were installed ($$crd): restarting it"; \
+		$(CERT_MANAGER_KUBECTL) -n $(CLUSTER_OPERATOR_NAMESPACE) rollout restart deployment/$(CLUSTER_OPERATOR_DEPLOYMENT) && \
+		$(CERT_MANAGER_KUBECTL) -n $(CLUSTER_OPERATOR_NAMESPACE) rollout status deployment/$(CLUSTER_OPERATOR_DEPLOYMENT) --timeout=3m; \
+	fi
+	$(CLUSTER_E2E_ENV) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestCertManager$$' ./test/e2e/

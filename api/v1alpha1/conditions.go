@@ -65,13 +65,27 @@ const (
 	ReasonUpgrading        = "Upgrading"
 	ReasonRestoring        = "Restoring"
 	// ReasonRecoveringQuorum: a quorum lost for good is being recovered from a survivor.
-	ReasonRecoveringQuorum  = "RecoveringQuorum"
-	ReasonPaused            = "Paused"
-	ReasonReconciled        = "Reconciled"
-	ReasonAlarm             = "Alarm"
-	ReasonCertificateError  = "CertificateError"
-	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonNotYetImplemented = "NotYetImplemented"
+	ReasonRecoveringQuorum = "RecoveringQuorum"
+	ReasonPaused           = "Paused"
+	ReasonReconciled       = "Reconciled"
+	ReasonAlarm            = "Alarm"
+	ReasonCertificateError = "CertificateError"
+	ReasonInvalidSpec      = "InvalidSpec"
+)
+
+// Condition reasons of EtcdCluster with tls.provider CertManager.
+const (
+	// ReasonCertManagerNotInstalled: the API server did not serve cert-manager's
+	// Certificates (cert-manager.io/v1) when the operator started; nothing is created.
+	ReasonCertManagerNotInstalled = "CertManagerNotInstalled"
+	// ReasonCertificatesNotReady: a cert-manager Certificate of the cluster is not Ready; the
+	// message carries cert-manager's own (an issuer not found, a request refused). Members
+	// start only once every Certificate was Ready once.
+	ReasonCertificatesNotReady = "CertificatesNotReady"
+	// ReasonUntrustedIssuer: a Secret cert-manager wrote holds a certificate that does not
+	// chain to the CA members trust (<cluster>-trust-bundle): the issuer's CA was replaced in
+	// place.
+	ReasonUntrustedIssuer = "UntrustedIssuer"
 )
 
 // Condition reasons of an EtcdBackup's verification.

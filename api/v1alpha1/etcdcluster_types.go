@@ -288,9 +288,9 @@ const (
 	TLSProviderOperator TLSProvider = "Operator"
 	// TLSProviderSecrets: the user provides kubernetes.io/tls Secrets, each with its ca.crt.
 	TLSProviderSecrets TLSProvider = "Secrets"
-	// TLSProviderCertManager is reserved for certificates from a cert-manager issuer. This
-	// version does not support it: a cluster that asks for it is not created, and reports
-	// Degraded with reason NotYetImplemented.
+	// TLSProviderCertManager: cert-manager issues and renews every certificate from the
+	// issuer spec.tls.certManager names; the operator trusts the CA of the first certificates
+	// issued, kept in the Secret <cluster>-trust-bundle.
 	TLSProviderCertManager TLSProvider = "CertManager"
 )
 
@@ -306,15 +306,18 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.caRenewBefore) || duration(self.caRenewBefore) > duration('0s')",message="tls.caRenewBefore must be above 0, such as 2160h: the CA is replaced that long before it expires"
 // +kubebuilder:validation:XValidation:rule="!has(self.caRenewBefore) || self.provider == 'Operator'",message="tls.caRenewBefore is only used when tls.provider is Operator: the operator replaces only a CA it made"
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.renewBefore) || duration(self.renewBefore) < duration(self.validity)",message="tls.renewBefore must be shorter than tls.validity, or every certificate would be renewed as soon as it is issued; lower tls.renewBefore or raise tls.validity"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.certManager) || !has(self.certManager) || self.certManager.issuerRef == oldSelf.certManager.issuerRef",message="tls.certManager.issuerRef cannot change: members trust only the CA of the issuer the cluster started with; restore a backup into a new EtcdCluster to use another issuer"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'CertManager' || !has(self.validity) || duration(self.validity) >= duration('1h')",message="tls.validity must be at least 1h with tls.provider CertManager: cert-manager refuses certificates shorter than an hour"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'CertManager' || !has(self.renewBefore) || duration(self.renewBefore) >= duration('5m')",message="tls.renewBefore must be at least 5m with tls.provider CertManager: cert-manager refuses to renew closer to expiry than that"
 type TLSSpec struct {
 	// Provider of the certificates: Operator (the default: the operator makes a CA for the
-	// cluster, issues every certificate from it and renews them before they expire) or Secrets
-	// (kubernetes.io/tls Secrets you provide). CertManager is reserved for certificates from a
-	// cert-manager issuer and not supported yet: a cluster that sets it is not created, and
-	// reports Degraded with reason NotYetImplemented. The provider cannot change once set.
+	// cluster, issues every certificate from it and renews them before they expire), Secrets
+	// (kubernetes.io/tls Secrets you provide) or CertManager (cert-manager Certificates from
+	// the issuer certManager.issuerRef names, which needs cert-manager installed before the
+	// operator starts). The provider cannot change once set.
 	// +kubebuilder:default=Operator
 	// +optional
-	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="TLS Provider",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Operator","urn:alm:descriptor:com.tectonic.ui:select:Secrets"}
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="TLS Provider",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Operator","urn:alm:descriptor:com.tectonic.ui:select:Secrets","urn:alm:descriptor:com.tectonic.ui:select:CertManager"}
 	Provider TLSProvider `json:"provider,omitempty"`
 
 	// Secrets names your kubernetes.io/tls Secrets, each with its ca.crt, when provider is
@@ -322,19 +325,20 @@ type TLSSpec struct {
 	// +optional
 	Secrets *TLSSecrets `json:"secrets,omitempty"`
 
-	// CertManager names the cert-manager issuer for provider CertManager, which is reserved
-	// and not supported yet (see provider).
+	// CertManager names the cert-manager issuer when provider is CertManager.
 	// +optional
 	CertManager *CertManagerTLS `json:"certManager,omitempty"`
 
 	// Validity of the certificates the operator issues (provider Operator), at most 87600h
-	// (10 years). The CA lives ten times as long.
+	// (10 years); the CA lives ten times as long. With provider CertManager, the duration of
+	// the Certificates, at least 1h (cert-manager's minimum).
 	// +kubebuilder:default="8760h0m0s"
 	// +optional
 	Validity *metav1.Duration `json:"validity,omitempty"`
 
 	// RenewBefore is how long before expiry an operator-issued certificate is renewed: above 0
-	// and shorter than validity.
+	// and shorter than validity. With provider CertManager, the Certificates' renewBefore, at
+	// least 5m (cert-manager's minimum).
 	// +kubebuilder:default="720h0m0s"
 	// +optional
 	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
@@ -370,25 +374,33 @@ type TLSSecrets struct {
 	Client string `json:"client"`
 }
 
-// CertManagerTLS names the cert-manager issuer of provider CertManager, reserved and not
-// supported yet.
+// CertManagerTLS names the cert-manager issuer of provider CertManager.
 type CertManagerTLS struct {
-	// IssuerRef is the Issuer or ClusterIssuer that signs the certificates.
+	// IssuerRef is the Issuer (in the cluster's namespace) or ClusterIssuer that signs the
+	// peer, server and client certificates. Members trust the CA of the first certificates it
+	// issued, kept in the Secret <cluster>-trust-bundle, and no other: do not replace the CA of
+	// this issuer in place, as members would stop trusting what it issues next (the cluster
+	// reports UntrustedIssuer). It cannot change once set.
 	IssuerRef IssuerReference `json:"issuerRef"`
 }
 
 // IssuerReference names a cert-manager issuer.
+// +kubebuilder:validation:XValidation:rule="self.group != 'cert-manager.io' || self.kind in ['Issuer', 'ClusterIssuer']",message="issuerRef.kind must be Issuer or ClusterIssuer for group cert-manager.io"
 type IssuerReference struct {
 	// Name of the issuer.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
-	// Kind is Issuer (default) or ClusterIssuer.
-	// +kubebuilder:validation:Enum=Issuer;ClusterIssuer
+	// Kind is Issuer (default) or ClusterIssuer, or the kind of an external issuer of
+	// another group.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:default=Issuer
 	// +optional
 	Kind string `json:"kind,omitempty"`
-	// Group of the issuer resource.
+	// Group of the issuer resource: cert-manager.io (default), or an external issuer's.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:default="cert-manager.io"
 	// +optional
 	Group string `json:"group,omitempty"`

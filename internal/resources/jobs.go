@@ -105,9 +105,7 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 
 	volumes, mounts := storageVolumes(b.Spec.Destination)
 	if cfg.TLS {
-		volumes = append(volumes, corev1.Volume{Name: "etcd-tls", VolumeSource: corev1.VolumeSource{
-			Secret: &corev1.SecretVolumeSource{SecretName: TLSSecrets(c).Client},
-		}})
+		volumes = append(volumes, tlsSecretVolume(c, "etcd-tls", TLSSecrets(c).Client))
 		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: jobspec.EtcdTLSDir, ReadOnly: true})
 	}
 

@@ -100,10 +100,7 @@ func tlsVolumes(c *etcdv1alpha1.EtcdCluster) ([]corev1.Volume, []corev1.VolumeMo
 		return nil, nil
 	}
 	names := TLSSecrets(c)
-	secret := func(volume, name string) corev1.Volume {
-		return corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}}
-	}
-	return []corev1.Volume{secret(peerTLSVolume, names.Peer), secret(serverTLSVolume, names.Server)},
+	return []corev1.Volume{tlsSecretVolume(c, peerTLSVolume, names.Peer), tlsSecretVolume(c, serverTLSVolume, names.Server)},
 		[]corev1.VolumeMount{
 			{Name: peerTLSVolume, MountPath: tlsMount + "/peer", ReadOnly: true},
 			{Name: serverTLSVolume, MountPath: tlsMount + "/server", ReadOnly: true},

@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/etcd-database/etcd-operator/test/certmanager"
 )
 
 // The namespace the pages' namespaced objects are validated in.
@@ -130,8 +132,14 @@ func startAPIServer(t *testing.T) client.Client {
 	root := repoRoot(t)
 	apiServer.once.Do(func() {
 		ctrllog.SetLogger(logr.Discard())
+		// cert-manager's CRDs too: the pages show its issuers and Certificates.
+		certManagerCRDs, err := certmanager.CRDs()
+		if err != nil {
+			apiServer.err = err
+			return
+		}
 		apiServer.env = &envtest.Environment{
-			CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+			CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases"), certManagerCRDs},
 			ErrorIfCRDPathMissing: true,
 		}
 		cfg, err := apiServer.env.Start()

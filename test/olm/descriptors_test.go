@@ -21,7 +21,7 @@ const (
 
 // The console draws its forms and detail pages from the CSV's descriptors: each must point at a
 // field the CRD has and show it as what it is. A select offers only values the CRD accepts (and
-// every value it accepts but the reserved CertManager), a Secret picker stands on every field
+// every value it accepts), a Secret picker stands on every field
 // that names a Secret, a timestamp on a date-time, a pod count on a spec only; and an
 // EtcdRestore's form is not filled with an EtcdCluster's widgets (target.cluster), nor a
 // backup's details with every past run's.
@@ -56,11 +56,11 @@ func TestCSVDescriptorsShowWhatTheFieldsAre(t *testing.T) {
 				}
 			}
 			if enum := enumOf(t, field); part == "spec" && (len(enum) > 0 || len(selects) > 0) {
-				offered := slices.DeleteFunc(slices.Clone(enum), func(v string) bool { return v == "CertManager" })
+				offered := slices.Clone(enum)
 				slices.Sort(offered)
 				slices.Sort(selects)
 				if !slices.Equal(offered, selects) {
-					t.Errorf("%s: the select offers %v; the CRD accepts %v (CertManager, reserved, aside)", where, selects, enum)
+					t.Errorf("%s: the select offers %v; the CRD accepts %v", where, selects, enum)
 				}
 			}
 			if namesSecret := strings.HasSuffix(path, "SecretName") || strings.Contains(path, "tls.secrets."); namesSecret != slices.Contains(xDescriptors, secretURN) {
