@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -172,10 +173,11 @@ type caRotationObservation struct {
 // one of caRotationActions for the rest, settled itself once the rotation is Done.
 func (r *EtcdClusterReconciler) decideCARotation(ctx context.Context, c *etcdv1alpha1.EtcdCluster, obs *observation, in membership.Observed, settled membership.Step) (membership.Step, error) {
 	rot := c.Status.CARotation
-	if rot == nil || c.Spec.TLS == nil || c.Spec.TLS.Provider != etcdv1alpha1.TLSProviderOperator {
+	if rot == nil || c.Spec.TLS == nil || c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderSecrets {
 		return settled, nil
 	}
-	material, err := r.readRotationMaterial(ctx, c)
+	certManager := c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager
+	material, err := r.rotationMaterialOf(ctx, c)
 	if err != nil {
 		return settled, err
 	}
@@ -186,7 +188,14 @@ func (r *EtcdClusterReconciler) decideCARotation(ctx context.Context, c *etcdv1a
 				return settled, fmt.Errorf("delete Secret %s: %w", material.secret.Name, err)
 			}
 		}
+		if certManager {
+			return settled, r.finishCertManagerRotation(ctx, c)
+		}
 		return settled, nil
+	}
+	waitFor := func(reason string) (membership.Step, error) {
+		rot.Message = reason
+		return membership.Step{Action: membership.Wait, Operation: membership.OpRotatingCA, Reason: "CA rotation (" + string(rot.Phase) + "): " + reason}, nil
 	}
 	world := certs.RotationWorld{Rotation: certs.Rotation{Phase: certs.RotationPhase(rot.Phase), Old: rot.OldCA, New: rot.NewCA}}
 	if rot.NewCA != "" {
@@ -194,11 +203,25 @@ func (r *EtcdClusterReconciler) decideCARotation(ctx context.Context, c *etcdv1a
 			return settled, fmt.Errorf("the new CA %s of the rotation under way is not in Secret %s any more: a new rotation is needed (set a new value on the annotation %s once this one is abandoned by removing status.caRotation)",
 				rot.NewCA, resources.CARotationSecretName(c.Name), etcdv1alpha1.AnnotationRotateCA)
 		}
+		if len(material.probes) < 2 {
+			return waitFor(fmt.Sprintf("cert-manager to issue the probe certificates %s and %s", resources.CAProbeName(c.Name, "old"), resources.CAProbeName(c.Name, "new")))
+		}
 		if world, err = r.observeCARotation(ctx, c, in, material, world); err != nil {
 			return settled, err
 		}
+	} else if certManager {
+		if issued, err := r.newProbeIssued(ctx, c); err != nil || !issued {
+			ref := c.Spec.TLS.CertManager.IssuerRef
+			reason, _ := waitFor(fmt.Sprintf("cert-manager to issue Certificate %s from %s %s, whose CA members are to trust", resources.CAProbeName(c.Name, "new"), ref.Kind, ref.Name))
+			return reason, err
+		}
 	}
 	step := certs.NextRotationStep(world)
+	if certManager && step.Action == certs.ReissueLeaves {
+		// The Certificates name the new issuer from Reissue on (resources.CertificateIssuer);
+		// cert-manager issues them again.
+		return waitFor(fmt.Sprintf("cert-manager to issue every certificate from %s %s", rot.ToIssuer.Kind, rot.ToIssuer.Name))
+	}
 	obs.caRotation = &caRotationObservation{material: material, step: step}
 	rot.Message = step.Reason
 	out := membership.Step{Operation: membership.OpRotatingCA, Member: step.Member, Reason: "CA rotation (" + string(rot.Phase) + "): " + step.Reason}
@@ -221,6 +244,26 @@ func (r *EtcdClusterReconciler) decideCARotation(ctx context.Context, c *etcdv1a
 	return out, nil
 }
 
+// rotationMaterialOf is the rotation's material of the cluster's provider.
+func (r *EtcdClusterReconciler) rotationMaterialOf(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (*rotationMaterial, error) {
+	if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager {
+		return r.readCertManagerRotationMaterial(ctx, c)
+	}
+	return r.readRotationMaterial(ctx, c)
+}
+
+// newProbeIssued: cert-manager has written the new probe's Secret, from the issuer the spec
+// names.
+func (r *EtcdClusterReconciler) newProbeIssued(ctx context.Context, c *etcdv1alpha1.EtcdCluster) (bool, error) {
+	probe, err := getSecret(ctx, r.APIReader, c.Namespace, resources.CAProbeName(c.Name, "new"))
+	if err != nil || probe == nil {
+		return false, err
+	}
+	ref := c.Spec.TLS.CertManager.IssuerRef
+	return probe.Annotations["cert-manager.io/issuer-name"] == ref.Name && probe.Annotations["cert-manager.io/issuer-kind"] == ref.Kind &&
+		probe.Annotations["cert-manager.io/issuer-group"] == ref.Group && len(probe.Data[certs.KeyCert]) > 0, nil
+}
+
 func (m *rotationMaterial) newFingerprint() string {
 	cas, err := certs.ParseBundle(m.newPEM)
 	if err != nil {
@@ -239,10 +282,16 @@ func (r *EtcdClusterReconciler) observeCARotation(ctx context.Context, c *etcdv1
 	for _, ca := range m.cas {
 		cas = append(cas, ca)
 	}
+	certManager := c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager
+	// cert-manager's Secrets are not the operator's: not in its cache.
+	var from client.Reader = r.Client
+	if certManager {
+		from = r.APIReader
+	}
 	var bundles [][]byte
 	issuers := map[string]string{}
 	for _, name := range []string{names.Peer, names.Server, names.Client} {
-		secret, err := getSecret(ctx, r.Client, c.Namespace, name)
+		secret, err := getSecret(ctx, from, c.Namespace, name)
 		if err != nil {
 			return world, err
 		}
@@ -252,11 +301,30 @@ func (r *EtcdClusterReconciler) observeCARotation(ctx context.Context, c *etcdv1
 		bundles = append(bundles, secret.Data[certs.KeyCA])
 		issuers[name] = certs.IssuerIn(secret.Data[certs.KeyCert], cas)
 	}
-	if slices.EqualFunc(bundles[1:], bundles[:len(bundles)-1], func(a, b []byte) bool { return string(a) == string(b) }) {
+	if certManager {
+		bundle, err := getSecret(ctx, r.APIReader, c.Namespace, resources.TrustBundleSecretName(c.Name))
+		if err != nil {
+			return world, err
+		}
+		if bundle != nil {
+			world.Bundle = certs.BundleFingerprints(bundle.Data[certs.KeyCA])
+		}
+	} else if slices.EqualFunc(bundles[1:], bundles[:len(bundles)-1], func(a, b []byte) bool { return string(a) == string(b) }) {
 		world.Bundle = certs.BundleFingerprints(bundles[0])
 	}
 	if issuers[names.Peer] == issuers[names.Server] {
 		world.LeavesFrom = issuers[names.Peer]
+	}
+	if certManager {
+		// The users' certificate moves with the members': the old CA is dropped only once no
+		// certificate the cluster hands out is of it.
+		user, err := getSecret(ctx, r.APIReader, c.Namespace, resources.UserTLSSecretName(c.Name))
+		if err != nil {
+			return world, err
+		}
+		if user == nil || certs.IssuerIn(user.Data[certs.KeyCert], cas) != world.LeavesFrom {
+			world.LeavesFrom = ""
+		}
 	}
 	world.OperatorClientFrom = issuers[names.Client]
 	for _, mem := range in.Members {
@@ -312,7 +380,21 @@ func (r *EtcdClusterReconciler) rotateCA(ctx context.Context, c *etcdv1alpha1.Et
 	now := r.now()
 	switch step.Action {
 	case certs.MakeNewCA:
-		if material == nil {
+		if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager {
+			var same bool
+			var err error
+			if material, same, err = r.obtainNewIssuerCA(ctx, c); err != nil {
+				return err
+			}
+			if same {
+				rot.Phase, rot.CompletionTime = etcdv1alpha1.CARotationPhase(certs.RotationDone), &metav1.Time{Time: now}
+				rot.Message = "the new issuer signs with the CA members trust already: nothing to replace"
+				return nil
+			}
+			if material == nil {
+				return fmt.Errorf("the certificate from the new issuer is not issued yet")
+			}
+		} else if material == nil {
 			var err error
 			if material, err = r.makeRotationMaterial(ctx, c, now); err != nil {
 				return err
@@ -329,7 +411,11 @@ func (r *EtcdClusterReconciler) rotateCA(ctx context.Context, c *etcdv1alpha1.Et
 			}
 			pems = append(pems, p)
 		}
-		if err := r.publishTrustBundle(ctx, c, certs.JoinBundle(pems...)); err != nil {
+		publish := r.publishTrustBundle
+		if c.Spec.TLS.Provider == etcdv1alpha1.TLSProviderCertManager {
+			publish = r.publishCertManagerTrustBundle
+		}
+		if err := publish(ctx, c, certs.JoinBundle(pems...)); err != nil {
 			return err
 		}
 	case certs.ReissueLeaves:
@@ -394,21 +480,48 @@ func (r *EtcdClusterReconciler) makeRotationMaterial(ctx context.Context, c *etc
 			rotationNewProbeCert: newProbe.CertPEM, rotationNewProbeKey: newProbe.KeyPEM,
 		},
 	}
-	existing, err := getSecret(ctx, r.Client, c.Namespace, secret.Name)
-	if err != nil {
-		return nil, err
-	}
-	if existing != nil {
-		existing.Data = secret.Data
-		if err := r.Update(ctx, existing); err != nil {
-			return nil, fmt.Errorf("update Secret %s: %w", secret.Name, err)
-		}
-	} else if err := r.createOwned(ctx, c, secret); err != nil {
+	if err := r.writeRotationSecret(ctx, c, secret); err != nil {
 		return nil, err
 	}
 	postEvent(r.Recorder, c, corev1.EventTypeNormal, "CACreated", "RotateCA", "made a new CA to replace %s", c.Status.CARotation.OldCA)
 	// From what was written, not read back: the cache may not hold it yet.
 	return parseRotationMaterial(secret)
+}
+
+// writeRotationSecret creates the rotation's Secret, or replaces one an earlier rotation left.
+func (r *EtcdClusterReconciler) writeRotationSecret(ctx context.Context, c *etcdv1alpha1.EtcdCluster, secret *corev1.Secret) error {
+	existing, err := getSecret(ctx, r.APIReader, c.Namespace, secret.Name)
+	if err != nil {
+		return err
+	}
+	if existing == nil {
+		return r.createOwned(ctx, c, secret)
+	}
+	existing.Data = secret.Data
+	if err := r.Update(ctx, existing); err != nil {
+		return fmt.Errorf("update Secret %s: %w", secret.Name, err)
+	}
+	return nil
+}
+
+// publishCertManagerTrustBundle writes bundle as the ca.crt of the trust bundle Secret, which
+// members mount (provider CertManager).
+func (r *EtcdClusterReconciler) publishCertManagerTrustBundle(ctx context.Context, c *etcdv1alpha1.EtcdCluster, bundle []byte) error {
+	secret, err := getSecret(ctx, r.APIReader, c.Namespace, resources.TrustBundleSecretName(c.Name))
+	if err != nil {
+		return err
+	}
+	if secret == nil {
+		return fmt.Errorf("trust bundle Secret %s not found", resources.TrustBundleSecretName(c.Name))
+	}
+	if bytes.Equal(secret.Data[certs.KeyCA], bundle) {
+		return nil
+	}
+	secret.Data[certs.KeyCA] = bundle
+	if err := r.Update(ctx, secret); err != nil {
+		return fmt.Errorf("update Secret %s: %w", secret.Name, err)
+	}
+	return nil
 }
 
 // publishTrustBundle writes bundle as the ca.crt of the peer, server and client Secrets: what a

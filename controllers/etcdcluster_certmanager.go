@@ -61,6 +61,14 @@ func (r *EtcdClusterReconciler) ensureCertManagerTLS(ctx context.Context, c *etc
 	if !r.CertManager {
 		return nil, &certManagerWait{reason: etcdv1alpha1.ReasonCertManagerNotInstalled, message: certManagerMissing, failed: true}
 	}
+	// Before the Certificates are brought to the spec: a new issuer is taken by a rotation,
+	// which keeps the old one on them until every member trusts both CAs.
+	if err := r.beginIssuerChange(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := r.ensureCAProbes(ctx, c); err != nil {
+		return nil, err
+	}
 	var waiting []string
 	failed := false
 	for _, ic := range resources.CertManagerCertificates(c) {

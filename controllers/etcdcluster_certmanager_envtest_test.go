@@ -321,7 +321,6 @@ func TestCertManagerCertificatesFollowTheSpec(t *testing.T) {
 		mutate func(*etcdv1alpha1.TLSSpec)
 		says   string
 	}{
-		{"another issuer", func(s *etcdv1alpha1.TLSSpec) { s.CertManager.IssuerRef.Name = "other" }, "issuerRef cannot change"},
 		{"under an hour", func(s *etcdv1alpha1.TLSSpec) { s.Validity = &metav1.Duration{Duration: 59 * time.Minute} }, "at least 1h"},
 		{"renewal under 5m", func(s *etcdv1alpha1.TLSSpec) { s.RenewBefore = &metav1.Duration{Duration: 4 * time.Minute} }, "at least 5m"},
 	} {
@@ -329,6 +328,70 @@ func TestCertManagerCertificatesFollowTheSpec(t *testing.T) {
 		tc.mutate(changed.Spec.TLS)
 		if err := k8sClient.Update(t.Context(), changed); err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: %v, want refused saying %q", tc.name, err, tc.says)
+		}
+	}
+}
+
+// Another issuer in the spec begins a CA rotation (status.caRotation, trigger IssuerChanged)
+// and the Certificates keep the issuer they came from: issued from the new one before every
+// member trusts its CA, the members' certificates would be refused by their peers. A probe
+// Certificate is asked of each issuer, to ask members which CA they trust. Seen failing with
+// the Certificates brought to the spec's issuer at once.
+func TestCertManagerAnotherIssuerKeepsTheOldOneUntilMembersTrustBoth(t *testing.T) {
+	c := newCluster(t, "cm-move", func(c *etcdv1alpha1.EtcdCluster) { c.Spec.Size = 1; certManagerSpec(c) })
+	issued := resources.CertManagerCertificates(c)
+	ca := newTestCA(t, "issuer-ca")
+	eventually(t, 20*time.Second, func() error {
+		for _, ic := range issued {
+			if _, err := getCertificate(t, c.Namespace, ic.Name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, ic := range issued {
+		issue(t, c, ic, ca)
+		setCertificateConditions(t, c.Namespace, ic.Name, condition("Ready", "True", "Ready", "Certificate is up to date and has not expired"))
+	}
+	eventually(t, 20*time.Second, func() error {
+		return k8sClient.Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: resources.TrustBundleSecretName(c.Name)}, &corev1.Secret{})
+	})
+
+	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+		t.Fatal(err)
+	}
+	c.Spec.TLS.CertManager.IssuerRef.Name = "next-ca"
+	if err := k8sClient.Update(t.Context(), c); err != nil {
+		t.Fatalf("another issuer refused: %v", err)
+	}
+	eventually(t, 20*time.Second, func() error {
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		rot := c.Status.CARotation
+		if rot == nil || rot.Phase != "Prepare" || rot.Trigger != "IssuerChanged" || rot.FromIssuer == nil || rot.FromIssuer.Name != "ca" || rot.OldCA == "" {
+			return fmt.Errorf("status.caRotation %+v, want Prepare from issuer ca", rot)
+		}
+		for which, issuer := range map[string]string{"old": "ca", "new": "next-ca"} {
+			probe, err := getCertificate(t, c.Namespace, resources.CAProbeName(c.Name, which))
+			if err != nil {
+				return err
+			}
+			if ref, _, _ := unstructured.NestedStringMap(probe.Object, "spec", "issuerRef"); ref["name"] != issuer {
+				return fmt.Errorf("probe %s from %v, want %s", which, ref, issuer)
+			}
+		}
+		return nil
+	})
+	// A few reconciles later, the cluster's Certificates still name the issuer they came from.
+	time.Sleep(2 * time.Second)
+	for _, ic := range issued {
+		cert, err := getCertificate(t, c.Namespace, ic.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref, _, _ := unstructured.NestedStringMap(cert.Object, "spec", "issuerRef"); ref["name"] != "ca" {
+			t.Errorf("Certificate %s moved to issuer %v before members trust its CA", ic.Name, ref)
 		}
 	}
 }

@@ -95,4 +95,4 @@ test-cert-manager: cert-manager-up cluster-deploy ## Not in CI: the e2e test of 
 		$(CERT_MANAGER_KUBECTL) -n $(CLUSTER_OPERATOR_NAMESPACE) rollout restart deployment/$(CLUSTER_OPERATOR_DEPLOYMENT) && \
 		$(CERT_MANAGER_KUBECTL) -n $(CLUSTER_OPERATOR_NAMESPACE) rollout status deployment/$(CLUSTER_OPERATOR_DEPLOYMENT) --timeout=3m; \
 	fi
-	$(CLUSTER_E2E_ENV) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestCertManager$$' ./test/e2e/
+	$(CLUSTER_E2E_ENV) go test -tags e2e $(CLUSTER_E2E_GO_TEST_FLAGS) -run '^TestCertManager(CARotation)?$$' ./test/e2e/

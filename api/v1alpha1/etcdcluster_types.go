@@ -306,7 +306,6 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.caRenewBefore) || duration(self.caRenewBefore) > duration('0s')",message="tls.caRenewBefore must be above 0, such as 2160h: the CA is replaced that long before it expires"
 // +kubebuilder:validation:XValidation:rule="!has(self.caRenewBefore) || self.provider == 'Operator'",message="tls.caRenewBefore is only used when tls.provider is Operator: the operator replaces only a CA it made"
 // +kubebuilder:validation:XValidation:rule="!has(self.validity) || !has(self.renewBefore) || duration(self.renewBefore) < duration(self.validity)",message="tls.renewBefore must be shorter than tls.validity, or every certificate would be renewed as soon as it is issued; lower tls.renewBefore or raise tls.validity"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.certManager) || !has(self.certManager) || self.certManager.issuerRef == oldSelf.certManager.issuerRef",message="tls.certManager.issuerRef cannot change: members trust only the CA of the issuer the cluster started with; restore a backup into a new EtcdCluster to use another issuer"
 // +kubebuilder:validation:XValidation:rule="self.provider != 'CertManager' || !has(self.validity) || duration(self.validity) >= duration('1h')",message="tls.validity must be at least 1h with tls.provider CertManager: cert-manager refuses certificates shorter than an hour"
 // +kubebuilder:validation:XValidation:rule="self.provider != 'CertManager' || !has(self.renewBefore) || duration(self.renewBefore) >= duration('5m')",message="tls.renewBefore must be at least 5m with tls.provider CertManager: cert-manager refuses to renew closer to expiry than that"
 type TLSSpec struct {
@@ -380,7 +379,9 @@ type CertManagerTLS struct {
 	// peer, server and client certificates. Members trust the CA of the first certificates it
 	// issued, kept in the Secret <cluster>-trust-bundle, and no other: do not replace the CA of
 	// this issuer in place, as members would stop trusting what it issues next (the cluster
-	// reports UntrustedIssuer). It cannot change once set.
+	// reports UntrustedIssuer). Point it at another issuer instead: the cluster moves to that
+	// issuer's CA without downtime (status.caRotation), members trusting both CAs before any
+	// certificate of the new one is used.
 	IssuerRef IssuerReference `json:"issuerRef"`
 }
 
@@ -609,13 +610,14 @@ type CertificateStatus struct {
 // +kubebuilder:validation:Enum=Prepare;TrustBoth;Reissue;DropOld;Done
 type CARotationPhase string
 
-// CARotationStatus is a replacement of the cluster's CA, made without downtime in four phases,
-// each begun only once the members show, live, that the one before is complete: Prepare (the
-// new CA is made), TrustBoth (every member trusts the old and the new CA: the ca.crt of the
-// certificate Secrets holds both, and members are restarted one at a time, the leader last, to
-// load it), Reissue (every certificate is issued from the new CA; members load certificates
-// without a restart), DropOld (ca.crt holds the new CA alone, and members are restarted one at
-// a time again), then Done.
+// CARotationStatus is a replacement of the cluster's CA (provider Operator: the CA the operator
+// made; CertManager: the issuer's CA, by another issuer's), made without downtime in four
+// phases, each begun only once the members show, live, that the one before is complete:
+// Prepare (the new CA is made, or obtained from the new issuer), TrustBoth (every member trusts
+// the old and the new CA: the trust bundle holds both, and members are restarted one at a time,
+// the leader last, to load it), Reissue (every certificate is issued from the new CA; members
+// load certificates without a restart), DropOld (the bundle holds the new CA alone, and members
+// are restarted one at a time again), then Done.
 type CARotationStatus struct {
 	// Phase reached.
 	Phase CARotationPhase `json:"phase"`
@@ -626,10 +628,17 @@ type CARotationStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	NewCA string `json:"newCA,omitempty"`
-	// Trigger is what started it: Requested (the annotation etcd.database.dev/rotate-ca) or
-	// CAExpiring (tls.caRenewBefore).
+	// Trigger is what started it: Requested (the annotation etcd.database.dev/rotate-ca),
+	// CAExpiring (tls.caRenewBefore) or IssuerChanged (tls.certManager.issuerRef).
 	// +kubebuilder:validation:MaxLength=253
 	Trigger string `json:"trigger"`
+	// FromIssuer and ToIssuer (provider CertManager) are the issuer the certificates came from
+	// before the rotation, kept on the Certificates until Reissue, and the one whose CA is NewCA,
+	// used from Reissue on.
+	// +optional
+	FromIssuer *IssuerReference `json:"fromIssuer,omitempty"`
+	// +optional
+	ToIssuer *IssuerReference `json:"toIssuer,omitempty"`
 	// Annotation is the value etcd.database.dev/rotate-ca had when it began: another value asks
 	// for another rotation.
 	// +kubebuilder:validation:MaxLength=253
@@ -690,6 +699,13 @@ type QuorumRecoveryStatus struct {
 	// Trigger is what allowed the recovery: the policy (ForceNewCluster or FromLatestBackup),
 	// or the user's recover-from annotation.
 	Trigger string `json:"trigger"`
+	// FromIssuer and ToIssuer (provider CertManager) are the issuer the certificates came from
+	// before the rotation, kept on the Certificates until Reissue, and the one whose CA is NewCA,
+	// used from Reissue on.
+	// +optional
+	FromIssuer *IssuerReference `json:"fromIssuer,omitempty"`
+	// +optional
+	ToIssuer *IssuerReference `json:"toIssuer,omitempty"`
 	// Annotation is the value etcd.database.dev/rotate-ca had when it began: another value asks
 	// for another rotation.
 	// +kubebuilder:validation:MaxLength=253

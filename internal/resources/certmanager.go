@@ -82,7 +82,7 @@ func Certificate(c *etcdv1alpha1.EtcdCluster, ic IssuedCertificate) *unstructure
 	if kind == certs.Peer || kind == certs.Server {
 		usages = []any{"digital signature", "server auth", "client auth"}
 	}
-	ref := c.Spec.TLS.CertManager.IssuerRef
+	ref := CertificateIssuer(c)
 	spec := map[string]any{
 		"secretName":     ic.Name,
 		"commonName":     req.CommonName,
@@ -108,6 +108,51 @@ func Certificate(c *etcdv1alpha1.EtcdCluster, ic IssuedCertificate) *unstructure
 	obj := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 	obj.SetGroupVersionKind(CertificateGVK)
 	obj.SetName(ic.Name)
+	obj.SetNamespace(c.Namespace)
+	obj.SetLabels(ClusterLabels(c))
+	return obj
+}
+
+// CertificateIssuer is the issuer the cluster's Certificates name: spec.tls.certManager.issuerRef,
+// except while a CA rotation moves the cluster to it: the issuer it comes from until every
+// member trusts the new CA too (Prepare, TrustBoth), the one whose CA it moves to from then on
+// until Done.
+func CertificateIssuer(c *etcdv1alpha1.EtcdCluster) etcdv1alpha1.IssuerReference {
+	spec := c.Spec.TLS.CertManager.IssuerRef
+	rot := c.Status.CARotation
+	if rot == nil || rot.FromIssuer == nil {
+		return spec
+	}
+	switch rot.Phase {
+	case "Prepare", "TrustBoth":
+		return *rot.FromIssuer
+	case "Reissue", "DropOld":
+		if rot.ToIssuer != nil {
+			return *rot.ToIssuer
+		}
+	}
+	return spec
+}
+
+// CAProbeName is the Certificate (and Secret) of a client certificate from the old or the new
+// issuer (which "old" or "new"), made while a CA rotation runs (provider CertManager): with it
+// the operator asks each member whether it trusts that issuer's CA.
+func CAProbeName(cluster, which string) string { return cluster + "-ca-probe-" + which }
+
+// CAProbeCertificate is the Certificate of the probe from issuer.
+func CAProbeCertificate(c *etcdv1alpha1.EtcdCluster, which string, issuer etcdv1alpha1.IssuerReference) *unstructured.Unstructured {
+	name := CAProbeName(c.Name, which)
+	obj := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
+		"secretName":     name,
+		"commonName":     "etcd-operator-ca-probe",
+		"duration":       "1h",
+		"usages":         []any{"digital signature", "client auth"},
+		"privateKey":     map[string]any{"algorithm": "ECDSA", "size": int64(256), "rotationPolicy": "Always"},
+		"issuerRef":      map[string]any{"name": issuer.Name, "kind": issuer.Kind, "group": issuer.Group},
+		"secretTemplate": map[string]any{"labels": stringMap(secretLabels(c))},
+	}}}
+	obj.SetGroupVersionKind(CertificateGVK)
+	obj.SetName(name)
 	obj.SetNamespace(c.Namespace)
 	obj.SetLabels(ClusterLabels(c))
 	return obj

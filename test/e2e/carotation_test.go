@@ -20,7 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/resources"
@@ -31,17 +31,21 @@ import (
 // and the trust bundle (ca.crt) as they are now, refreshed from the Secret every second, as a
 // kubelet refreshes a mounted Secret and a client that reloads its files picks them up.
 type publishedTLS struct {
-	mu     sync.Mutex
-	pair   *tls.Certificate
-	roots  *x509.CertPool
-	stop   context.CancelFunc
-	secret client.ObjectKey
+	mu    sync.Mutex
+	pair  *tls.Certificate
+	roots *x509.CertPool
+	stop  context.CancelFunc
+	// secret holds tls.crt and tls.key; trust holds ca.crt (the same Secret, or a bundle's).
+	secret, trust crclient.ObjectKey
 }
 
-func followClientSecret(t *testing.T, c *etcdv1alpha1.EtcdCluster) *publishedTLS {
+// followSecrets follows the certificate in Secret certSecret and the ca.crt of Secret
+// caSecret, in c's namespace.
+func followSecrets(t *testing.T, c *etcdv1alpha1.EtcdCluster, certSecret, caSecret string) *publishedTLS {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &publishedTLS{stop: cancel, secret: client.ObjectKey{Namespace: c.Namespace, Name: resources.TLSSecrets(c).Client}}
+	p := &publishedTLS{stop: cancel, secret: crclient.ObjectKey{Namespace: c.Namespace, Name: certSecret},
+		trust: crclient.ObjectKey{Namespace: c.Namespace, Name: caSecret}}
 	if err := p.refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +60,11 @@ func followClientSecret(t *testing.T, c *etcdv1alpha1.EtcdCluster) *publishedTLS
 }
 
 func (p *publishedTLS) refresh(ctx context.Context) error {
-	s := &corev1.Secret{}
+	s, trust := &corev1.Secret{}, &corev1.Secret{}
 	if err := k8sClient.Get(ctx, p.secret, s); err != nil {
+		return err
+	}
+	if err := k8sClient.Get(ctx, p.trust, trust); err != nil {
 		return err
 	}
 	pair, err := tls.X509KeyPair(s.Data["tls.crt"], s.Data["tls.key"])
@@ -65,7 +72,7 @@ func (p *publishedTLS) refresh(ctx context.Context) error {
 		return err
 	}
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(s.Data["ca.crt"]) {
+	if !roots.AppendCertsFromPEM(trust.Data["ca.crt"]) {
 		return errors.New("no CA in ca.crt")
 	}
 	p.mu.Lock()
@@ -108,7 +115,6 @@ func (p *publishedTLS) config(serverName string) *tls.Config {
 // only the old CA for the members' certificates fails once they present the new CA's.
 func TestCARotationWithoutDowntime(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	ns := testNamespace(t, "e2e-carotation-")
 	c := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "rotating", Namespace: ns},
@@ -120,13 +126,28 @@ func TestCARotationWithoutDowntime(t *testing.T) {
 	}
 	create(t, c)
 	waitAvailable(t, c, 3)
+	client := resources.TLSSecrets(c).Client
+	rotateUnderLoad(t, c, client, client, func() {
+		patch := crclient.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+etcdv1alpha1.AnnotationRotateCA+`":"e2e"}}}`))
+		if err := k8sClient.Patch(context.Background(), c, patch); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
 
+// rotateUnderLoad starts the rotation of c's CA (start) under a writer and the linearizability
+// workload, which connect with the certificate of Secret certSecret and the ca.crt of Secret
+// caSecret as they are at each moment, and checks what TestCARotationWithoutDowntime says.
+func rotateUnderLoad(t *testing.T, c *etcdv1alpha1.EtcdCluster, certSecret, caSecret string, start func()) {
+	t.Helper()
+	ctx := context.Background()
+	ns := c.Namespace
 	serverName := resources.ClientServiceName(c.Name) + "." + ns + ".svc"
 	serviceAddr := clientServiceEndpoint(t, c)[len("http://"):]
 	dialService := grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "tcp", serviceAddr)
 	})
-	published := followClientSecret(t, c)
+	published := followSecrets(t, c, certSecret, caSecret)
 	endpoint := "https://" + serverName + ":2379"
 	w := startWriterWith(t, clientv3.Config{Endpoints: []string{endpoint}, TLS: published.config(serverName),
 		DialOptions: []grpc.DialOption{dialService}}, "/e2e/carotation")
@@ -134,8 +155,11 @@ func TestCARotationWithoutDowntime(t *testing.T) {
 		DialOptions: []grpc.DialOption{dialService}})
 
 	// The clients pinned to what the client Secret held before the rotation.
-	before := &corev1.Secret{}
+	before, beforeTrust := &corev1.Secret{}, &corev1.Secret{}
 	if err := k8sClient.Get(ctx, published.secret, before); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8sClient.Get(ctx, published.trust, beforeTrust); err != nil {
 		t.Fatal(err)
 	}
 	oldPair, err := tls.X509KeyPair(before.Data["tls.crt"], before.Data["tls.key"])
@@ -143,7 +167,7 @@ func TestCARotationWithoutDowntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	oldRoots := x509.NewCertPool()
-	oldRoots.AppendCertsFromPEM(before.Data["ca.crt"])
+	oldRoots.AppendCertsFromPEM(beforeTrust.Data["ca.crt"])
 	oldCertificate := published.config(serverName)
 	oldCertificate.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &oldPair, nil }
 	oldTrust := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: oldRoots, Certificates: []tls.Certificate{oldPair}}
@@ -152,10 +176,7 @@ func TestCARotationWithoutDowntime(t *testing.T) {
 		podsBefore[p.Name] = p.UID
 	}
 
-	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+etcdv1alpha1.AnnotationRotateCA+`":"e2e"}}}`))
-	if err := k8sClient.Patch(ctx, c, patch); err != nil {
-		t.Fatal(err)
-	}
+	start()
 	started := time.Now()
 	// Each phase, with what the pinned clients saw in it: a fresh connection each time.
 	type outcome struct{ ok, refused int }
@@ -175,7 +196,7 @@ func TestCARotationWithoutDowntime(t *testing.T) {
 		}
 	}
 	err = pollUntil(ctx, 12*time.Minute, func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+		if err := k8sClient.Get(ctx, crclient.ObjectKeyFromObject(c), c); err != nil {
 			return false, nil //nolint:nilerr // the API server busy: asked again
 		}
 		if a := meta.FindStatusCondition(c.Status.Conditions, etcdv1alpha1.ConditionAvailable); a == nil || a.Status != metav1.ConditionTrue {

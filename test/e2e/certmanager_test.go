@@ -290,3 +290,99 @@ func startTLSWriter(t *testing.T, endpoint, addr string, tlsConfig *tls.Config, 
 	t.Cleanup(func() { w.stop(); _ = c.Close() })
 	return w
 }
+
+// caIssuers makes, in ns, a self-signed ClusterIssuer and, for each name, a CA Certificate from
+// it and a CA Issuer of that name signing with it; each CA's Secret is named after it too.
+func caIssuers(t *testing.T, ns string, names ...string) {
+	t.Helper()
+	selfSigned := ns + "-selfsigned"
+	objs := []*unstructured.Unstructured{cmObject("ClusterIssuer", "", selfSigned, map[string]any{"selfSigned": map[string]any{}})}
+	for _, name := range names {
+		objs = append(objs,
+			cmObject("Certificate", ns, name, map[string]any{
+				"isCA": true, "commonName": "e2e-" + name, "secretName": name, "duration": "24h",
+				"privateKey": map[string]any{"algorithm": "ECDSA", "size": int64(256)},
+				"issuerRef":  map[string]any{"kind": "ClusterIssuer", "name": selfSigned},
+			}),
+			cmObject("Issuer", ns, name, map[string]any{"ca": map[string]any{"secretName": name}}))
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), objs[0]) })
+	for _, obj := range objs {
+		if err := k8sClient.Create(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+		waitCertManagerReady(t, obj)
+	}
+}
+
+// A cluster of provider CertManager moved to another issuer (another CA) by a change of
+// tls.certManager.issuerRef, under load, with no downtime: as TestCARotationWithoutDowntime
+// checks it, with an application's client following the user certificate and the trust
+// bundle. At the end the Certificates name the new issuer, the bundle holds its CA alone, and
+// the probe Certificates are gone.
+func TestCertManagerCARotation(t *testing.T) {
+	ctx := context.Background()
+	if _, err := k8sClient.RESTMapper().RESTMapping(resources.CertificateGVK.GroupKind(), "v1"); meta.IsNoMatchError(err) {
+		t.Skip("cert-manager is not installed on this cluster (no cert-manager.io/v1 Certificate): run make test-cert-manager")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	ns := testNamespace(t, "e2e-cm-rotation-")
+	caIssuers(t, ns, "ca", "next-ca")
+	c := &etcdv1alpha1.EtcdCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "moving", Namespace: ns},
+		Spec: etcdv1alpha1.EtcdClusterSpec{
+			Size: 3, Version: etcdVersion,
+			Storage: etcdv1alpha1.StorageSpec{Size: ptrTo(resource.MustParse("128Mi"))},
+			TLS: &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderCertManager,
+				CertManager: &etcdv1alpha1.CertManagerTLS{IssuerRef: etcdv1alpha1.IssuerReference{Name: "ca", Kind: "Issuer"}}},
+		},
+	}
+	if err := k8sClient.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	waitAvailable(t, c, 3)
+	rotateUnderLoad(t, c, resources.UserTLSSecretName(c.Name), resources.TrustBundleSecretName(c.Name), func() {
+		patchSpec(t, c, func(c *etcdv1alpha1.EtcdCluster) { c.Spec.TLS.CertManager.IssuerRef.Name = "next-ca" })
+	})
+
+	if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
+		t.Fatal(err)
+	}
+	if rot := c.Status.CARotation; rot.Trigger != "IssuerChanged" || rot.FromIssuer == nil || rot.FromIssuer.Name != "ca" || rot.ToIssuer == nil || rot.ToIssuer.Name != "next-ca" {
+		t.Errorf("status.caRotation %+v, want IssuerChanged from ca to next-ca", rot)
+	}
+	next, bundle := &corev1.Secret{}, &corev1.Secret{}
+	for name, s := range map[string]*corev1.Secret{"next-ca": next, resources.TrustBundleSecretName(c.Name): bundle} {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(bytes.TrimSpace(bundle.Data[certs.KeyCA]), bytes.TrimSpace(next.Data[certs.KeyCert])) {
+		t.Errorf("the trust bundle holds\n%s\nwant the new issuer's CA alone\n%s", bundle.Data[certs.KeyCA], next.Data[certs.KeyCert])
+	}
+	for _, ic := range resources.CertManagerCertificates(c) {
+		cert := &unstructured.Unstructured{}
+		cert.SetGroupVersionKind(resources.CertificateGVK)
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: ic.Name}, cert); err != nil {
+			t.Fatal(err)
+		}
+		if ref, _, _ := unstructured.NestedStringMap(cert.Object, "spec", "issuerRef"); ref["name"] != "next-ca" {
+			t.Errorf("Certificate %s names issuer %v, want next-ca", ic.Name, ref)
+		}
+	}
+	waitFor(t, "the probe Certificates deleted", func(ctx context.Context) (bool, error) {
+		for _, which := range []string{"old", "new"} {
+			probe := &unstructured.Unstructured{}
+			probe.SetGroupVersionKind(resources.CertificateGVK)
+			err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: resources.CAProbeName(c.Name, which)}, probe)
+			if ignoreNotFound(err) != nil {
+				return false, err
+			}
+			if err == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
