@@ -481,3 +481,30 @@ func TestQuorum(t *testing.T) {
 		}
 	}
 }
+
+// Settled is what lets other work (a CA rotation) move: only the step of a cluster with
+// nothing to do, never a wait for something, a paused cluster or a change.
+func TestSettledOnlyWhenNothingIsToDo(t *testing.T) {
+	paused := formed(three()...)
+	paused.Paused = true
+	unhealthy := formed(leader(healthy("a", 1)), healthy("b", 2), down(healthy("c", 3)))
+	bigger := formed(three()...)
+	bigger.DesiredSize = 5
+	for _, tc := range []struct {
+		name string
+		step Step
+		want bool
+	}{
+		{"healthy cluster matching spec", Next(formed(three()...)), true},
+		{"paused", Next(paused), false},
+		{"a member unhealthy", Next(unhealthy), false},
+		{"a change to make", Next(bigger), false},
+		{"a wait of an operation, with the settled reason", Step{Action: Wait, Operation: OpRollingOut, Reason: reasonSettled}, false},
+		{"another action, with the settled reason", Step{Action: RollMember, Reason: reasonSettled}, false},
+		{"a wait for another reason", Step{Action: Wait, Reason: "waiting"}, false},
+	} {
+		if got := Settled(tc.step); got != tc.want {
+			t.Errorf("%s: Settled(%+v) = %v, want %v", tc.name, tc.step, got, tc.want)
+		}
+	}
+}

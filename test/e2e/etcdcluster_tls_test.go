@@ -29,6 +29,7 @@ import (
 // A cluster with operator-issued TLS and root authentication serves only clients that present
 // a certificate from its CA, and with auth on only the right credentials.
 func TestTLSAndAuthClusterRefusesStrangers(t *testing.T) {
+	t.Parallel() // its own namespace and cluster; most of its time is waiting on them
 	ctx := context.Background()
 	ns := testNamespace(t, "e2e-tls-")
 	root := &corev1.Secret{
