@@ -48,6 +48,7 @@ var invalidObjects = []struct {
 	{"cluster tls renewal as long as validity", cluster("tls: {validity: 720h, renewBefore: 720h}"), "tls.renewBefore must be shorter than tls.validity"},
 	{"cluster tls renewal zero", cluster("tls: {renewBefore: 0s}"), "tls.renewBefore must be above 0"},
 	{"cluster tls CA renewal zero", cluster("tls: {caRenewBefore: 0s}"), "tls.caRenewBefore must be above 0"},
+	{"cluster tls CA renewal as long as the CA lives", cluster("tls: {validity: 720h, caRenewBefore: 7200h}"), "tls.caRenewBefore must be shorter than the CA's life"},
 	{"cluster tls CA renewal with user Secrets", cluster("tls: {provider: Secrets, secrets: {peer: p, server: s, client: c}, caRenewBefore: 720h}"), "tls.caRenewBefore is only used when tls.provider is Operator"},
 	{"cluster tls validity above ten years", cluster("tls: {validity: 87601h}"), "tls.validity must be at most 87600h"},
 	{"cluster quota zero", cluster("tuning: {quotaBackendBytes: 0}"), "tuning.quotaBackendBytes must be above 0"},
