@@ -75,8 +75,8 @@ func TestFailpointWalk(t *testing.T) {
 		"restore into a new cluster": w.restoreNew,
 		"create with TLS and auth":   w.createSecure,
 		"change the root password":   w.changeRootPassword,
-		"rotate the CA":              w.rotateCA,
 		"renew certificates":         w.renewCertificates,
+		"rotate the CA":              w.rotateCA,
 		"recover a lost quorum":      w.recoverLostQuorum,
 		"restore a lost cluster from its latest backup": w.restoreLostCluster,
 	}
@@ -411,6 +411,9 @@ func (w *failpointWalk) rotateCA(t *testing.T) {
 	if err := w.securePut(t, w.rootPassword); err != nil {
 		t.Errorf("root with the client certificate of the new CA was refused: %v", err)
 	}
+	if err := k8sClient.Delete(context.Background(), w.secure); err != nil {
+		t.Errorf("delete the TLS cluster, which renews its certificates every 90s: %v", err)
+	}
 }
 
 func (w *failpointWalk) renewCertificates(t *testing.T) {
@@ -438,9 +441,6 @@ func (w *failpointWalk) renewCertificates(t *testing.T) {
 	w.converged(t, w.secure, 3, w.secureClient)
 	if err := w.securePut(t, w.rootPassword); err != nil {
 		t.Errorf("root with the renewed client certificate was refused: %v", err)
-	}
-	if err := k8sClient.Delete(context.Background(), w.secure); err != nil {
-		t.Errorf("delete the TLS cluster, which renews its certificates every 90s: %v", err)
 	}
 }
 

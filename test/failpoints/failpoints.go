@@ -126,6 +126,13 @@ var Walk = []Operation{
 		},
 	},
 	{
+		// The certificates reach their renewal time and are issued again.
+		Name: "renew certificates",
+		Failpoints: []Failpoint{
+			{"certificateRenewed", 1},
+		},
+	},
+	{
 		// The CA is replaced on the annotation: the new CA made (crashing before status
 		// records it), members restarted one at a time to trust both CAs, the CA Secret
 		// swapped (crashing before any certificate is issued from it), every certificate
@@ -135,13 +142,6 @@ var Walk = []Operation{
 			{"caRotationNewCAMade", 1},
 			{"memberPodStopped", 1},
 			{"caRotationCASwapped", 1},
-		},
-	},
-	{
-		// The certificates reach their renewal time and are issued again.
-		Name: "renew certificates",
-		Failpoints: []Failpoint{
-			{"certificateRenewed", 1},
 		},
 	},
 	{
