@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -87,23 +88,13 @@ func (w *rotationWorld) probe(t *testing.T) func(context.Context, string, map[st
 		if strings.HasSuffix(addr, ":2380") {
 			leaf = names.Peer
 		}
-		seen := etcd.TrustSeen{Presents: certs.IssuerIn(w.secret(t, leaf).Data[certs.KeyCert], slices.Collect(mapValues(cas)))}
+		seen := etcd.TrustSeen{Presents: certs.IssuerIn(w.secret(t, leaf).Data[certs.KeyCert], slices.Collect(maps.Values(cas)))}
 		for _, pr := range probes {
 			if slices.Contains(w.loaded[member], pr.CA) {
 				seen.Trusts = append(seen.Trusts, pr.CA)
 			}
 		}
 		return seen, nil
-	}
-}
-
-func mapValues[K comparable, V any](m map[K]V) func(func(V) bool) {
-	return func(yield func(V) bool) {
-		for _, v := range m {
-			if !yield(v) {
-				return
-			}
-		}
 	}
 }
 
