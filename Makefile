@@ -148,17 +148,19 @@ bench: envtest-assets $(VERSITYGW) ## Benchmarks: backup throughput and memory a
 		go test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m . ./internal/...
 
 .PHONY: test-all
-# Mutation testing runs beside the cluster's start and the OLM checks, which mostly wait on
-# rollouts, and must pass before the e2e suite starts: its output is printed then, whole. (Beside
+# Mutation testing runs beside the cluster's start, the OLM checks and the operator's deployment
+# for the e2e suite (whose test binary is compiled then too), which mostly wait on rollouts, and
+# must pass before the e2e suite starts: its output is printed then, whole. (Beside
 # the failpoint walk it saved ~3.5 min, but the walk failed there once, 2026-11-26: scale 5 to 3
 # crossed memberRemoved once, not twice. A likely cause under the load, not confirmed: a
 # removal's answer lost, and its retry finding the member gone, a path that crosses no failpoint.)
-test-all: ## What CI runs: make test, then mutation testing beside scorecard on a freshly started local cluster, the e2e suite (OLM install and upgrade included), the failpoint walk and the short soak, the cluster always torn down after.
+test-all: ## What CI runs: make test, then mutation testing beside scorecard and the operator's deployment on a freshly started local cluster, the e2e suite (OLM install and upgrade included), the failpoint walk and the short soak, the cluster always torn down after.
 	$(MAKE) --no-print-directory test
 	$(MAKE) --no-print-directory cluster-down PURGE=1
 	status=0; mutation_log=$$(mktemp); \
 	$(MAKE) --no-print-directory mutation >$$mutation_log 2>&1 & mutation=$$!; \
 	{ $(MAKE) --no-print-directory olm-catalog && $(MAKE) --no-print-directory olm-scorecard && \
+		$(MAKE) --no-print-directory cluster-deploy && go test -tags e2e -c -o /dev/null ./test/e2e/ && \
 		{ wait $$mutation; mutated=$$?; echo "=== make mutation (run beside the cluster's start):"; cat $$mutation_log; [ $$mutated -eq 0 ]; } && \
 		E2E_OLM=1 $(MAKE) --no-print-directory test-e2e && $(MAKE) --no-print-directory test-failpoints && \
 		$(MAKE) --no-print-directory chaos-ci; } || status=$$?; \

@@ -183,11 +183,11 @@ cluster-status: ## Show which cluster processes run, and the nodes and pods.
 # Where `make deploy` puts the operator (config/default).
 CLUSTER_OPERATOR_NAMESPACE ?= etcd-operator-system
 CLUSTER_OPERATOR_DEPLOYMENT ?= etcd-operator-controller-manager
-# -parallel 4: the parallel tests spend most of their time waiting (quorumLossRecovery.after,
-# schedules, certificate lifetimes), not on CPU; go test's default is one per core. With 5 (tried
-# 2026-11-26) the two cores were overloaded: the API server answered a Get past its 30-second
-# deadline, a claim's volume took 90 s, and three tests failed on timeouts in one CI run.
-CLUSTER_E2E_GO_TEST_FLAGS ?= -count=1 -v -timeout 60m -parallel 4
+# How many parallel e2e tests run at once (E2E_PARALLEL; test/e2e/parallel_test.go queues them,
+# the longest expected first, and says why 4). go test's own -parallel is set high so that every
+# parallel test reaches that queue.
+CLUSTER_E2E_PARALLEL ?= 4
+CLUSTER_E2E_GO_TEST_FLAGS ?= -count=1 -v -timeout 60m -parallel 64
 # Files the tests keep for after the run, such as the visualization of a non-linearizable history
 # (test/linearizability); CI systems that collect $ARTIFACTS set it.
 ARTIFACTS ?= $(CLUSTER_BIN)/e2e-artifacts
@@ -210,7 +210,7 @@ cluster-deploy: cluster-up build $(CLUSTER_IMAGEBUILDER) ## Bring the cluster up
 
 .PHONY: test-e2e
 # What the e2e suite needs to know of the cluster and of this tree's images and tools.
-CLUSTER_E2E_ENV = KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_OPERATOR_IMAGE=$(CLUSTER_E2E_IMAGE) E2E_OPERATOR_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
+CLUSTER_E2E_ENV = KUBECONFIG=$(CLUSTER_KUBECONFIG) E2E_PARALLEL=$(CLUSTER_E2E_PARALLEL) E2E_OPERATOR_IMAGE=$(CLUSTER_E2E_IMAGE) E2E_OPERATOR_NAMESPACE=$(CLUSTER_OPERATOR_NAMESPACE) \
 	E2E_OPERATOR_DEPLOYMENT=$(CLUSTER_OPERATOR_DEPLOYMENT) E2E_S3_IMAGE=$(CLUSTER_VERSITYGW_IMAGE) E2E_BUSYBOX_IMAGE=$(CLUSTER_BUSYBOX_IMAGE) \
 	E2E_ETCDUTL=$(ETCD_BIN)/etcdutl E2E_KUBECTL=$(CLUSTER_KUBECTL) ARTIFACTS=$(ARTIFACTS) \
 	E2E_OPERATOR_SDK=$(OPERATOR_SDK) E2E_REGISTRY_CA=$(CLUSTER_CA) \
@@ -264,7 +264,7 @@ test-partition: cluster-deploy ## Not in CI: the split-brain tests, members cut 
 MATRIX ?= pairs
 MATRIX_PARALLEL ?= 3
 test-matrix: cluster-deploy ## Not in CI: the day-two matrix (test/matrix): with MATRIX=pairs (the default) every pair of option values, each cluster taken through every operation that applies to it; MATRIX_CELLS=<regexp> picks cells.
-	$(CLUSTER_E2E_ENV) E2E_MATRIX=$(MATRIX) E2E_MATRIX_CELLS='$(MATRIX_CELLS)' go test -tags e2e -count=1 -v -timeout 240m -parallel $(MATRIX_PARALLEL) \
+	$(CLUSTER_E2E_ENV) E2E_PARALLEL=$(MATRIX_PARALLEL) E2E_MATRIX=$(MATRIX) E2E_MATRIX_CELLS='$(MATRIX_CELLS)' go test -tags e2e -count=1 -v -timeout 240m -parallel 64 \
 		-run '^TestMatrix$$' ./test/e2e/
 
 .PHONY: test-e2e-extended

@@ -24,7 +24,7 @@ import (
 // they are, in a namespace with nothing else, gets a cluster, a snapshot of it and a restored
 // copy: no Secret, claim or bucket to make first, and no example that waits for ever.
 func TestALMExamplesWorkWhenCreatedTogether(t *testing.T) {
-	t.Parallel() // with the backup and restore tests, after the cluster lifecycle tests
+	inParallel(t, 45*time.Second) // with the backup and restore tests, after the cluster lifecycle tests
 	ns := testNamespace(t, "e2e-alm-examples-")
 	started := time.Now()
 

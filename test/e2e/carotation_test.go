@@ -114,7 +114,7 @@ func (p *publishedTLS) config(serverName string) *tls.Config {
 // old CA's certificate works until the old CA is dropped, and is refused after; one that trusts
 // only the old CA for the members' certificates fails once they present the new CA's.
 func TestCARotationWithoutDowntime(t *testing.T) {
-	t.Parallel()
+	inParallel(t, 210*time.Second)
 	ns := testNamespace(t, "e2e-carotation-")
 	c := &etcdv1alpha1.EtcdCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "rotating", Namespace: ns},

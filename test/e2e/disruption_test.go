@@ -34,7 +34,7 @@ import (
 // deletes a member's pod rather than evicting it through the same budget, would let two of three
 // members go at once.
 func TestDrainsNeverBreakQuorum(t *testing.T) {
-	t.Parallel()
+	inParallel(t, 240*time.Second)
 	ctx := context.Background()
 	ns := testNamespace(t, "e2e-drain-")
 	c := &etcdv1alpha1.EtcdCluster{

@@ -25,7 +25,7 @@ import (
 // other objects stay. Kept cheap: one-member clusters with no dataset, schedules every 20 s,
 // three runs each.
 func TestEtcdBackupRetentionPrunesOnlyItsOwnSnapshots(t *testing.T) {
-	t.Parallel()
+	inParallel(t, 80*time.Second)
 	ctx := context.Background()
 	nsA, nsB := testNamespace(t, "e2e-retention-a-"), testNamespace(t, "e2e-retention-b-")
 	s3srv := startS3Server(t, nsA)

@@ -118,7 +118,7 @@ func (f *backupFixture) createBackup(t *testing.T, name string, spec etcdv1alpha
 // The one-shot backup of a known dataset lands in the bucket as a valid snapshot whose
 // sha256, size and revision are what status says; then the PVC destination does the same.
 func TestEtcdBackup(t *testing.T) {
-	t.Parallel() // with the restore tests, after the cluster lifecycle tests
+	inParallel(t, 440*time.Second) // with the restore tests, after the cluster lifecycle tests
 	f := newBackupFixture(t, "e2e-backup-")
 
 	t.Run("to S3, verified", func(t *testing.T) {

@@ -29,7 +29,7 @@ import (
 // A cluster with operator-issued TLS and root authentication serves only clients that present
 // a certificate from its CA, and with auth on only the right credentials.
 func TestTLSAndAuthClusterRefusesStrangers(t *testing.T) {
-	t.Parallel() // its own namespace and cluster; most of its time is waiting on them
+	inParallel(t, 55*time.Second) // its own namespace and cluster; most of its time is waiting on them
 	ctx := context.Background()
 	ns := testNamespace(t, "e2e-tls-")
 	root := &corev1.Secret{
@@ -155,7 +155,7 @@ func putErr(ctx context.Context, endpoint, addr string, tlsConfig *tls.Config, u
 // certificates have expired, members still talk to each other and serve clients holding the
 // renewed client certificate.
 func TestCertificatesRenewWithoutRestart(t *testing.T) {
-	t.Parallel() // with the backup and restore tests, after the cluster lifecycle tests
+	inParallel(t, 210*time.Second) // with the backup and restore tests, after the cluster lifecycle tests
 	ctx := context.Background()
 	ns := testNamespace(t, "e2e-renew-")
 	const validity, renewBefore = 3 * time.Minute, 2 * time.Minute

@@ -34,7 +34,7 @@ const restoreTimeout = 5 * time.Minute
 // Back up a dataset, write more, and restore into new clusters: exactly the backed-up keys at
 // the backed-up revision; bad sources fail without touching anything.
 func TestEtcdRestore(t *testing.T) {
-	t.Parallel() // with the backup tests, after the cluster lifecycle tests
+	inParallel(t, 140*time.Second) // with the backup tests, after the cluster lifecycle tests
 	f := newBackupFixture(t, "e2e-restore-")
 	ctx := context.Background()
 

@@ -51,6 +51,7 @@ import (
 // runs it), pairs (every pair of option values, every operation that applies to each) or full
 // (the product). E2E_MATRIX_CELLS, a regexp, runs only the cells whose names it matches.
 func TestMatrix(t *testing.T) {
+	t.Parallel() // its cells queue with the other parallel tests, the longest first
 	var cells []matrix.Cell
 	values := matrix.Values{matrix.Nodes: {"one"}}
 	if os.Getenv("E2E_SECOND_NODE") != "" {
@@ -77,7 +78,7 @@ func TestMatrix(t *testing.T) {
 			continue
 		}
 		t.Run(cell.Name(), func(t *testing.T) {
-			t.Parallel()
+			inParallel(t, expectedCellTime(cell.Operations))
 			m := newMatrixCell(t, i, cell.Config)
 			for _, op := range cell.Operations {
 				began := time.Now()
@@ -89,6 +90,22 @@ func TestMatrix(t *testing.T) {
 			m.checkPods(t)
 		})
 	}
+}
+
+// expectedCellTime: about what a cell with these operations took in CI (2026-11-29): the
+// recoveries of a lost quorum or cluster wait quorumLossRecovery.after and then recreate
+// members, 2 to 4 minutes each; the others half a minute, the cluster's start a minute.
+func expectedCellTime(operations []string) time.Duration {
+	expected := time.Minute
+	for _, op := range operations {
+		switch op {
+		case matrix.RecoverByHand, matrix.RecoverByPolicy, matrix.RecoverFromBackups:
+			expected += 3 * time.Minute
+		default:
+			expected += 30 * time.Second
+		}
+	}
+	return expected
 }
 
 // Passwords of the matrix's clusters with root authentication: the first, and the one a

@@ -82,7 +82,7 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 			if tc.extended && os.Getenv("E2E_EXTENDED") == "" {
 				t.Skip("an extended case, not in CI: run with make test-e2e-extended")
 			}
-			t.Parallel()
+			inParallel(t, 260*time.Second)
 			ctx := context.Background()
 			ns := testNamespace(t, "e2e-quorum-")
 			c := &etcdv1alpha1.EtcdCluster{
@@ -240,7 +240,7 @@ func TestQuorumLostForGoodIsRecovered(t *testing.T) {
 		if os.Getenv("E2E_EXTENDED") == "" {
 			t.Skip("an extended case, not in CI: run with make test-e2e-extended")
 		}
-		t.Parallel()
+		inParallel(t, 170*time.Second)
 		recoveredFromTheLatestBackup(t)
 	})
 }

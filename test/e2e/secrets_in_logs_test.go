@@ -206,7 +206,7 @@ func readLog(ctx context.Context, clientset kubernetes.Interface, pod string, op
 // The check reads the logs of pods that are gone by the suite's end: a pod labelled as the
 // operator's agents are prints a string and is deleted, and the collector has its log.
 func TestTheLogCheckReadsPodsThatAreGone(t *testing.T) {
-	t.Parallel()
+	inParallel(t, 5*time.Second)
 	collector := startLogCollector(newClientset(t))
 	ns := testNamespace(t, "e2e-logs-")
 	planted := fmt.Sprintf("planted-%d", time.Now().UnixNano())
