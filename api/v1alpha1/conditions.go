@@ -69,8 +69,14 @@ const (
 	ReasonPaused           = "Paused"
 	ReasonReconciled       = "Reconciled"
 	ReasonAlarm            = "Alarm"
-	ReasonCertificateError = "CertificateError"
-	ReasonInvalidSpec      = "InvalidSpec"
+	// ReasonCorruptMember (Degraded): a member's data diverged from the others' (etcd's
+	// CORRUPT alarm, its start-up check, or the operator's hash comparison); the operator
+	// replaces it while a quorum holds.
+	ReasonCorruptMember = "CorruptMember"
+	// ReasonReplacingCorruptMember: the step under way replaces a corrupt member.
+	ReasonReplacingCorruptMember = "ReplacingCorruptMember"
+	ReasonCertificateError       = "CertificateError"
+	ReasonInvalidSpec            = "InvalidSpec"
 )
 
 // Condition reasons of EtcdCluster with tls.provider CertManager.

@@ -104,6 +104,49 @@ type EtcdClusterSpec struct {
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Defragmentation"
 	Defragmentation DefragmentationSpec `json:"defragmentation,omitempty"`
+
+	// CorruptionCheck catches members whose data diverged from the others' (a flipped bit on
+	// disk, a bug) before they serve it. A member found corrupt is taken out of the client
+	// Service, replaced while a quorum holds (its claim kept, released from the cluster) and
+	// never used as a backup's source or a quorum recovery's survivor.
+	// +kubebuilder:default={}
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Corruption Check"
+	CorruptionCheck CorruptionCheckSpec `json:"corruptionCheck,omitempty"`
+}
+
+// CorruptionCheckPolicy turns the corruption checks on or off.
+// +kubebuilder:validation:Enum=Enabled;Disabled
+type CorruptionCheckPolicy string
+
+const (
+	// CorruptionCheckEnabled: etcd's own checks run on every member (a starting member compares
+	// its data with its peers' and refuses to serve on a mismatch; the leader compares the
+	// members' hashes after each compaction and raises a CORRUPT alarm), and the operator
+	// compares every member's keyspace hash at a common revision every interval.
+	CorruptionCheckEnabled CorruptionCheckPolicy = "Enabled"
+	// CorruptionCheckDisabled: members are started without etcd's checks, and the operator does
+	// not compare hashes. A CORRUPT alarm raised anyway is still acted on.
+	CorruptionCheckDisabled CorruptionCheckPolicy = "Disabled"
+)
+
+// CorruptionCheckSpec says how members whose data diverged are caught.
+type CorruptionCheckSpec struct {
+	// Policy is Enabled (default) or Disabled. Changing it restarts the members one at a time
+	// with or without etcd's checks; members made by an operator version without them get them
+	// at their next restart.
+	// +kubebuilder:default=Enabled
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Corruption Check Policy",xDescriptors={"urn:alm:descriptor:com.tectonic.ui:select:Enabled","urn:alm:descriptor:com.tectonic.ui:select:Disabled"}
+	Policy CorruptionCheckPolicy `json:"policy,omitempty"`
+
+	// Interval between the operator's comparisons of every member's keyspace hash (HashKV) at a
+	// common revision. Each comparison reads every member's whole database, so it is spaced
+	// hours apart by default.
+	// +kubebuilder:default="4h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="corruptionCheck.interval must be at least 1m"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
 }
 
 // StorageSpec gives each member a PersistentVolumeClaim of its own, or, by explicit opt-in, an
@@ -776,6 +819,56 @@ type PreservedDataStatus struct {
 	Time metav1.Time `json:"time"`
 }
 
+// CorruptMember is a member found with data that diverged from the others'.
+type CorruptMember struct {
+	// Name of the member.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// ID is etcd's member ID, in hexadecimal.
+	// +kubebuilder:validation:MaxLength=16
+	// +optional
+	ID string `json:"id,omitempty"`
+	// Evidence says how the divergence was found: etcd's CORRUPT alarm, the member's own
+	// check refusing to start, or the operator's hash comparison (with the hashes).
+	// +kubebuilder:validation:MaxLength=1024
+	Evidence string `json:"evidence"`
+	// DetectedTime is when the operator first found it.
+	DetectedTime metav1.Time `json:"detectedTime"`
+	// Claim is the member's claim, kept with its data once the member is removed: released
+	// from the cluster (deleting the cluster leaves it), for the user to examine and delete.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Claim string `json:"claim,omitempty"`
+}
+
+// ConsistencyCheck is one comparison of the members' keyspace hashes at a revision.
+type ConsistencyCheck struct {
+	// Time the comparison was made.
+	Time metav1.Time `json:"time"`
+	// Revision the members' keyspaces were hashed at.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// Result: Consistent, Diverged (Diverged names the minority) or Inconclusive (Message says
+	// why: a member did not answer, the revision was compacted, no majority agreed).
+	// +kubebuilder:validation:Enum=Consistent;Diverged;Inconclusive
+	Result string `json:"result"`
+	// Diverged are the members whose hash differed from the majority's.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Diverged []string `json:"diverged,omitempty"`
+	// Message gives the hashes, or why the comparison was inconclusive.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// Results of a consistency check.
+const (
+	ConsistencyConsistent   = "Consistent"
+	ConsistencyDiverged     = "Diverged"
+	ConsistencyInconclusive = "Inconclusive"
+)
+
 // EtcdClusterStatus is what the operator last observed. Every field is observed, never
 // assumed.
 type EtcdClusterStatus struct {
@@ -842,6 +935,19 @@ type EtcdClusterStatus struct {
 	// its record once Done.
 	// +optional
 	CARotation *CARotationStatus `json:"caRotation,omitempty"`
+
+	// CorruptMembers are the members found with data that diverged from the others', each with
+	// the evidence, until it is replaced and etcd's CORRUPT alarm for it is cleared.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	CorruptMembers []CorruptMember `json:"corruptMembers,omitempty"`
+
+	// LastConsistencyCheck is the operator's latest comparison of the members' keyspace hashes
+	// (spec.corruptionCheck).
+	// +optional
+	LastConsistencyCheck *ConsistencyCheck `json:"lastConsistencyCheck,omitempty"`
 
 	// QuorumLostTime is when the operator first found this formed cluster without a quorum
 	// serving (etcd answered no member list), since one last served; unset while a quorum

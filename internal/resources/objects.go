@@ -58,7 +58,11 @@ func MemberPodSpecHash(c *etcdv1alpha1.EtcdCluster) string {
 		Ephemeral   bool
 		// An emptyDir's size limit is part of the pod; a claim's size is expanded in place.
 		EphemeralSize *resource.Quantity
-	}{c.Spec.PodTemplate, c.Spec.Tuning, c.Spec.Repository, c.Spec.Storage.Ephemeral, ephemeralSize(c)})
+		// Only when off: pods made before the checks existed, and so without them, are not
+		// all restarted by an operator upgrade; they get the checks at their next restart.
+		CorruptionChecksOff bool `json:",omitempty"`
+	}{c.Spec.PodTemplate, c.Spec.Tuning, c.Spec.Repository, c.Spec.Storage.Ephemeral, ephemeralSize(c),
+		c.Spec.CorruptionCheck.Policy == etcdv1alpha1.CorruptionCheckDisabled})
 	if err != nil {
 		panic(fmt.Sprintf("marshal the pod spec: %v", err)) // plain structs always marshal
 	}
@@ -197,6 +201,10 @@ func etcdContainer(c *etcdv1alpha1.EtcdCluster, m MemberSpec, images EtcdImages)
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/usr/local/bin/etcd"},
 		Args:            etcdArgs(c, m),
+		// The end of its log when etcd exits with an error: a member whose initial corruption
+		// check failed says so there ("found data inconsistency with peers"), which is how the
+		// operator learns it (no alarm is raised for a member that never started).
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Ports: []corev1.ContainerPort{
 			{Name: "client", ContainerPort: ClientPort, Protocol: corev1.ProtocolTCP},
 			{Name: "peer", ContainerPort: PeerPort, Protocol: corev1.ProtocolTCP},
@@ -337,7 +345,45 @@ func etcdArgs(c *etcdv1alpha1.EtcdCluster, m MemberSpec) []string {
 	if t.ElectionTimeoutMillis > 0 {
 		args = append(args, "--election-timeout="+strconv.Itoa(int(t.ElectionTimeoutMillis)))
 	}
+	if c.Spec.CorruptionCheck.Policy != etcdv1alpha1.CorruptionCheckDisabled {
+		args = append(args, CorruptionCheckArgs(m.Version)...)
+	}
 	return args
+}
+
+// CorruptionCheckArgs turn on etcd's own corruption checks in the spelling the version takes:
+// the initial check (a starting member compares its keyspace hash with its peers' at its
+// revision and refuses to start on a mismatch) and the compaction hash check (the leader
+// compares the members' hashes at each compaction and raises CORRUPT for a member that
+// differs). 3.6 made both feature gates and 3.7 removed the --experimental-* flags; 3.5 has
+// the compaction check from 3.5.5. A version this cannot read gets the newest spelling.
+func CorruptionCheckArgs(version string) []string {
+	major, minor, patch, ok := splitVersion(version)
+	switch {
+	case !ok || major > 3 || minor >= 6:
+		return []string{"--feature-gates=InitialCorruptCheck=true,CompactHashCheck=true"}
+	case minor == 5 && patch >= 5:
+		return []string{"--experimental-initial-corrupt-check=true", "--experimental-compact-hash-check-enabled=true"}
+	default:
+		return []string{"--experimental-initial-corrupt-check=true"}
+	}
+}
+
+// splitVersion reads MAJOR.MINOR.PATCH.
+func splitVersion(version string) (major, minor, patch int, ok bool) {
+	parts := strings.Split(version, ".")
+	if len(parts) != 3 {
+		return 0, 0, 0, false
+	}
+	var nums [3]int
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return 0, 0, 0, false
+		}
+		nums[i] = n
+	}
+	return nums[0], nums[1], nums[2], true
 }
 
 func dataVolumeSource(c *etcdv1alpha1.EtcdCluster, member string) corev1.Volume {
