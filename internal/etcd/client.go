@@ -62,6 +62,10 @@ type MemberStatus struct {
 	Errors []string
 	// Alarms are the cluster's active alarms as this member reports them, such as NOSPACE.
 	Alarms []string
+	// CorruptMembers are the members etcd raised a CORRUPT alarm for: their data diverged from
+	// the others' (etcd's compaction hash check, or an alarm raised by hand). While one is
+	// raised, etcd refuses every write.
+	CorruptMembers []uint64
 }
 
 // Client is the narrow view of etcd the reconcilers use.
@@ -98,6 +102,9 @@ type Client interface {
 	KeyspaceAt(ctx context.Context, clientURL string, revision int64) (KeyspaceDigest, error)
 	// DisarmNoSpace clears the NOSPACE alarm of every member, letting writes through again.
 	DisarmNoSpace(ctx context.Context) error
+	// DisarmCorrupt clears the CORRUPT alarm raised for memberID (which may have been removed
+	// since), letting writes through again once no other is raised.
+	DisarmCorrupt(ctx context.Context, memberID uint64) error
 	// Close releases the connections.
 	Close() error
 }
@@ -257,11 +264,19 @@ func (e *client) Status(ctx context.Context, clientURL string) (MemberStatus, er
 		QuotaBytes:       resp.DbSizeQuota,
 	}
 	for _, e := range resp.Errors {
-		// etcd reports alarms as "memberID:<id> alarm:<TYPE>".
-		if _, alarm, ok := strings.Cut(e, "alarm:"); ok {
-			st.Alarms = append(st.Alarms, strings.TrimSpace(alarm))
-		} else {
+		// etcd reports alarms as "memberID:<id> alarm:<TYPE>", the ID in decimal.
+		member, alarm, ok := strings.Cut(e, "alarm:")
+		if !ok {
 			st.Errors = append(st.Errors, e)
+			continue
+		}
+		alarm = strings.TrimSpace(alarm)
+		st.Alarms = append(st.Alarms, alarm)
+		if alarm != pb.AlarmType_CORRUPT.String() {
+			continue
+		}
+		if id, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(member), "memberID:")), 10, 64); err == nil {
+			st.CorruptMembers = append(st.CorruptMembers, id)
 		}
 	}
 	return st, nil
@@ -336,6 +351,16 @@ func (e *client) DisarmNoSpace(ctx context.Context) error {
 		if _, err := e.c.AlarmDisarm(ctx, (*clientv3.AlarmMember)(a)); err != nil {
 			return fmt.Errorf("disarm NOSPACE of member %s: %w", FormatID(a.MemberID), err)
 		}
+	}
+	return nil
+}
+
+func (e *client) DisarmCorrupt(ctx context.Context, memberID uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	alarm := &clientv3.AlarmMember{MemberID: memberID, Alarm: pb.AlarmType_CORRUPT}
+	if _, err := e.c.AlarmDisarm(ctx, alarm); err != nil {
+		return fmt.Errorf("disarm CORRUPT of member %s: %w", FormatID(memberID), err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/etcd-database/etcd-operator/internal/etcd"
@@ -334,5 +335,56 @@ func TestRefusedTheUser(t *testing.T) {
 		if got := etcd.RefusedTheUser(tc.err); got != tc.want {
 			t.Errorf("RefusedTheUser(%v) = %t, want %t", tc.err, got, tc.want)
 		}
+	}
+}
+
+// A CORRUPT alarm, as etcd's compaction hash check raises it, names the member in every
+// member's status, stops writes, and is cleared by DisarmCorrupt for that member only.
+func TestCorruptAlarmIsReportedByMemberAndDisarmedAgainstRealEtcd(t *testing.T) {
+	s := etcdtest.NewServer(t, "m0")
+	s.Start(t, "new", etcdtest.InitialCluster(s))
+	s.WaitReady(t)
+	raw := s.Client(t)
+	c, err := etcd.New(etcd.Config{Endpoints: []string{s.ClientURL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	st, err := c.Status(ctx, s.ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const other = 0x1234 // a member removed since: its alarm stays until disarmed
+	for _, id := range []uint64{st.MemberID, other} {
+		if _, err := pb.NewMaintenanceClient(raw.ActiveConnection()).Alarm(ctx, &pb.AlarmRequest{
+			Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: pb.AlarmType_CORRUPT,
+		}); err != nil {
+			t.Fatalf("raise CORRUPT for %x: %v", id, err)
+		}
+	}
+	st, err = c.Status(ctx, s.ClientURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(st.CorruptMembers)
+	if want := []uint64{other, st.MemberID}; !slices.Equal(st.CorruptMembers, want) || !slices.Contains(st.Alarms, "CORRUPT") || len(st.Errors) != 0 {
+		t.Fatalf("status: corrupt members %x alarms %v errors %v; want %x with CORRUPT as an alarm", st.CorruptMembers, st.Alarms, st.Errors, want)
+	}
+	if _, err := raw.Put(ctx, "k", "v"); err == nil {
+		t.Fatal("a write went through while CORRUPT was raised")
+	}
+	if err := c.DisarmCorrupt(ctx, st.MemberID); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = c.Status(ctx, s.ClientURL)
+	if !slices.Equal(st.CorruptMembers, []uint64{other}) {
+		t.Fatalf("after disarming %x: corrupt members %x", st.MemberID, st.CorruptMembers)
+	}
+	if err := c.DisarmCorrupt(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("write after disarming every CORRUPT alarm: %v", err)
 	}
 }

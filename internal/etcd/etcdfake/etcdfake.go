@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -261,6 +262,24 @@ func (c *client) KeyspaceAt(context.Context, string, int64) (etcd.KeyspaceDigest
 }
 
 func (c *client) DisarmNoSpace(context.Context) error { return c.locked("DisarmNoSpace") }
+
+// DisarmCorrupt takes memberID off every status's CorruptMembers, and CORRUPT off its Alarms
+// when no other member has it.
+func (c *client) DisarmCorrupt(_ context.Context, memberID uint64) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if err := c.call("DisarmCorrupt"); err != nil {
+		return err
+	}
+	for url, st := range c.f.Statuses {
+		st.CorruptMembers = slices.DeleteFunc(slices.Clone(st.CorruptMembers), func(id uint64) bool { return id == memberID })
+		if len(st.CorruptMembers) == 0 {
+			st.Alarms = slices.DeleteFunc(slices.Clone(st.Alarms), func(a string) bool { return a == "CORRUPT" })
+		}
+		c.f.Statuses[url] = st
+	}
+	return nil
+}
 
 func (c *client) Snapshot(context.Context, string, io.Writer) (etcd.SnapshotInfo, error) {
 	return etcd.SnapshotInfo{}, errors.New("etcdfake: snapshots are tested against real etcd")
