@@ -88,6 +88,10 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 		r.defragmentInBackground(c, obs, step)
 	case membership.DisarmNoSpace:
 		err = obs.client.DisarmNoSpace(ctx)
+	case membership.FenceFromClients:
+		err = r.fenceFromClientsOnly(ctx, obs, step.Members)
+	case membership.DisarmCorrupt:
+		err = obs.client.DisarmCorrupt(ctx, step.MemberID)
 	case membership.EnableAuth:
 		err = r.setRootPassword(ctx, c, obs, true)
 	case membership.ChangeRootPassword:
@@ -335,7 +339,8 @@ func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alph
 		if !ok {
 			continue
 		}
-		if c.Spec.Storage.RetentionPolicy.WhenScaled == etcdv1alpha1.RetainPVC || keptFromRecovery(c, name) {
+		// A corrupt member's claim is kept for examination: its data is the evidence.
+		if c.Spec.Storage.RetentionPolicy.WhenScaled == etcdv1alpha1.RetainPVC || keptFromRecovery(c, name) || corruptRecorded(c, name) {
 			patch := client.MergeFrom(pvc.DeepCopy())
 			delete(pvc.Labels, resources.LabelCluster)
 			pvc.Labels["etcd.database.dev/retained-from"] = c.Name

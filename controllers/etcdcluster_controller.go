@@ -63,6 +63,8 @@ type EtcdClusterReconciler struct {
 	Etcd  *etcd.Cache
 	// defrags are the defragmentations running in the background.
 	defrags defragmentations
+	// consistency are the comparisons of members' keyspace hashes running in the background.
+	consistency consistencyChecks
 	// stuckCauses are the causes last read from the events of member pods that do not start.
 	stuckCauses stuckCauses
 	// DefaultImages are the etcd images of clusters whose spec.repository is empty.
@@ -182,6 +184,9 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			setReconcileError(cluster, err)
 			return ctrl.Result{}, err
 		}
+	}
+	if membership.Settled(step) && consistencyCheckDue(cluster, obs, r.now()) {
+		r.checkConsistencyInBackground(cluster, obs)
 	}
 	result, actErr := r.act(ctx, cluster, obs, step)
 	if held := (*disruptionHeld)(nil); errors.As(actErr, &held) {

@@ -60,6 +60,13 @@ type observation struct {
 	// caRotation is the CA rotation's step, decided once membership had nothing to do; see
 	// etcdcluster_carotation.go.
 	caRotation *caRotationObservation
+
+	// corrupt is the evidence of each member found corrupt, by name; corruptAlarms the member
+	// IDs etcd raised CORRUPT for; consistency the comparison of the members' hashes that ended
+	// since the last look, if one did. See etcdcluster_corruption.go.
+	corrupt       map[string]string
+	corruptAlarms []uint64
+	consistency   *consistencyResult
 }
 
 func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.EtcdCluster, a *access) (*observation, error) {
@@ -101,6 +108,7 @@ func (r *EtcdClusterReconciler) observe(ctx context.Context, c *etcdv1alpha1.Etc
 	r.diagnoseStuckPods(ctx, obs)
 	obs.defragmenting = r.defrags.member(client.ObjectKeyFromObject(c).String())
 	r.observeEtcd(ctx, c, obs)
+	r.observeCorruption(c, obs)
 	if err := r.observeQuorumRecovery(ctx, c, obs); err != nil {
 		return nil, err
 	}
@@ -493,6 +501,12 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 			(requested.Cmp(wantSize) != 0 || storageClassChanged(c, pvc))
 	}
 
+	for name, evidence := range obs.corrupt {
+		if m, ok := byName[name]; ok {
+			m.Corrupt = evidence
+		}
+	}
+
 	members := make([]membership.Member, 0, len(byName))
 	for _, m := range byName {
 		members = append(members, *m)
@@ -518,6 +532,7 @@ func (obs *observation) decisionInput(c *etcdv1alpha1.EtcdCluster, now time.Time
 		RootPasswordOutdated: obs.authAnswered() && obs.authEnabled && obs.rootPassword != obs.access.root.desired,
 		Defrag:               defragPolicy(c),
 		NoSpaceAlarm:         obs.hasAlarm("NOSPACE"),
+		CorruptAlarms:        obs.corruptAlarms,
 		QuotaBytes:           obs.quotaBytes(),
 		LastVoters:           lastVoters(c),
 		LastMembers:          lastMembers(c),

@@ -63,6 +63,7 @@ func report(c *etcdv1alpha1.EtcdCluster, obs *observation, step membership.Step,
 	if v := lowestVersion(s.Members); v != "" {
 		s.CurrentVersion = v
 	}
+	recordCorruption(c, obs, now)
 	setConditions(c, obs, voters, step, actErr)
 	s.Operation = operation(s.Operation, step, now)
 	recordQuorumRecovery(c, obs, step, now)
@@ -211,6 +212,11 @@ func setDegraded(c *etcdv1alpha1.EtcdCluster, etcdAnswers bool, notRunning []str
 			message += "; members not running: " + strings.Join(notRunning, "; ")
 		}
 		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonQuorumLost, message)
+	case corruptMessage(c) != "":
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonCorruptMember, corruptMessage(c))
+	case noMajorityAgrees(c):
+		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonCorruptMember,
+			"the members' keyspaces differ and "+c.Status.LastConsistencyCheck.Message+": no member is replaced, as none can be told apart from the others; compare their data, or restore from a backup")
 	case len(notRunning) > 0:
 		setCondition(c, etcdv1alpha1.ConditionDegraded, metav1.ConditionTrue, etcdv1alpha1.ReasonMembersNotRunning,
 			"members not running: "+strings.Join(notRunning, "; "))

@@ -121,6 +121,9 @@ type Member struct {
 	// DeclaredLost: a person declared the member lost (etcdv1alpha1.AnnotationLostMembers),
 	// having checked that its machine is down.
 	DeclaredLost bool
+	// Corrupt is the evidence that the member's data diverged from the others' (etcd's CORRUPT
+	// alarm, its start-up check, the operator's hash comparison), or "" (corruption.go).
+	Corrupt string
 }
 
 // InEtcd says whether etcd lists the member.
@@ -164,6 +167,9 @@ type Observed struct {
 	Defrag DefragPolicy
 	// NoSpaceAlarm: etcd raised NOSPACE and refuses writes.
 	NoSpaceAlarm bool
+	// CorruptAlarms are the member IDs etcd raised CORRUPT for (members removed since
+	// included): while one is raised, etcd refuses every write.
+	CorruptAlarms []uint64
 	// QuotaBytes is the backend quota the members run with.
 	QuotaBytes int64
 
@@ -311,6 +317,11 @@ const (
 	// AbandonRecovery: close the record of the recovery under way, which can no longer be
 	// carried through (its member's data is gone); the loss is then decided afresh.
 	AbandonRecovery Action = "AbandonRecovery"
+	// FenceFromClients: take the pods of Members out of the client Service, leaving them
+	// running (a corrupt member's vote may still be needed for the quorum).
+	FenceFromClients Action = "FenceFromClients"
+	// DisarmCorrupt: clear etcd's CORRUPT alarm for MemberID, replaced.
+	DisarmCorrupt Action = "DisarmCorrupt"
 )
 
 // Step is the one thing to do next.
@@ -356,6 +367,7 @@ const (
 	OpNoSpace              = etcdv1alpha1.ReasonAlarm
 	OpRollingOut           = etcdv1alpha1.ReasonRollingOut
 	OpRecoveringQuorum     = etcdv1alpha1.ReasonRecoveringQuorum
+	OpReplacingCorrupt     = etcdv1alpha1.ReasonReplacingCorruptMember
 	// OpRotatingCA is never decided here: a CA rotation (internal/certs) moves only once the
 	// cluster is Settled, and its restarts are RollMember steps of this operation.
 	OpRotatingCA = etcdv1alpha1.ReasonRotatingCA
@@ -408,6 +420,7 @@ func Next(o Observed) Step {
 			Reason: "changing the root password to the one in spec.auth.rootSecretName"}
 	}
 	for _, decide := range []func(Observed) (Step, bool){
+		replaceCorrupt,
 		startOrReplaceMissingPods,
 		replaceMembersOnLostNodes,
 		deleteOrphans,
@@ -424,6 +437,12 @@ func Next(o Observed) Step {
 	unhealthy := names(o.Members, func(m Member) bool { return m.InEtcd() && !m.Healthy })
 	if len(unhealthy) > 0 {
 		return Step{Action: Wait, Operation: OpUnhealthy, Members: unhealthy, Reason: "waiting for unhealthy members to recover"}
+	}
+	if step, ok := corruptRemains(o); ok {
+		return step
+	}
+	if step, ok := disarmCorrupt(o); ok {
+		return step
 	}
 	if o.AuthPending {
 		return Step{Action: EnableAuth, Operation: OpEnablingAuth, Reason: "creating the root user and enabling authentication"}
@@ -702,9 +721,10 @@ func boolFirst(a, b bool) int {
 	return 1
 }
 
-// bestTransferee is the healthy voter, other than from, with the most of the log.
+// bestTransferee is the healthy voter, other than from and not corrupt, with the most of the
+// log.
 func bestTransferee(members []Member, from Member) (Member, bool) {
-	candidates := filter(members, func(m Member) bool { return m.ID != from.ID && m.Healthy && !m.IsLearner })
+	candidates := filter(members, func(m Member) bool { return m.ID != from.ID && m.Healthy && !m.IsLearner && m.Corrupt == "" })
 	if len(candidates) == 0 {
 		return Member{}, false
 	}

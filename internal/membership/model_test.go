@@ -22,7 +22,8 @@ import (
 // back, or its Node object is deleted; a claim is deleted (it stays Terminating while its pod
 // runs); a pod is deleted; an etcd crash-loops; a person declares a member lost (rightly, its
 // machine off, or wrongly, while it runs) or names the member to recover from; clients write;
-// time passes; the operator stops between a step and its record. The operator's step is
+// time passes; the operator stops between a step and its record; a member's data is found
+// corrupt (fewer members than a quorum, over the world's life). The operator's step is
 // membership.Next on what the operator would observe, carried out as the reconciler carries it
 // out, with status recorded as the reconciler records it. etcd's own rules decide who serves:
 // a quorum of the voters of one history, a removed member refused, --force-new-cluster forking
@@ -33,6 +34,8 @@ import (
 //   - no write lost by the operator's choice: no member whose log is ahead of the member a
 //     recovery builds on is fenced, or left out of the forced cluster, while it answers; and no
 //     claim holding writes the serving cluster lacks is deleted;
+//   - a member found corrupt is never recovered from, forced, promoted or restarted on its data,
+//     its claim is never deleted, and it is removed only while a quorum of the others serves;
 //
 // and at the end, once partitions heal and a person follows what status asks of them (declares
 // lost the members whose machines are off, names the member to recover from): every world in
@@ -92,6 +95,9 @@ type worldMember struct {
 	pod     *worldPod
 	crashed bool // its etcd crash-loops: the pod stays, etcd does not run
 	logRead bool // a read-log Job read its log from its data
+	// corrupt: its data diverged from the others' and the operator has found it (the evidence,
+	// kept in status, is observed whether or not a quorum serves).
+	corrupt bool
 }
 
 // lineage is one history of the cluster: the first one, or one forked by --force-new-cluster
@@ -407,6 +413,9 @@ func (w *world) observe() Observed {
 				m.PodProblem = "CrashLoopBackOff"
 			}
 		}
+		if wm.corrupt {
+			get(wm.name).Corrupt = "found corrupt"
+		}
 		switch wm.claim {
 		case claimBound:
 			get(wm.name).PVCExists = true
@@ -491,13 +500,22 @@ func (w *world) act(o Observed, step Step) {
 	l, _ := w.serving()
 	lin := w.lineages[l]
 	switch step.Action {
-	case Wait, BeginRecovery:
+	case Wait:
+	case BeginRecovery:
+		w.checkNotCorrupt(step.Member, "recovered from")
+	case FenceFromClients:
+		for _, name := range step.Members {
+			if m := w.member(name); m.pod != nil {
+				m.pod.fenced = true
+			}
+		}
 	case AbandonRecovery:
 		if m := w.member(step.Member); m != nil && m.pod != nil && m.pod.forced {
 			w.deletePod(m)
 		}
 	case RestartMembers:
 		for _, name := range step.Members {
+			w.checkNotCorrupt(name, "restarted on its data")
 			w.createPod(w.member(name), false)
 		}
 	case StartMember:
@@ -513,6 +531,7 @@ func (w *world) act(o Observed, step Step) {
 		w.createPod(m, false)
 	case PromoteLearner:
 		group, _ := w.group(l, 0)
+		w.checkNotCorrupt(step.Member, "promoted")
 		if m := w.member(step.Member); slices.Contains(group, m) {
 			lin.learners = slices.DeleteFunc(lin.learners, func(n string) bool { return n == m.name })
 			lin.voters = append(lin.voters, m.name)
@@ -524,6 +543,9 @@ func (w *world) act(o Observed, step Step) {
 			}
 		}
 	case RemoveMember:
+		if m := w.member(step.Member); m.corrupt {
+			w.checkQuorumOfOthersServes(lin, m)
+		}
 		lin.voters = slices.DeleteFunc(lin.voters, func(n string) bool { return n == step.Member })
 		lin.learners = slices.DeleteFunc(lin.learners, func(n string) bool { return n == step.Member })
 		w.deleteOrphans([]string{step.Member})
@@ -554,6 +576,7 @@ func (w *world) act(o Observed, step Step) {
 			}
 		}
 	case ForceNewCluster:
+		w.checkNotCorrupt(step.Member, "forced")
 		m := w.member(step.Member)
 		for _, x := range w.members {
 			if x != m {
@@ -573,6 +596,31 @@ func (w *world) act(o Observed, step Step) {
 		}
 	default:
 		w.fatalf("the model does not carry out %s", step.Action)
+	}
+}
+
+// checkNotCorrupt: a member found corrupt is never what data is built on or served from.
+func (w *world) checkNotCorrupt(name, what string) {
+	if m := w.member(name); m != nil && m.corrupt {
+		w.fatalf("%s %s, though found corrupt", name, what)
+	}
+}
+
+// checkQuorumOfOthersServes: a corrupt voter is removed only while a quorum of the voters left
+// runs in the serving history: its removal never costs the cluster its quorum.
+func (w *world) checkQuorumOfOthersServes(lin *lineage, m *worldMember) {
+	if !slices.Contains(lin.voters, m.name) {
+		return
+	}
+	group, _ := w.group(slices.Index(w.lineages, lin), 0)
+	left := 0
+	for _, x := range group {
+		if x != m && slices.Contains(lin.voters, x.name) {
+			left++
+		}
+	}
+	if left < Quorum(len(lin.voters)-1) {
+		w.fatalf("corrupt %s removed with %d voters of %d left running", m.name, left, len(lin.voters)-1)
 	}
 }
 
@@ -601,7 +649,7 @@ func (w *world) deleteOrphans(names []string) {
 		if m.claim != claimBound {
 			continue
 		}
-		if r := w.record; r != nil && (slices.Contains(r.lostMembers, name) || (r.abandoned && r.forced && r.member == name)) {
+		if r := w.record; m.corrupt || (r != nil && (slices.Contains(r.lostMembers, name) || (r.abandoned && r.forced && r.member == name))) {
 			m.claim = claimReleased
 			continue
 		}
@@ -736,7 +784,7 @@ func (w *world) back(n int) {
 
 func (w *world) event() {
 	t := w.t
-	switch kind := rapid.IntRange(0, 11).Draw(t, "event"); kind {
+	switch kind := rapid.IntRange(0, 12).Draw(t, "event"); kind {
 	case 0, 1:
 		w.lose(w.pickNode("node"), rapid.SampledFrom([]nodeState{nodeDown, nodeCutOff}).Draw(t, "how"))
 	case 2:
@@ -804,13 +852,27 @@ func (w *world) event() {
 		w.logf("%v pass", d)
 	case 11:
 		w.operatorStep(true)
+	case 12:
+		found := 0
+		for _, m := range w.members {
+			if m.corrupt {
+				found++
+			}
+		}
+		if found >= Quorum(w.size)-1 {
+			return // a corrupt majority is a person's to restore from a backup
+		}
+		if m := w.pickMember("corrupt", func(m *worldMember) bool { return m.claim == claimBound && !m.corrupt }); m != nil {
+			m.corrupt = true
+			w.logf("%s's data found corrupt", m.name)
+		}
 	}
 }
 
-// recoverable: once partitions heal, a last voter's data is within reach.
+// recoverable: once partitions heal, a last voter's data is within reach, and not corrupt.
 func (w *world) recoverable() bool {
 	for _, name := range w.lastVoters {
-		if m := w.member(name); m != nil && m.claim == claimBound && m.node >= 0 && w.nodes[m.node].state == nodeUp {
+		if m := w.member(name); m != nil && m.claim == claimBound && !m.corrupt && m.node >= 0 && w.nodes[m.node].state == nodeUp {
 			return true
 		}
 	}
@@ -942,7 +1004,7 @@ func modelWorld(t *rapid.T) {
 		seen := map[string]bool{"worlds": true}
 		for _, line := range w.trace {
 			for _, what := range []string{"BeginRecovery", "FenceMembers", "ForceNewCluster", "AbandonRecovery", "ReadLogs", "RemoveMember",
-				"completed", "--- partitions heal", "not checked further", "no last voter's data is in reach"} {
+				"completed", "--- partitions heal", "not checked further", "no last voter's data is in reach", "found corrupt", "FenceFromClients"} {
 				if strings.Contains(line, what) {
 					seen[what] = true
 				}

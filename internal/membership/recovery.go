@@ -44,7 +44,7 @@ func nextWithoutQuorum(o Observed) Step {
 	}
 	if o.DataSurvivesPod {
 		missing := names(o.Members, func(m Member) bool {
-			return !m.PodExists && m.PVCExists && slices.Contains(o.LastMembers, m.Name) && m.Name != o.Recovery.Forsaken
+			return !m.PodExists && m.PVCExists && slices.Contains(o.LastMembers, m.Name) && m.Name != o.Recovery.Forsaken && m.Corrupt == ""
 		})
 		if len(missing) > 0 {
 			return Step{Action: RestartMembers, Members: missing, Operation: OpRecovering,
@@ -95,6 +95,11 @@ func recoverQuorum(o Observed) (Step, bool) {
 		return step, true
 	}
 	candidates := f.candidates()
+	if len(candidates) == 0 && len(f.Corrupt) > 0 {
+		return Step{Action: Wait, Operation: OpQuorumLost, Members: f.Corrupt,
+			Reason: "quorum is lost (" + lostWhat + "), and the only data left is that of members found corrupt (" + corruptNames(o) +
+				"), which is never recovered from: restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
+	}
 	if len(candidates) == 0 && len(f.Stranded) == 0 && len(f.Unreachable) == 0 {
 		return recoverFromBackup(o)
 	}
@@ -126,6 +131,9 @@ func recoverQuorum(o Observed) (Step, bool) {
 		return Step{Action: BeginRecovery, Member: o.Recovery.From, Operation: OpRecoveringQuorum,
 			Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + o.Recovery.From + ", as annotated"}, true
 	}
+	if step, ok := corruptLogAhead(o, f, best, lostWhat); ok {
+		return step, true
+	}
 	if len(unread) > 0 && len(candidates) > 1 {
 		return readLogs(o, unread, lostWhat), true
 	}
@@ -142,6 +150,24 @@ func recoverQuorum(o Observed) (Step, bool) {
 	}
 	return Step{Action: BeginRecovery, Member: best, Operation: OpRecoveringQuorum,
 		Reason: "quorum is lost for good (" + lostWhat + "); recovering from member " + best + ", whose log reaches furthest"}, true
+}
+
+// corruptLogAhead holds a recovery from best while a member found corrupt reports a log further
+// than best's: its raft log is sound (only what it applied diverged), so it may hold acknowledged
+// writes no other member has, and it is never recovered from. Recovering from best loses them:
+// only a person may choose it, or restore from a backup instead.
+func corruptLogAhead(o Observed, f Fates, best, lostWhat string) (Step, bool) {
+	byName := index(o.Members)
+	for _, name := range f.Corrupt {
+		if m := byName[name]; m.RaftIndex > byName[best].RaftIndex {
+			return Step{Action: Wait, Operation: OpQuorumLost, Member: best,
+				Reason: "quorum is lost for good (" + lostWhat + "); member " + name + ", found corrupt, reports its log at " + strconv.FormatUint(m.RaftIndex, 10) +
+					", further than member " + best + "'s (" + strconv.FormatUint(byName[best].RaftIndex, 10) + "): it may hold writes no other member has, and is never recovered from. " +
+					"To recover from " + best + ", losing them, annotate the EtcdCluster with " + etcdv1alpha1.AnnotationRecoverFrom + "=" + best +
+					"; or restore the cluster from a backup (an EtcdRestore of mode InPlace)"}, true
+		}
+	}
+	return Step{}, false
 }
 
 // learnerAhead holds a recovery from best while a learner of the last membership answers with a
@@ -326,6 +352,9 @@ type Fates struct {
 	// Unreachable: their pods sit on nodes that stopped answering the API server. That is no
 	// evidence that their etcd stopped, so they are not counted lost.
 	Unreachable []string
+	// Corrupt: their data diverged from the others' (Member.Corrupt). It is kept, never
+	// recovered from, and never restarted.
+	Corrupt []string
 }
 
 // candidates are the members a recovery may build on: the survivors, and a forsaken member.
@@ -373,6 +402,8 @@ func VotersByFate(o Observed) Fates {
 			f.Unreachable = append(f.Unreachable, name)
 		case !m.PVCExists:
 			f.Lost = append(f.Lost, name)
+		case m.Corrupt != "":
+			f.Corrupt = append(f.Corrupt, name)
 		case forsaken:
 			f.Forsaken = append(f.Forsaken, name)
 		case outOfReachFor(m.UnscheduledSince, o):
@@ -428,6 +459,9 @@ func (f Fates) lostWhat(o Observed) string {
 	if len(f.Forsaken) > 0 {
 		why = append(why, "the recovery from member "+strings.Join(f.Forsaken, ", ")+" was given up after its forced start")
 	}
+	if len(f.Corrupt) > 0 {
+		why = append(why, "members "+strings.Join(f.Corrupt, ", ")+" were found corrupt")
+	}
 	return strings.Join(why, "; ")
 }
 
@@ -468,13 +502,13 @@ func continueRecovery(o Observed) (Step, bool) {
 	if r.UnderwayRestore == "" && r.Underway == "" {
 		return Step{}, false
 	}
-	// Members it does without whose data survives (a survivor not chosen) are fenced, not
-	// waited for: the others hold every step while they answer.
+	// Members it does without whose data survives (a survivor not chosen, a corrupt member) are
+	// fenced, not waited for: the others hold every step while they answer.
 	// Learners are not counted lost: one that answers is fenced too, unless its log reaches
 	// further (furtherLogAnswers).
 	f := VotersByFate(o)
 	countedLost := slices.DeleteFunc(slices.Clone(r.DoneWithout), func(name string) bool {
-		return slices.Contains(f.Survivors, name) || !slices.Contains(o.LastVoters, name)
+		return slices.Contains(f.Survivors, name) || slices.Contains(f.Corrupt, name) || !slices.Contains(o.LastVoters, name)
 	})
 	if step, ok := lostMemberAnswered(o, countedLost); ok {
 		step.Operation = OpRecoveringQuorum
@@ -513,6 +547,14 @@ func continueRecovery(o Observed) (Step, bool) {
 		// every later decision. Another survivor, or a backup, may still serve.
 		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
 			Reason: "the claim of member " + r.Underway + ", which the recovery under way builds on, is gone: the recovery is given up, and the loss decided afresh"}, true
+	case m.Corrupt != "" && (!m.ForcedNewCluster || !m.PodExists || m.NodeLostSince.IsZero()):
+		// Its data diverged from the others': nothing may be built on it. Forced already, it
+		// is given up like any forced member that has not served: it never runs on that data
+		// again. (Forced on a node that stopped answering, it may serve there: the wait below
+		// holds, as for any such member.)
+		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
+			Reason: "member " + r.Underway + ", which the recovery under way builds on, was found corrupt (" + m.Corrupt +
+				"): the recovery is given up, and the loss decided afresh"}, true
 	case declaredAndSilent:
 		// A person checked that its machine is down: even forced, it serves nowhere.
 		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
