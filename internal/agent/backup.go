@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,8 @@ type BackupConfig struct {
 	// run's Job was made; retention never deletes it.
 	LastBackup string
 	Now        func() time.Time
+	// SkipMembers are members found corrupt (hexadecimal IDs): never the source.
+	SkipMembers []string
 }
 
 // BackupDestination is what a run needs of where it writes: a *storage.Destination. It is an
@@ -83,7 +86,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		return BackupResult{}, err
 	}
 	defer cl.Close()
-	source, status, err := pickSource(ctx, cl)
+	source, status, err := pickSource(ctx, cl, cfg.SkipMembers)
 	if err != nil {
 		return BackupResult{}, err
 	}
@@ -196,8 +199,9 @@ func KeyspaceMetadata(k *etcdv1alpha1.SnapshotKeyspace) map[string]string {
 }
 
 // pickSource is the client URL of the healthy voting member with the highest revision:
-// a learner may lag, and the newest data is what a backup is for.
-func pickSource(ctx context.Context, cl etcd.Client) (string, etcd.MemberStatus, error) {
+// a learner may lag, and the newest data is what a backup is for. A member found corrupt (skip,
+// or named by etcd's CORRUPT alarm) never is: its keyspace diverged from the others'.
+func pickSource(ctx context.Context, cl etcd.Client, skip []string) (string, etcd.MemberStatus, error) {
 	_, members, err := cl.Members(ctx)
 	if err != nil {
 		return "", etcd.MemberStatus{}, err
@@ -205,11 +209,11 @@ func pickSource(ctx context.Context, cl etcd.Client) (string, etcd.MemberStatus,
 	var best string
 	var bestStatus etcd.MemberStatus
 	for _, m := range members {
-		if m.IsLearner || len(m.ClientURLs) == 0 {
+		if m.IsLearner || len(m.ClientURLs) == 0 || slices.Contains(skip, m.IDString()) {
 			continue
 		}
 		st, err := cl.Status(ctx, m.ClientURLs[0])
-		if err != nil || len(st.Errors) > 0 {
+		if err != nil || len(st.Errors) > 0 || slices.Contains(st.CorruptMembers, m.ID) {
 			continue
 		}
 		if best == "" || st.Revision > bestStatus.Revision {

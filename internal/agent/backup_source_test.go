@@ -23,6 +23,14 @@ func TestABackupIsTakenFromAHealthyVoter(t *testing.T) {
 			etcd.Member{ID: 1, Name: "alarmed", ClientURLs: []string{"https://alarmed:2379"}},
 			etcd.MemberStatus{MemberID: 1, Revision: 200, Errors: []string{"etcdserver: mvcc: database space exceeded"}},
 		},
+		"a member etcd raised CORRUPT for, further on": {
+			etcd.Member{ID: 1, Name: "corrupt", ClientURLs: []string{"https://corrupt:2379"}},
+			etcd.MemberStatus{MemberID: 1, Revision: 200, Alarms: []string{"CORRUPT"}, CorruptMembers: []uint64{1}},
+		},
+		"a member the operator found corrupt, further on": {
+			etcd.Member{ID: 0x1f, Name: "found", ClientURLs: []string{"https://found:2379"}},
+			etcd.MemberStatus{MemberID: 0x1f, Revision: 200},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			voter := etcd.Member{ID: 2, Name: "voter", ClientURLs: []string{"https://voter:2379"}}
@@ -34,7 +42,7 @@ func TestABackupIsTakenFromAHealthyVoter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			source, _, err := pickSource(t.Context(), cl)
+			source, _, err := pickSource(t.Context(), cl, []string{"1f"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -283,6 +283,7 @@ func backupFromEnvironment(ctx context.Context) (BackupResult, error) {
 		Series:      backupplan.Series{Namespace: cfg.Namespace, Cluster: cfg.Cluster, Backup: cfg.Backup, UID: cfg.BackupUID},
 		Destination: dest,
 		MaxCount:    cfg.MaxCount, MaxAge: cfg.MaxAge, LastBackup: cfg.LastBackup, Now: time.Now,
+		SkipMembers: cfg.SkipMembers,
 	})
 }
 

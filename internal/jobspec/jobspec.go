@@ -55,6 +55,9 @@ type JobConfig struct {
 	// Endpoints of the cluster's client Service: the agent asks it for the member list and
 	// then picks the member to stream from.
 	Endpoints []string `json:"endpoints"`
+	// SkipMembers are the IDs (hexadecimal) of members the operator found corrupt: never a
+	// backup's source.
+	SkipMembers []string `json:"skipMembers,omitempty"`
 	// TLS: the client certificate is mounted at EtcdTLSDir.
 	TLS bool `json:"tls,omitempty"`
 	// Auth without TLS: the root password is in EtcdPasswordEnv.

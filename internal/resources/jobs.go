@@ -82,6 +82,11 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		Auth:      c.Spec.Auth != nil,
 		Storage:   b.Spec.Destination,
 	}
+	for _, cm := range c.Status.CorruptMembers {
+		if cm.ID != "" {
+			cfg.SkipMembers = append(cfg.SkipMembers, cm.ID)
+		}
+	}
 	if last := b.Status.LastBackup; last != nil {
 		cfg.LastBackup = last.URI
 	}

@@ -36,6 +36,7 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 	c := testCluster()
 	c.Spec.TLS = &etcdv1alpha1.TLSSpec{}
 	c.UID = "cluster-uid"
+	c.Status.CorruptMembers = []etcdv1alpha1.CorruptMember{{Name: "prod-bad", ID: "1f"}, {Name: "prod-never-listed"}}
 	b := testBackup(etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
 		Bucket: "snaps", Prefix: "p/", Endpoint: "https://s3.example", CredentialsSecretName: "s3-creds", CASecretName: "s3-ca",
 	}})
@@ -72,6 +73,9 @@ func TestBackupJobPassesCredentialsByReferenceOnly(t *testing.T) {
 	if !cfg.TLS || cfg.Cluster != "prod" || cfg.MaxCount != 3 || cfg.MaxAge != time.Hour ||
 		len(cfg.Endpoints) != 1 || !strings.HasPrefix(cfg.Endpoints[0], "https://prod-client.db.svc") || cfg.Storage.S3.Bucket != "snaps" {
 		t.Errorf("agent configuration %+v", cfg)
+	}
+	if !slices.Equal(cfg.SkipMembers, []string{"1f"}) {
+		t.Errorf("the members found corrupt are not passed on as never a source: %v", cfg.SkipMembers)
 	}
 	// The agent names the snapshots after the EtcdBackup, and prunes only those.
 	if cfg.Namespace != "db" || cfg.Backup != "nightly" || cfg.BackupUID != "3f9a1c20-7b4e-4d6a-9e15-c2b8d0f4a761" {
