@@ -57,6 +57,8 @@ var invalidObjects = []struct {
 	{"cluster client service reserved annotation", cluster("clientService:\n  annotations:\n    etcd.database.dev/user-annotations: x"), "annotation keys with the etcd.database.dev/ prefix are reserved for the operator"},
 	{"cluster quorum policy unknown", cluster("quorumLossRecovery:\n  policy: Auto"), `spec.quorumLossRecovery.policy: Unsupported value: "Auto"`},
 	{"cluster defrag threshold zero", cluster("defragmentation:\n  thresholdPercent: 0"), "spec.defragmentation.thresholdPercent in body should be greater than or equal to 1"},
+	{"cluster corruption check policy unknown", cluster("corruptionCheck:\n  policy: Paused"), `spec.corruptionCheck.policy: Unsupported value: "Paused"`},
+	{"cluster corruption check every 30s", cluster("corruptionCheck:\n  interval: 30s"), "corruptionCheck.interval must be at least 1m"},
 	{"cluster name too long", named("EtcdCluster", strings.Repeat("a", 51), "spec: {}"), "an EtcdCluster name must be a DNS label of at most 50 characters"},
 	{"cluster name starts with a digit", named("EtcdCluster", "1st", "spec: {}"), "an EtcdCluster name must be a DNS label of at most 50 characters"},
 
@@ -189,6 +191,17 @@ func TestBackupToAProvisionedClaimIsAccepted(t *testing.T) {
 
 // spec.verify: {} verifies every run (Always is its default); EveryNthRun within the history
 // a scheduled backup keeps is accepted.
+func TestCorruptionChecksAreOnByDefaultEveryFourHours(t *testing.T) {
+	c := object(t, cluster("size: 3"))
+	create(t, c)
+	policy, _, _ := unstructured.NestedString(c.Object, "spec", "corruptionCheck", "policy")
+	interval, _, _ := unstructured.NestedString(c.Object, "spec", "corruptionCheck", "interval")
+	if policy != "Enabled" || interval != "4h0m0s" {
+		t.Errorf("corruptionCheck defaults to policy %q interval %q, want Enabled every 4h", policy, interval)
+	}
+	create(t, object(t, cluster("corruptionCheck: {policy: Disabled, interval: 1m}")))
+}
+
 func TestBackupVerifyIsAcceptedAndDefaultsToAlways(t *testing.T) {
 	empty := object(t, backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {}"))
 	create(t, empty)

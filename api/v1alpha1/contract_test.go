@@ -165,6 +165,10 @@ func TestEmptyClusterSpecGetsSafeDefaults(t *testing.T) {
 			MinimumDBSize:    ptr.To(resource.MustParse("100Mi")),
 		},
 		ClientService: etcdv1alpha1.ClientServiceSpec{Type: corev1.ServiceTypeClusterIP},
+		CorruptionCheck: etcdv1alpha1.CorruptionCheckSpec{
+			Policy:   etcdv1alpha1.CorruptionCheckEnabled,
+			Interval: &metav1.Duration{Duration: 4 * 3600e9},
+		},
 	}
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", got, want)

@@ -143,7 +143,7 @@ type CorruptionCheckSpec struct {
 	// Interval between the operator's comparisons of every member's keyspace hash (HashKV) at a
 	// common revision. Each comparison reads every member's whole database, so it is spaced
 	// hours apart by default.
-	// +kubebuilder:default="4h"
+	// +kubebuilder:default="4h0m0s"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="corruptionCheck.interval must be at least 1m"
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
