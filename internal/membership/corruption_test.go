@@ -86,6 +86,10 @@ func TestACorruptMemberThatCannotBeRemovedYetHoldsNothingElse(t *testing.T) {
 	if step, ok := corruptRemains(o); !ok || step.Member != "c" || Settled(step) {
 		t.Fatalf("corruptRemains: %v %+v", ok, step)
 	}
+	first := formed(with(healthy("a", 1), func(m *Member) { corrupt(m); outOfService(m) }), leader(healthy("b", 2)), healthy("c", 3))
+	if step, ok := corruptRemains(first); !ok || step.Member != "a" {
+		t.Fatalf("corruptRemains with the first member corrupt: %v %+v", ok, step)
+	}
 	healthyNow := formed(three()...)
 	if _, ok := corruptRemains(healthyNow); ok {
 		t.Fatal("corruptRemains held a cluster with no corrupt member")
@@ -172,7 +176,7 @@ func TestACorruptMemberIsNeverRecoveredFromNorRestarted(t *testing.T) {
 	c.RaftIndex = 900
 	onlyCorrupt := lost(noData(Member{Name: "b"}), c)
 	onlyCorrupt.Recovery.FromBackup, onlyCorrupt.Recovery.LatestBackup = true, "nightly"
-	if got := Next(onlyCorrupt); got.Action != Wait || !strings.Contains(got.Reason, "corrupt") {
+	if got := Next(onlyCorrupt); got.Action != Wait || !strings.Contains(got.Reason, "members found corrupt (c)") {
 		t.Fatalf("only corrupt data left: %s %s (%s), want a wait naming it", got.Action, got.Member, got.Reason)
 	}
 	namedCorrupt := lost(b, c)
