@@ -222,3 +222,36 @@ func TestCompareHashesNamesTheMinorityOfAMajority(t *testing.T) {
 		}
 	}
 }
+
+// A recovery under way from a member found corrupt is given up, forced or not; but a forced
+// member on a node that stopped answering may serve there, and is waited for as any is.
+func TestARecoveryFromAMemberFoundCorruptIsGivenUp(t *testing.T) {
+	underway := func(b Member, forced bool) Observed {
+		o := Observed{EverFormed: true, DesiredSize: 3, DesiredVersion: "3.6.16", DataSurvivesPod: true,
+			LastVoters: []string{"a", "b", "c"}, LastMembers: []string{"a", "b", "c"}, Now: t0.Add(time.Hour),
+			Recovery: RecoveryPolicy{Automatic: true, LostSince: t0, Underway: "b", UnderwayIndex: 100, Preserved: true, Forced: forced,
+				DoneWithout: []string{"a", "c"}}}
+		o.Members = []Member{noData(Member{Name: "a"}), b, noData(Member{Name: "c"})}
+		return o
+	}
+	b := with(Member{Name: "b", RaftIndex: 100, PVCExists: true, PodExists: true}, corrupt)
+	if got := Next(underway(b, false)); got.Action != AbandonRecovery || got.Member != "b" {
+		t.Fatalf("not forced: %s %s (%s), want the recovery given up", got.Action, got.Member, got.Reason)
+	}
+	forced := with(b, func(m *Member) { m.ForcedNewCluster = true })
+	if got := Next(underway(forced, true)); got.Action != AbandonRecovery {
+		t.Fatalf("forced: %s %s (%s), want the recovery given up", got.Action, got.Member, got.Reason)
+	}
+	onLostNode := with(forced, func(m *Member) { m.NodeLostSince = t0 })
+	if got := Next(underway(onLostNode, true)); got.Action != Wait {
+		t.Fatalf("forced on a node that stopped answering: %s %s (%s), want a wait", got.Action, got.Member, got.Reason)
+	}
+	noForcedPod := with(onLostNode, func(m *Member) { m.PodExists = false })
+	if got := Next(underway(noForcedPod, true)); got.Action != AbandonRecovery {
+		t.Fatalf("forced, its pod gone: %s %s (%s), want the recovery given up", got.Action, got.Member, got.Reason)
+	}
+	notCorrupt := with(b, func(m *Member) { m.Corrupt = "" })
+	if got := Next(underway(notCorrupt, false)); got.Action == AbandonRecovery {
+		t.Fatalf("not corrupt: given up (%s)", got.Reason)
+	}
+}

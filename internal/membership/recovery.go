@@ -395,6 +395,7 @@ func VotersByFate(o Observed) Fates {
 	for _, name := range o.LastVoters {
 		m := byName[name]
 		forsaken := name == o.Recovery.Forsaken
+		corrupt := m.Corrupt != ""
 		switch {
 		case m.DeclaredLost:
 			f.Stranded = append(f.Stranded, name)
@@ -402,7 +403,7 @@ func VotersByFate(o Observed) Fates {
 			f.Unreachable = append(f.Unreachable, name)
 		case !m.PVCExists:
 			f.Lost = append(f.Lost, name)
-		case m.Corrupt != "":
+		case corrupt:
 			f.Corrupt = append(f.Corrupt, name)
 		case forsaken:
 			f.Forsaken = append(f.Forsaken, name)
@@ -541,17 +542,19 @@ func continueRecovery(o Observed) (Step, bool) {
 	}
 	m, ok := index(o.Members)[r.Underway]
 	declaredAndSilent := m.DeclaredLost && !m.Answering && m.Answered == ""
+	// Forced on a node that stopped answering, a member may serve there: the wait below holds,
+	// as for any such member, corrupt or not.
+	corruptHere := m.Corrupt != "" && (!m.ForcedNewCluster || !m.PodExists || m.NodeLostSince.IsZero())
 	switch {
 	case !ok || !m.PVCExists:
 		// Its data is gone: the recovery cannot go on, and waiting on its record would hold
 		// every later decision. Another survivor, or a backup, may still serve.
 		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
 			Reason: "the claim of member " + r.Underway + ", which the recovery under way builds on, is gone: the recovery is given up, and the loss decided afresh"}, true
-	case m.Corrupt != "" && (!m.ForcedNewCluster || !m.PodExists || m.NodeLostSince.IsZero()):
+	case corruptHere:
 		// Its data diverged from the others': nothing may be built on it. Forced already, it
 		// is given up like any forced member that has not served: it never runs on that data
-		// again. (Forced on a node that stopped answering, it may serve there: the wait below
-		// holds, as for any such member.)
+		// again.
 		return Step{Action: AbandonRecovery, Member: r.Underway, Operation: OpQuorumLost,
 			Reason: "member " + r.Underway + ", which the recovery under way builds on, was found corrupt (" + m.Corrupt +
 				"): the recovery is given up, and the loss decided afresh"}, true
