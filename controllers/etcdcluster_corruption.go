@@ -119,8 +119,10 @@ func recordCorruption(c *etcdv1alpha1.EtcdCluster, obs *observation, now time.Ti
 		if _, inEtcd := ids[name]; !inEtcd && obs.reachable {
 			continue // gone already: nothing to replace
 		}
-		cm := etcdv1alpha1.CorruptMember{Name: name, Evidence: truncate(obs.corrupt[name], 1024), DetectedTime: metav1.NewTime(now),
-			Claim: resources.PVCName(name)}
+		cm := etcdv1alpha1.CorruptMember{Name: name, Evidence: truncate(obs.corrupt[name], 1024), DetectedTime: metav1.NewTime(now)}
+		if _, claimed := obs.pvcs[name]; claimed {
+			cm.Claim = resources.PVCName(name) // kept when the member goes
+		}
 		if id, ok := ids[name]; ok {
 			cm.ID = etcd.FormatID(id)
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -488,10 +489,63 @@ func TestCSVDescriptionIsInStepWithTheREADME(t *testing.T) {
 	if !strings.Contains(readmeWords, "capability level "+level+".") {
 		t.Errorf("the CSV claims capability level %q; the README does not say \"capability level %s.\"", level, level)
 	}
-	if level == "Deep Insights" {
+	if level == "Auto Pilot" {
+		checkAutoPilotEvidence(t)
+	}
+	if level == "Deep Insights" || level == "Auto Pilot" {
 		for _, insight := range []string{"metrics", "alert rules", "Grafana dashboard", "LOG_LEVEL"} {
 			if !strings.Contains(readmeWords, insight) || !strings.Contains(descriptionWords, insight) {
 				t.Errorf("Deep Insights: %q must be stated in both the README and the CSV description", insight)
+			}
+		}
+	}
+}
+
+// autoPilotBehaviours are what Auto Pilot claims the operator does by itself: each must be
+// listed in docs/olm.md with the tests behind it.
+var autoPilotBehaviours = []string{
+	"Defragmentation", "Lost members replaced", "Quorum loss recovered", "Corrupt members replaced",
+	"Timed restore drills", "Certificates renewed and CAs replaced", "Drains",
+}
+
+// checkAutoPilotEvidence: docs/olm.md lists each automatic behaviour with the tests behind it,
+// and every test it names exists.
+func checkAutoPilotEvidence(t *testing.T) {
+	t.Helper()
+	doc, err := os.ReadFile(repoPath("docs/olm.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "### What Auto Pilot rests on\n")
+	if !ok {
+		t.Fatal("docs/olm.md has no section \"What Auto Pilot rests on\"")
+	}
+	section, _, _ = strings.Cut(section, "\n#")
+	var sources strings.Builder
+	for _, dir := range []string{"controllers", "internal", "test", "api"} {
+		_ = filepath.WalkDir(repoPath(dir), func(path string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(path, "_test.go") {
+				b, _ := os.ReadFile(path)
+				sources.Write(b)
+			}
+			return nil
+		})
+	}
+	named := regexp.MustCompile("`(Test[A-Za-z0-9_]+)`")
+	for _, behaviour := range autoPilotBehaviours {
+		line := ""
+		for _, l := range strings.Split(section, "\n- ") {
+			if strings.HasPrefix(l, "**"+behaviour) {
+				line = l
+			}
+		}
+		tests := named.FindAllStringSubmatch(line, -1)
+		if len(tests) == 0 {
+			t.Errorf("docs/olm.md does not name the tests behind %q", behaviour)
+		}
+		for _, m := range tests {
+			if !strings.Contains(sources.String(), "func "+m[1]+"(") {
+				t.Errorf("docs/olm.md names %s behind %q: no such test", m[1], behaviour)
 			}
 		}
 	}
