@@ -66,7 +66,7 @@ func Parse(secret string, data map[string][]byte) (*Keyring, error) {
 	for entry, value := range data {
 		identity, err := parseIdentity(value)
 		if err != nil {
-			return nil, fmt.Errorf("entry %s of Secret %s %s: give each entry one key as `age-keygen` writes it (a line AGE-SECRET-KEY-1...)", entry, secret, err)
+			return nil, fmt.Errorf("entry %s of Secret %s %w: give each entry one key as `age-keygen` writes it (a line AGE-SECRET-KEY-1...)", entry, secret, err)
 		}
 		ring.keys = append(ring.keys, Key{Entry: entry, ID: KeyID(identity.Recipient()), identity: identity})
 	}
