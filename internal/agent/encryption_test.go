@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -16,10 +17,13 @@ import (
 
 	"filippo.io/age"
 
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/agent"
 	"github.com/etcd-database/etcd-operator/internal/encryption"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
+	"github.com/etcd-database/etcd-operator/internal/s3test"
 	"github.com/etcd-database/etcd-operator/internal/storage"
 )
 
@@ -240,5 +244,64 @@ func TestPlainSnapshotNeedsNoKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// mountedKeys is a Secret of keys as a pod mounts it: a file per entry.
+func mountedKeys(t *testing.T, entries map[string]*age.X25519Identity) string {
+	t.Helper()
+	dir := t.TempDir()
+	for entry, id := range entries {
+		if err := os.WriteFile(filepath.Join(dir, entry), []byte(id.String()+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// The backup and verify-fetch Jobs, run whole as the operator configures them: the backup Job
+// encrypts to the newest key of the Secret mounted at jobspec.EncryptionKeysDir and reports the
+// key's id; the verify Job's fetch, given that Secret, stages the decrypted snapshot; given a
+// Secret without the key, it exits for good (not as an unrestorable snapshot) naming the key,
+// with nothing staged.
+func TestEncryptionJobsReadTheMountedKeys(t *testing.T) {
+	servers := clusterHoldingASecret(t)
+	srv := s3test.Start(t)
+	srv.Bucket(t, "backups")
+	older, newest, other := newIdentity(t), newIdentity(t), newIdentity(t)
+	keys := mountedKeys(t, map[string]*age.X25519Identity{"2026-01": older, "2026-11": newest})
+	fetch := fetchFromBucket(t, srv, agent.BackupResult{URI: "s3://backups/etcd/none"}, "")
+	cfg := jobspec.JobConfig{
+		Cluster: "main", Namespace: nightly.Namespace, Backup: nightly.Backup, BackupUID: nightly.UID,
+		Endpoints: etcdtest.ClientURLs(servers), Storage: fetch.Storage,
+		Encryption: &etcdv1alpha1.SnapshotEncryption{SecretName: "backup-keys"},
+	}
+	code, report := runInPod(t, func(ctx context.Context) int { return agent.RunBackupJob(ctx) }, cfg, agent.PodPaths{EncryptionKeys: keys})
+	if code != 0 || report.Backup == nil {
+		t.Fatalf("backup Job: exit %d, %+v", code, report)
+	}
+	if got, want := report.Backup.EncryptionKeyID, encryption.KeyID(newest.Recipient()); got != want {
+		t.Fatalf("the backup Job encrypted to key %q, want the newest entry's %q", got, want)
+	}
+
+	verify := fetchFromBucket(t, srv, *report.Backup, report.Backup.SHA256)
+	verify.Encryption = cfg.Encryption
+	scratch := t.TempDir()
+	code, fetched := runInPod(t, agent.RunVerifyFetch, verify, agent.PodPaths{Claim: t.TempDir(), VerifyScratch: scratch, EncryptionKeys: keys})
+	if code != 0 || fetched.Restore == nil || fetched.Restore.SHA256 != report.Backup.SHA256 {
+		t.Fatalf("verify fetch with the keys: exit %d, %+v", code, fetched)
+	}
+	if staged, err := os.ReadFile(filepath.Join(scratch, "snapshot.db")); err != nil || !bytes.Contains(staged, []byte(secretValue)) {
+		t.Fatalf("the staged snapshot is not the decrypted one: %v", err)
+	}
+
+	scratch = t.TempDir()
+	wrong := mountedKeys(t, map[string]*age.X25519Identity{"2026-12": other})
+	code, refused := runInPod(t, agent.RunVerifyFetch, verify, agent.PodPaths{Claim: t.TempDir(), VerifyScratch: scratch, EncryptionKeys: wrong})
+	if code != jobspec.ExitPermanent || refused.Unrestorable || !strings.Contains(refused.Error, report.Backup.EncryptionKeyID) {
+		t.Fatalf("verify fetch without the key: exit %d, %+v; want exit %d naming key %s, not unrestorable", code, refused, jobspec.ExitPermanent, report.Backup.EncryptionKeyID)
+	}
+	if got := fetchedSnapshot(t, scratch); got != "" {
+		t.Fatalf("a snapshot was staged without its key")
 	}
 }
