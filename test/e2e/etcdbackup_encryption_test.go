@@ -33,7 +33,7 @@ import (
 // it needs; after a rotation, the older snapshot still restores while the newer is encrypted to
 // the new key.
 func TestEncryptedBackup(t *testing.T) {
-	inParallel(t, 300*time.Second)
+	inParallel(t, 50*time.Second)
 	f := newBackupFixture(t, "e2e-encrypt-")
 	ctx := context.Background()
 	keyA, keyB := newAgeKey(t), newAgeKey(t)
