@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -276,7 +275,7 @@ func TestEncryptionJobsReadTheMountedKeys(t *testing.T) {
 		Endpoints: etcdtest.ClientURLs(servers), Storage: fetch.Storage,
 		Encryption: &etcdv1alpha1.SnapshotEncryption{SecretName: "backup-keys"},
 	}
-	code, report := runInPod(t, func(ctx context.Context) int { return agent.RunBackupJob(ctx) }, cfg, agent.PodPaths{EncryptionKeys: keys})
+	code, report := runInPod(t, agent.RunBackupJob, cfg, agent.PodPaths{EncryptionKeys: keys})
 	if code != 0 || report.Backup == nil {
 		t.Fatalf("backup Job: exit %d, %+v", code, report)
 	}
