@@ -268,7 +268,7 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 		URI: res.URI, SizeBytes: res.SizeBytes, SHA256: res.SHA256, Revision: res.Revision,
 		EtcdVersion: res.EtcdVersion, Member: res.Member, ClusterID: res.ClusterID, ClusterUID: types.UID(job.Annotations[resources.AnnotationClusterUID]),
 		StartTime: metav1.NewTime(res.StartTime), CompletionTime: metav1.NewTime(res.CompletionTime),
-		Keyspace: res.Keyspace, AuthEnabled: res.AuthEnabled,
+		Keyspace: res.Keyspace, AuthEnabled: res.AuthEnabled, EncryptionKeyID: res.EncryptionKeyID,
 	}
 	// What the run's Job was told to keep: runs of one EtcdBackup never overlap, so status
 	// has named no other snapshot since it was made.
@@ -279,7 +279,7 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 	b.Status.LastBackup = run.Artifact
 	setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
 		"%s: %d bytes at revision %d, sha256 read back from the destination", res.URI, res.SizeBytes, res.Revision)
-	postEvent(r.Recorder, b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s)", res.URI, res.SizeBytes, res.Revision, res.SHA256)
+	postEvent(r.Recorder, b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s%s)", res.URI, res.SizeBytes, res.Revision, res.SHA256, encryptedTo(res.EncryptionKeyID))
 	if n := len(res.Pruned) + res.PrunedCount; n > 0 {
 		postEvent(r.Recorder, b, corev1.EventTypeNormal, "SnapshotsPruned", "Prune", "retention deleted %d older snapshot(s): %v", n, res.Pruned)
 	}
@@ -442,7 +442,7 @@ func (r *EtcdBackupReconciler) checkReady(ctx context.Context, b *etcdv1alpha1.E
 // write a snapshot onto a member's data, and hold OLM upgrades back meanwhile.
 func (r *EtcdBackupReconciler) destinationProblem(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (string, string) {
 	for _, check := range []func(context.Context, *etcdv1alpha1.EtcdBackup) (string, string){
-		r.credentialsProblem, r.storageCAProblem, r.serviceAccountProblem, r.claimProblem,
+		r.credentialsProblem, r.storageCAProblem, r.serviceAccountProblem, r.claimProblem, r.encryptionProblem,
 	} {
 		if reason, message := check(ctx, b); reason != "" {
 			return reason, message

@@ -64,7 +64,7 @@ func (r *EtcdBackupReconciler) reconcileVerification(ctx context.Context, b, bef
 		return recheck, nil
 	}
 	run := snapshotToVerify(b)
-	if run == nil || r.AgentImage == "" {
+	if run == nil || r.AgentImage == "" || r.refuseVerificationWithoutKey(ctx, b, run) {
 		return 0, nil
 	}
 	cluster := &etcdv1alpha1.EtcdCluster{}
@@ -124,7 +124,7 @@ func (r *EtcdBackupReconciler) startVerification(ctx context.Context, b *etcdv1a
 	if !ok {
 		return nil
 	}
-	job, err := resources.VerifyJob(b, c, resources.VerifySnapshot{Storage: b.Spec.Destination, Key: key, Artifact: *run.Artifact, Run: run.Job}, r.AgentImage, r.DefaultImages, r.Pods)
+	job, err := resources.VerifyJob(b, c, resources.VerifySnapshot{Storage: b.Spec.Destination, Encryption: b.Spec.Encryption, Key: key, Artifact: *run.Artifact, Run: run.Job}, r.AgentImage, r.DefaultImages, r.Pods)
 	if err != nil {
 		return err
 	}

@@ -260,6 +260,10 @@ func storageTooSmall(src snapshotSource, size resource.Quantity) string {
 
 func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alpha1.EtcdRestore) (snapshotSource, error) {
 	var src snapshotSource
+	// The key the snapshot is encrypted to, when its EtcdBackup recorded it; a snapshot at a
+	// location is checked by the restore Job, which reads it.
+	var keyID string
+	src.Encryption = rs.Spec.Source.Encryption
 	if loc := rs.Spec.Source.Location; loc != nil {
 		src.Storage, src.Key, src.SHA256 = loc.StorageLocation, loc.Key, loc.SHA256
 		src.uri = agent.LocationURIBase(loc.StorageLocation) + loc.Key
@@ -293,6 +297,10 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 		src.Storage, src.Key, src.SHA256 = backup.Spec.Destination, strings.TrimPrefix(artifact.URI, base), artifact.SHA256
 		src.uri, src.etcdVersion, src.cluster, src.backup = artifact.URI, artifact.EtcdVersion, backup.Spec.ClusterName, backup.Name
 		src.revision, src.largestBytes = artifact.Revision, artifact.SizeBytes
+		keyID = artifact.EncryptionKeyID
+		if src.Encryption == nil && keyID != "" {
+			src.Encryption = backup.Spec.Encryption
+		}
 		if authOn(artifact) {
 			src.withAuth = artifact
 		}
@@ -306,6 +314,9 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 				}
 			}
 		}
+	}
+	if err := r.checkDecryption(ctx, rs, src, keyID); err != nil {
+		return src, err
 	}
 	if s3 := src.Storage.S3; s3 != nil {
 		for _, name := range []string{s3.CredentialsSecretName, s3.CASecretName} {
@@ -333,6 +344,29 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 		}
 	}
 	return src, nil
+}
+
+// checkDecryption refuses, before anything is touched, a restore whose snapshot is encrypted
+// to a key the restore's Secret of keys does not hold (keyID, recorded by its EtcdBackup), or
+// whose Secret of keys is missing or malformed. Once the restore Jobs have reported, the keys
+// were used, and are not needed again.
+func (r *EtcdRestoreReconciler) checkDecryption(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, src snapshotSource, keyID string) error {
+	if rs.Status.RestoredRevision != nil {
+		return nil
+	}
+	const nothing = "nothing was restored"
+	if keyID != "" {
+		if problem := snapshotKeyProblem(ctx, r.APIReader, rs.Namespace, src.Encryption, keyID, "snapshot "+src.uri, "source.encryption.secretName", nothing); problem != nil {
+			return failed(problem.reason, "%s", problem.message)
+		}
+		return nil
+	}
+	if src.Encryption != nil {
+		if _, problem := readEncryptionKeys(ctx, r.APIReader, rs.Namespace, src.Encryption); problem != nil {
+			return failed(problem.reason, "%s; %s", problem.message, nothing)
+		}
+	}
+	return nil
 }
 
 // chooseArtifact is the backup's newest snapshot that did not fail verification, or the one

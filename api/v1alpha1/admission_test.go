@@ -107,6 +107,9 @@ var invalidObjects = []struct {
 	{"backup retention max age zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nretention: {maxAge: 0s}"), "retention.maxAge must be above 0"},
 	{"backup name too long", named("EtcdBackup", strings.Repeat("b", 64), "spec: {clusterName: e, destination: {pvc: {claimName: b}}}"), "an EtcdBackup name must be at most 63 characters"},
 	{"backup history limit zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nhistoryLimit: 0"), "spec.historyLimit in body should be greater than or equal to 1"},
+	{"backup encryption without its keys", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nencryption: {}"), "encryption needs secretName, the Secret holding the age keys"},
+	{"backup encryption Secret name empty", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nencryption: {secretName: ''}"), "spec.encryption.secretName in body should be at least 1 chars long"},
+	{"restore decryption without its keys", restore("source: {backup: {name: b}, encryption: {}}\ntarget: {mode: InPlace, clusterName: r}"), "encryption needs secretName, the Secret holding the age keys"},
 
 	// EtcdRestore
 	{"restore without mode", restore("source: {backup: {name: b}}\ntarget: {clusterName: r}"), "spec.target.mode: Required value"},
@@ -209,4 +212,10 @@ func TestBackupVerifyIsAcceptedAndDefaultsToAlways(t *testing.T) {
 		t.Errorf("verify: {} has policy %q, want the default Always", policy)
 	}
 	create(t, object(t, backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nhistoryLimit: 20\nverify: {policy: EveryNthRun, everyNthRun: 20}")))
+}
+
+// Encrypted backups name the Secret of their keys; a restore may name another.
+func TestEncryptionWithASecretOfKeysIsAccepted(t *testing.T) {
+	create(t, object(t, backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nencryption: {secretName: backup-keys}")))
+	create(t, object(t, restore("source: {backup: {name: b}, encryption: {secretName: restore-keys}}\ntarget: {mode: InPlace, clusterName: prod}")))
 }

@@ -124,6 +124,15 @@ const (
 	ReasonServiceAccountNotFound = "ServiceAccountNotFound"
 	// ReasonSecretKeysMissing: a Secret the Job reads lacks a key it needs (named).
 	ReasonSecretKeysMissing = "SecretKeysMissing"
+	// ReasonEncryptionKeysNotFound: the Secret of encryption keys (spec.encryption,
+	// source.encryption) does not exist.
+	ReasonEncryptionKeysNotFound = "EncryptionKeysNotFound"
+	// ReasonEncryptionKeysInvalid: an entry of the Secret of encryption keys is not one age
+	// X25519 identity, or the Secret has none.
+	ReasonEncryptionKeysInvalid = "EncryptionKeysInvalid"
+	// ReasonEncryptionKeyMissing: the snapshot is encrypted to a key (its id named) that no
+	// Secret given holds, or no Secret of keys is given.
+	ReasonEncryptionKeyMissing = "EncryptionKeyMissing"
 	// ReasonInvalidDestination: the destination cannot be written to safely (a member's claim).
 	ReasonInvalidDestination = "InvalidDestination"
 	ReasonAgentImageUnknown  = "AgentImageUnknown"

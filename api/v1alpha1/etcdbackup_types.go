@@ -68,6 +68,16 @@ type EtcdBackupSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Verify"
 	Verify *BackupVerification `json:"verify,omitempty"`
 
+	// Encryption encrypts every snapshot, as it streams to the destination, to the newest age
+	// key of a Secret (see docs/concepts.md, Encrypted backups). What the destination holds,
+	// and the size and sha256 status records, is then the ciphertext; object names, sizes and
+	// metadata are not encrypted. A restore or verification needs the Secret with the
+	// snapshot's key, and is refused, before anything is touched, without it. Without
+	// encryption, snapshots are stored as etcd sends them.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Encryption"
+	Encryption *SnapshotEncryption `json:"encryption,omitempty"`
+
 	// HistoryLimit is how many runs status.history keeps.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
@@ -147,8 +157,8 @@ const (
 )
 
 // BackupArtifact is a snapshot written to the destination and read back from it whole, its
-// size and sha256 those of what etcd sent. (A test restore of it is spec.verify's, recorded
-// in lastVerified.)
+// size and sha256 those of what etcd sent, or of their ciphertext when encrypted. (A test
+// restore of it is spec.verify's, recorded in lastVerified.)
 type BackupArtifact struct {
 	// URI of the snapshot: s3://bucket/key or pvc://claim/path.
 	URI string `json:"uri"`
@@ -156,6 +166,11 @@ type BackupArtifact struct {
 	SizeBytes int64 `json:"sizeBytes"`
 	// SHA256 of the snapshot, in hexadecimal, as read back from the destination.
 	SHA256 string `json:"sha256"`
+	// EncryptionKeyID is the id of the age key the snapshot is encrypted to (spec.encryption):
+	// a restore of it needs a Secret holding that key. Empty for a snapshot stored as etcd sent
+	// it.
+	// +optional
+	EncryptionKeyID string `json:"encryptionKeyID,omitempty"`
 	// Revision of the etcd keyspace in the snapshot.
 	Revision int64 `json:"revision"`
 	// EtcdVersion of the member the snapshot was taken from.

@@ -46,6 +46,15 @@ type RestoreSource struct {
 	// Location restores a snapshot from storage directly, for snapshots taken elsewhere.
 	// +optional
 	Location *SnapshotLocation `json:"location,omitempty"`
+
+	// Encryption is the Secret of age keys that decrypts an encrypted snapshot. For a
+	// source.backup it defaults to the EtcdBackup's spec.encryption; give it when that
+	// Secret no longer holds the snapshot's key, or for a source.location. The snapshot's key
+	// must be in it: a restore without it fails before anything is touched, naming the key id
+	// it needs. A snapshot stored in plain needs none.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Decryption Keys"
+	Encryption *SnapshotEncryption `json:"encryption,omitempty"`
 }
 
 // BackupReference picks a snapshot recorded by an EtcdBackup.

@@ -129,3 +129,23 @@ type ClaimProvision struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Storage Class",xDescriptors="urn:alm:descriptor:io.kubernetes:StorageClass"
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
+
+// SnapshotEncryption is where the keys that encrypt and decrypt snapshots are. Exactly one
+// source of keys is set; today, a Secret.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.secretName)].exists_one(x, x)",message="encryption needs secretName, the Secret holding the age keys"
+type SnapshotEncryption struct {
+	// SecretName is a Secret in the same namespace holding age X25519 identities, one per
+	// entry, each as `age-keygen` writes it (a line AGE-SECRET-KEY-1...), such as
+	// `kubectl create secret generic backup-keys --from-file=2026-11-27=key.txt`. The entry
+	// whose name sorts last (byte order: use dates such as 2026-11-27) is the newest key: it
+	// encrypts new snapshots. Every entry decrypts: keep a retired key in the Secret for as
+	// long as snapshots encrypted to it are kept. A key is known by its id, the first 16
+	// hexadecimal digits of the sha256 of its public key (`age-keygen -y key.txt | tr -d '\n'
+	// | sha256sum | cut -c1-16`), recorded with every snapshot encrypted to it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Keys Secret",xDescriptors="urn:alm:descriptor:io.kubernetes:Secret"
+	SecretName string `json:"secretName,omitempty"`
+}

@@ -4,8 +4,11 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"slices"
 	"strconv"
@@ -14,6 +17,7 @@ import (
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
+	"github.com/etcd-database/etcd-operator/internal/encryption"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/storage"
 )
@@ -30,7 +34,9 @@ type BackupConfig struct {
 	// LastBackup is the URI of the snapshot the EtcdBackup's status.lastBackup named when the
 	// run's Job was made; retention never deletes it.
 	LastBackup string
-	Now        func() time.Time
+	// Keys, when set, encrypt the snapshot to their newest key on its way to the destination.
+	Keys *encryption.Keyring
+	Now  func() time.Time
 	// SkipMembers are members found corrupt (hexadecimal IDs): never the source.
 	SkipMembers []string
 }
@@ -71,11 +77,15 @@ type BackupResult struct {
 	PrunedCount int `json:"prunedCount,omitempty"`
 	// PruneError is set when the backup succeeded but retention could not delete everything.
 	PruneError string `json:"pruneError,omitempty"`
+	// EncryptionKeyID is the key the snapshot is encrypted to; empty for a plain snapshot.
+	EncryptionKeyID string `json:"encryptionKeyID,omitempty"`
 }
 
 // Backup streams a snapshot of the most up-to-date voting member into the destination,
-// verifies what the destination holds against what was streamed, then applies retention. A
-// snapshot that failed or does not verify leaves no object behind.
+// encrypted on the way when cfg.Keys is set, verifies what the destination holds against what
+// was streamed to it, then applies retention. A snapshot that failed or does not verify leaves
+// no object behind. Size and sha256 are of what the destination holds: the ciphertext of an
+// encrypted snapshot, whose plaintext is never written anywhere.
 func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 	if err := cfg.Series.Validate(); err != nil {
 		return BackupResult{}, permanentError{err}
@@ -98,14 +108,21 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 
 	authBefore := authStatus(ctx, cl)
 
+	metadata := KeyspaceMetadata(keyspace)
+	var keyID string
+	if cfg.Keys != nil {
+		keyID = cfg.Keys.Newest().ID
+		metadata = withMetadata(metadata, encryption.MetadataKeyID, keyID)
+	}
 	pr, pw := io.Pipe()
+	sent := newDigest(pw)
 	streamed := make(chan etcd.SnapshotInfo, 1)
 	go func() {
-		info, err := cl.Snapshot(ctx, source, pw)
+		info, err := snapshotInto(ctx, cl, source, sent, cfg.Keys)
 		streamed <- info
 		_ = pw.CloseWithError(err) // an error here fails the upload, which aborts it
 	}()
-	uploadErr := cfg.Destination.UploadWithMetadata(ctx, key, pr, KeyspaceMetadata(keyspace))
+	uploadErr := cfg.Destination.UploadWithMetadata(ctx, key, pr, metadata)
 	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the snapshot stream if the upload failed
 	info := <-streamed
 	if uploadErr != nil {
@@ -118,10 +135,10 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 	if err != nil {
 		return BackupResult{}, err
 	}
-	if stored.SizeBytes != info.SizeBytes || stored.SHA256 != info.SHA256 {
+	if sentBytes, sentSHA256 := sent.sum(); stored.SizeBytes != sentBytes || stored.SHA256 != sentSHA256 {
 		_ = cfg.Destination.Delete(ctx, key)
 		return BackupResult{}, fmt.Errorf("%s holds %d bytes (sha256 %s) but %d bytes (sha256 %s) were streamed; deleted it",
-			cfg.Destination.URI(key), stored.SizeBytes, stored.SHA256, info.SizeBytes, info.SHA256)
+			cfg.Destination.URI(key), stored.SizeBytes, stored.SHA256, sentBytes, sentSHA256)
 	}
 
 	result := BackupResult{
@@ -129,6 +146,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		Revision: info.Revision, EtcdVersion: info.EtcdVersion,
 		Member: etcd.FormatID(info.MemberID), ClusterID: etcd.FormatID(info.ClusterID),
 		StartTime: start, CompletionTime: cfg.Now(), Keyspace: keyspace, AuthEnabled: auth,
+		EncryptionKeyID: keyID,
 	}
 	result.Pruned, err = prune(ctx, cfg, key)
 	if err != nil {
@@ -136,6 +154,52 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 	}
 	return result, nil
 }
+
+// snapshotInto streams the snapshot into w, through age to keys' newest key when keys is set:
+// the plaintext exists only in the copy buffers between the two.
+func snapshotInto(ctx context.Context, cl etcd.Client, source string, w io.Writer, keys *encryption.Keyring) (etcd.SnapshotInfo, error) {
+	if keys == nil {
+		return cl.Snapshot(ctx, source, w)
+	}
+	encrypted, _, err := keys.Encrypt(w)
+	if err != nil {
+		return etcd.SnapshotInfo{}, err
+	}
+	info, err := cl.Snapshot(ctx, source, encrypted)
+	if err != nil {
+		return info, err
+	}
+	// The last chunk, with its end marker: without it the object would not decrypt.
+	return info, encrypted.Close()
+}
+
+// withMetadata is metadata with key set to value.
+func withMetadata(metadata map[string]string, key, value string) map[string]string {
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	metadata[key] = value
+	return metadata
+}
+
+// digest counts and hashes what is written through it.
+type digest struct {
+	w    io.Writer
+	hash hash.Hash
+	n    int64
+}
+
+func newDigest(w io.Writer) *digest { return &digest{w: w, hash: sha256.New()} }
+
+func (d *digest) Write(p []byte) (int, error) {
+	n, err := d.w.Write(p)
+	d.hash.Write(p[:n])
+	d.n += int64(n)
+	return n, err
+}
+
+// sum is the bytes written through d and their sha256, in hexadecimal.
+func (d *digest) sum() (int64, string) { return d.n, hex.EncodeToString(d.hash.Sum(nil)) }
 
 // describeKeyspace is the digest of the source's keyspace at the revision the snapshot is about
 // to be taken at, asked just before it is: the snapshot then holds every write the digest

@@ -9,7 +9,7 @@ var IsPermanent = isPermanent
 var OpenStorage = openStorage
 
 // PodPaths are the paths of a Job's pod the agent uses, as a test points them.
-type PodPaths struct{ Claim, VerifyScratch, TerminationMessage, MemberMount, AgentBinary string }
+type PodPaths struct{ Claim, VerifyScratch, TerminationMessage, MemberMount, AgentBinary, EncryptionKeys string }
 
 // UsePodPaths points the agent's paths into the test's directories until it ends.
 func UsePodPaths(t *testing.T, paths PodPaths) {
@@ -17,6 +17,9 @@ func UsePodPaths(t *testing.T, paths PodPaths) {
 	t.Cleanup(func() { podPaths = saved })
 	podPaths.claim, podPaths.verifyScratch, podPaths.terminationMessage = paths.Claim, paths.VerifyScratch, paths.TerminationMessage
 	podPaths.memberMount, podPaths.agentBinary = paths.MemberMount, paths.AgentBinary
+	if paths.EncryptionKeys != "" {
+		podPaths.encryptionKeys = paths.EncryptionKeys
+	}
 }
 
 // UseFreeBytes makes the agent see free bytes on every volume until the test ends.

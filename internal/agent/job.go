@@ -17,6 +17,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/certs"
+	"github.com/etcd-database/etcd-operator/internal/encryption"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/storage"
@@ -38,9 +39,9 @@ type Report struct {
 
 // podPaths are where the Job's pod mounts what the agent reads and writes; the tests point
 // them into directories of their own, to run a Job's entry point whole.
-var podPaths = struct{ claim, verifyScratch, terminationMessage, memberMount, agentBinary string }{
+var podPaths = struct{ claim, verifyScratch, terminationMessage, memberMount, agentBinary, encryptionKeys string }{
 	claim: jobspec.ClaimDir, verifyScratch: jobspec.VerifyScratchDir, terminationMessage: jobspec.TerminationMessagePath,
-	memberMount: jobspec.MemberDataMount, agentBinary: jobspec.AgentBinary,
+	memberMount: jobspec.MemberDataMount, agentBinary: jobspec.AgentBinary, encryptionKeys: jobspec.EncryptionKeysDir,
 }
 
 // maxReportBytes is what the kubelet keeps of a termination message.
@@ -157,7 +158,11 @@ func verifyFetchFromEnvironment(ctx context.Context) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	defer source.Close()
-	result, err := Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: podPaths.verifyScratch, KeepDir: true})
+	keys, err := encryptionKeys(cfg)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	result, err := Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Dir: podPaths.verifyScratch, KeepDir: true, Keys: keys})
 	if err != nil {
 		return result, err
 	}
@@ -245,7 +250,11 @@ func fetchFromEnvironment(ctx context.Context, dir string) (RestoreResult, error
 		return RestoreResult{}, err
 	}
 	defer source.Close()
-	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Fallbacks: cfg.Fallbacks, Dir: dir})
+	keys, err := encryptionKeys(cfg)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Fallbacks: cfg.Fallbacks, Dir: dir, Keys: keys})
 }
 
 func finish(report Report) int {
@@ -273,6 +282,10 @@ func backupFromEnvironment(ctx context.Context) (BackupResult, error) {
 	if err != nil {
 		return BackupResult{}, err
 	}
+	keys, err := encryptionKeys(cfg)
+	if err != nil {
+		return BackupResult{}, err
+	}
 	dest, err := openStorage(ctx, cfg.Storage)
 	if err != nil {
 		return BackupResult{}, err
@@ -282,9 +295,23 @@ func backupFromEnvironment(ctx context.Context) (BackupResult, error) {
 		Etcd:        etcdCfg,
 		Series:      backupplan.Series{Namespace: cfg.Namespace, Cluster: cfg.Cluster, Backup: cfg.Backup, UID: cfg.BackupUID},
 		Destination: dest,
-		MaxCount:    cfg.MaxCount, MaxAge: cfg.MaxAge, LastBackup: cfg.LastBackup, Now: time.Now,
+		MaxCount:    cfg.MaxCount, MaxAge: cfg.MaxAge, LastBackup: cfg.LastBackup, Keys: keys, Now: time.Now,
 		SkipMembers: cfg.SkipMembers,
 	})
+}
+
+// encryptionKeys are the keys of the Secret the Job mounts, when its configuration names one.
+// A Secret without a usable key fails the Job for good: the operator checks it before making
+// the Job, so it was changed since.
+func encryptionKeys(cfg jobspec.JobConfig) (*encryption.Keyring, error) {
+	if cfg.Encryption == nil {
+		return nil, nil
+	}
+	keys, err := encryption.ReadDir(cfg.Encryption.SecretName, podPaths.encryptionKeys)
+	if err != nil {
+		return nil, permanentError{err}
+	}
+	return keys, nil
 }
 
 // permanentError is a failure retrying cannot help: a mistake in what the Job was given, a

@@ -2,9 +2,7 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/etcd-database/etcd-operator/internal/encryption"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/storage"
 )
@@ -56,11 +55,16 @@ type FetchConfig struct {
 	Fallbacks []jobspec.Snapshot
 	// KeepDir empties Dir rather than removing it: a mounted volume's root cannot be removed.
 	KeepDir bool
+	// Keys decrypt an encrypted snapshot; without them, one is refused. A plain snapshot
+	// needs none.
+	Keys *encryption.Keyring
 }
 
-// Fetch downloads the snapshot into cfg.Dir/snapshot.db, checking its sha256 on the way, and
-// reads the revision it holds. Anything a failed attempt left in the staging directory is
-// removed first, so a retried Job starts clean.
+// Fetch downloads the snapshot into cfg.Dir/snapshot.db, decrypting it on the way when it is
+// encrypted and checking the sha256 of what storage holds, and reads the revision it holds.
+// Anything a failed attempt left in the staging directory is removed first, so a retried Job
+// starts clean. An encrypted snapshot none of cfg.Keys opens is refused before anything is
+// written: only its header has been read.
 func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 	if err := emptyDir(cfg.Dir, cfg.KeepDir); err != nil {
 		return RestoreResult{}, fmt.Errorf("empty the staging directory: %w", err)
@@ -74,27 +78,33 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 	}
 	defer r.Close()
 	uri := cfg.Source.URI(key)
+	stored := newDigest(io.Discard)
+	stream, err := plaintextOf(ctx, cfg, key, io.TeeReader(r, stored))
+	if err != nil {
+		return RestoreResult{}, err
+	}
 	file := filepath.Join(cfg.Dir, filepath.Base(jobspec.StagedSnapshot))
 	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return RestoreResult{}, err
 	}
-	hash := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, hash), r)
+	// Read to the end of what storage holds, which the sha256 covers: age fails on anything
+	// after its last chunk.
+	n, err := io.Copy(f, stream)
 	if err == nil {
 		err = f.Sync()
 	}
 	if closeErr := f.Close(); err == nil {
 		err = closeErr
 	}
+	storedBytes, sum := stored.sum()
 	if err != nil {
 		_ = os.Remove(file)
-		return RestoreResult{}, fmt.Errorf("download %s after %d bytes: %w", uri, n, err)
+		return RestoreResult{}, fmt.Errorf("download %s after %d bytes: %w", uri, storedBytes, err)
 	}
-	sum := hex.EncodeToString(hash.Sum(nil))
 	if want != "" && sum != want {
 		_ = os.Remove(file)
-		return RestoreResult{}, unrestorableError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, n, sum, want)}
+		return RestoreResult{}, unrestorableError{fmt.Errorf("%s is %d bytes with sha256 %s, not the recorded %s: corrupt or truncated; nothing was restored", uri, storedBytes, sum, want)}
 	}
 	rev, err := SnapshotRevision(file)
 	if err != nil {
@@ -105,11 +115,52 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 		_ = os.Remove(file)
 		return RestoreResult{}, err
 	}
-	result := RestoreResult{URI: uri, SizeBytes: n, SHA256: sum, Revision: rev}
+	result := RestoreResult{URI: uri, SizeBytes: storedBytes, SHA256: sum, Revision: rev}
 	if len(missing) > 0 {
 		result.Missing = missing[0]
 	}
 	return result, nil
+}
+
+// plaintextOf is the snapshot stream r of key as etcdutl reads it: r itself for a plain
+// snapshot, else its decryption with cfg.Keys. An encrypted snapshot without a key to open it
+// is refused for good, naming the key it needs (from its metadata); it is not unrestorable:
+// given the key, it restores.
+func plaintextOf(ctx context.Context, cfg FetchConfig, key string, r io.Reader) (io.Reader, error) {
+	stream, encrypted, err := encryption.Peek(r)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", cfg.Source.URI(key), err)
+	}
+	if !encrypted {
+		return stream, nil
+	}
+	keyID := recordedKeyID(ctx, cfg.Source, key)
+	if cfg.Keys == nil {
+		return nil, permanentError{fmt.Errorf("%s is encrypted to key %s and no Secret of keys was given to decrypt it: name one that holds the key (an EtcdRestore's source.encryption.secretName, an EtcdBackup's spec.encryption.secretName); nothing was restored",
+			cfg.Source.URI(key), orUnknown(keyID))}
+	}
+	plain, err := cfg.Keys.Decrypt(stream, keyID)
+	if err != nil {
+		return nil, permanentError{fmt.Errorf("%s: %w; nothing was restored", cfg.Source.URI(key), err)}
+	}
+	return plain, nil
+}
+
+// recordedKeyID is the key id an encrypted snapshot's metadata records, or "" when it does not
+// say (the snapshot is still decrypted with whichever key opens it).
+func recordedKeyID(ctx context.Context, source *storage.Destination, key string) string {
+	metadata, err := source.Metadata(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return metadata[encryption.MetadataKeyID]
+}
+
+func orUnknown(keyID string) string {
+	if keyID == "" {
+		return "(not recorded)"
+	}
+	return keyID
 }
 
 // freeBytes is the space left to an unprivileged writer on the filesystem of dir.

@@ -29,6 +29,9 @@ const (
 	StorageCADir = "/etc/etcd-operator/storage-ca"
 	// StorageCAKey is the key of that CA in its Secret.
 	StorageCAKey = "ca.crt"
+	// EncryptionKeysDir holds the Secret of age keys that encrypt or decrypt snapshots, a file
+	// per entry.
+	EncryptionKeysDir = "/etc/etcd-operator/encryption-keys"
 	// ClaimDir is where a PersistentVolumeClaim destination or source is mounted.
 	ClaimDir = "/var/lib/etcd-operator/claim"
 	// TerminationMessagePath is the Kubernetes default, which the operator reads back.
@@ -64,6 +67,9 @@ type JobConfig struct {
 	Auth bool `json:"auth,omitempty"`
 
 	Storage etcdv1alpha1.StorageLocation `json:"storage"`
+	// Encryption: the Secret of keys mounted at EncryptionKeysDir. A backup encrypts to its
+	// newest key; a restore or verification decrypts with any of them.
+	Encryption *etcdv1alpha1.SnapshotEncryption `json:"encryption,omitempty"`
 
 	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have; and
 	// the snapshots to restore instead, newest first, should it no longer exist.

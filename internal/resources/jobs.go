@@ -87,6 +87,8 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 			cfg.SkipMembers = append(cfg.SkipMembers, cm.ID)
 		}
 	}
+	// The keys are mounted (storageVolumes); the configuration names their Secret.
+	cfg.Encryption = b.Spec.Encryption
 	if last := b.Status.LastBackup; last != nil {
 		cfg.LastBackup = last.URI
 	}
@@ -108,7 +110,7 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 	}
 	env = append(env, pods.Env...)
 
-	volumes, mounts := storageVolumes(b.Spec.Destination)
+	volumes, mounts := storageVolumes(b.Spec.Destination, b.Spec.Encryption)
 	if cfg.TLS {
 		volumes = append(volumes, tlsSecretVolume(c, "etcd-tls", TLSSecrets(c).Client))
 		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: jobspec.EtcdTLSDir, ReadOnly: true})
@@ -137,6 +139,8 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 // RestoreSource is the snapshot a restore Job fetches.
 type RestoreSource struct {
 	Storage etcdv1alpha1.StorageLocation `json:"storage"`
+	// Encryption is the Secret of keys that decrypts the snapshot, if it is encrypted.
+	Encryption *etcdv1alpha1.SnapshotEncryption `json:"encryption,omitempty"`
 	// Key after the storage's prefix.
 	Key    string `json:"key"`
 	SHA256 string `json:"sha256,omitempty"`
@@ -186,7 +190,7 @@ func RestoreJob(r *etcdv1alpha1.EtcdRestore, c *etcdv1alpha1.EtcdCluster, m Rest
 	if err != nil {
 		return nil, err
 	}
-	volumes, mounts := storageVolumes(src.Storage)
+	volumes, mounts := storageVolumes(src.Storage, src.Encryption)
 	volumes = append(volumes, corev1.Volume{Name: dataVolume, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: PVCName(member)},
 	}})
@@ -267,6 +271,8 @@ func VerifyJobName(run string) string { return jobName(run, "-verify") }
 // VerifySnapshot is the snapshot a verify Job checks: where it is and what was recorded of it.
 type VerifySnapshot struct {
 	Storage etcdv1alpha1.StorageLocation
+	// Encryption is the Secret of keys that decrypts it, if it is encrypted.
+	Encryption *etcdv1alpha1.SnapshotEncryption
 	// Key after the storage's prefix.
 	Key      string
 	Artifact etcdv1alpha1.BackupArtifact
@@ -280,15 +286,19 @@ type VerifySnapshot struct {
 // etcd serves it alone on the pod's loopback as a native sidecar; and the agent compares what
 // it serves with what the backup recorded. Nothing is written outside the pod.
 func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap VerifySnapshot, agentImage string, images EtcdImages, pods PodSettings) (*batchv1.Job, error) {
+	enc := snap.Encryption
+	if snap.Artifact.EncryptionKeyID == "" {
+		enc = nil // a snapshot stored in plain needs no keys
+	}
 	env, err := agentEnv(jobspec.JobConfig{
-		Cluster: c.Name, Storage: snap.Storage, Key: snap.Key, SHA256: snap.Artifact.SHA256,
+		Cluster: c.Name, Storage: snap.Storage, Encryption: enc, Key: snap.Key, SHA256: snap.Artifact.SHA256,
 		Endpoints: []string{jobspec.VerifyClientURL}, Revision: snap.Artifact.Revision, Keyspace: snap.Artifact.Keyspace,
 	})
 	if err != nil {
 		return nil, err
 	}
 	env = append(env, pods.Env...)
-	volumes, mounts := storageVolumes(snap.Storage)
+	volumes, mounts := storageVolumes(snap.Storage, enc)
 	for i := range mounts {
 		mounts[i].ReadOnly = true // verifying never writes to the destination
 	}
@@ -548,7 +558,7 @@ func agentEnv(cfg jobspec.JobConfig) ([]corev1.EnvVar, error) {
 
 // restoreFetchEnv is the environment of a restore's fetch, in a Job or in a member's pod.
 func restoreFetchEnv(c *etcdv1alpha1.EtcdCluster, src RestoreSource, extraEnv []corev1.EnvVar) ([]corev1.EnvVar, error) {
-	env, err := agentEnv(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
+	env, err := agentEnv(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Encryption: src.Encryption, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
 	return append(env, extraEnv...), err
 }
 
@@ -582,18 +592,30 @@ func secretEnv(name, secret, key string, optional bool) corev1.EnvVar {
 	}}}
 }
 
-func storageVolumes(loc etcdv1alpha1.StorageLocation) ([]corev1.Volume, []corev1.VolumeMount) {
+// storageVolumes are the volumes a Job reading or writing snapshots at loc mounts: the claim,
+// or the S3 server's CA; and the Secret of encryption keys, when enc names one. Those keys
+// reach the Job as files its agent reads, as the CA does: never through the operator, never in
+// the Job's spec.
+func storageVolumes(loc etcdv1alpha1.StorageLocation, enc *etcdv1alpha1.SnapshotEncryption) ([]corev1.Volume, []corev1.VolumeMount) {
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
 	switch {
 	case loc.PVC != nil:
-		return []corev1.Volume{{Name: "claim", VolumeSource: corev1.VolumeSource{
-				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: loc.PVC.ClaimName},
-			}}},
-			[]corev1.VolumeMount{{Name: "claim", MountPath: jobspec.ClaimDir}}
+		volumes = append(volumes, corev1.Volume{Name: "claim", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: loc.PVC.ClaimName},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "claim", MountPath: jobspec.ClaimDir})
 	case loc.S3 != nil && loc.S3.CASecretName != "":
-		return []corev1.Volume{{Name: "storage-ca", VolumeSource: corev1.VolumeSource{
-				Secret: &corev1.SecretVolumeSource{SecretName: loc.S3.CASecretName},
-			}}},
-			[]corev1.VolumeMount{{Name: "storage-ca", MountPath: jobspec.StorageCADir, ReadOnly: true}}
+		volumes = append(volumes, corev1.Volume{Name: "storage-ca", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: loc.S3.CASecretName},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "storage-ca", MountPath: jobspec.StorageCADir, ReadOnly: true})
 	}
-	return nil, nil
+	if enc != nil && enc.SecretName != "" {
+		volumes = append(volumes, corev1.Volume{Name: "encryption-keys", VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: enc.SecretName},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "encryption-keys", MountPath: jobspec.EncryptionKeysDir, ReadOnly: true})
+	}
+	return volumes, mounts
 }

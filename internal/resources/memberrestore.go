@@ -69,7 +69,7 @@ func addMemberRestore(pod *corev1.Pod, c *etcdv1alpha1.EtcdCluster, m MemberSpec
 	if err != nil {
 		panic(err) // plain structs always marshal
 	}
-	volumes, mounts := storageVolumes(r.Source.Storage)
+	volumes, mounts := storageVolumes(r.Source.Storage, r.Source.Encryption)
 	data := corev1.VolumeMount{Name: dataVolume, MountPath: dataMount}
 	bin := corev1.VolumeMount{Name: agentBinVolume, MountPath: jobspec.AgentBinDir}
 	fetch := agentContainer(corev1.Container{

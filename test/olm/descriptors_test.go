@@ -63,7 +63,7 @@ func TestCSVDescriptorsShowWhatTheFieldsAre(t *testing.T) {
 					t.Errorf("%s: the select offers %v; the CRD accepts %v", where, selects, enum)
 				}
 			}
-			if namesSecret := strings.HasSuffix(path, "SecretName") || strings.Contains(path, "tls.secrets."); namesSecret != slices.Contains(xDescriptors, secretURN) {
+			if namesSecret := strings.HasSuffix(path, "SecretName") || strings.HasSuffix(path, ".secretName") || strings.Contains(path, "tls.secrets."); namesSecret != slices.Contains(xDescriptors, secretURN) {
 				t.Errorf("%s: names a Secret: %v, has the Secret picker: %v", where, namesSecret, !namesSecret)
 			}
 		}
