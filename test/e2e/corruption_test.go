@@ -361,7 +361,7 @@ func kubectlExec(pod *corev1.Pod, stdin []byte, command ...string) ([]byte, erro
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%v: %s", err, stderr.String())
+		return nil, fmt.Errorf("%w: %s", err, stderr.String())
 	}
 	return out, nil
 }
