@@ -262,6 +262,8 @@ func (c *client) KeyspaceAt(context.Context, string, int64) (etcd.KeyspaceDigest
 
 func (c *client) DisarmNoSpace(context.Context) error { return c.locked("DisarmNoSpace") }
 
+func (c *client) LinearizableRead(context.Context) error { return c.locked("LinearizableRead") }
+
 func (c *client) Snapshot(context.Context, string, io.Writer) (etcd.SnapshotInfo, error) {
 	return etcd.SnapshotInfo{}, errors.New("etcdfake: snapshots are tested against real etcd")
 }
