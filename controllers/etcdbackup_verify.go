@@ -10,6 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,9 +46,10 @@ func (r *EtcdBackupReconciler) reconcileVerification(ctx context.Context, b, bef
 			continue
 		}
 		r.recordVerification(b, *outcome)
-		log.Info("step", "action", "RecordVerification", "job", job.Name, "snapshot", outcome.URI, "result", outcome.Result)
+		log.Info("step", "action", "RecordVerification", "job", job.Name, "snapshot", outcome.URI, "result", outcome.Result, "recoveryTime", outcome.RecoveryTime)
 		finished = append(finished, job)
 	}
+	reportRecoveryTime(b)
 	if len(finished) > 0 {
 		// Record, then clean up: until status holds the outcome, the Job is its only record.
 		if err := writeStatusNow(ctx, r.Client, b, before, backupStatus); err != nil {
@@ -190,6 +192,10 @@ func (r *EtcdBackupReconciler) verificationOutcome(ctx context.Context, job *bat
 	}
 	check, fetch := reports[resources.VerifyContainer], reports[resources.VerifyFetchContainer]
 	restore, restored := terminated[resources.VerifyEtcdutlContainer]
+	out.RecoveryTime, out.RecoverySteps = recoveryTime(fetch, restore, check)
+	if fetch.Restore != nil {
+		out.SizeBytes = fetch.Restore.SizeBytes
+	}
 	switch {
 	case succeeded && check.Verify != nil:
 		out.Result, out.Revision = etcdv1alpha1.SnapshotVerified, check.Verify.Revision
@@ -211,6 +217,27 @@ func (r *EtcdBackupReconciler) verificationOutcome(ctx context.Context, job *bat
 		out.Result, out.Message = etcdv1alpha1.SnapshotNotVerified, failureMessage(job, succeeded, agent.Report{})
 	}
 	return out, 0, nil
+}
+
+// recoveryTime is how long the verify Job's snapshot took to serve again, from the start of its
+// fetch to the restored member's first answer to a linearizable read, with its steps; nil when
+// the member never answered. The fetch and the verifier time themselves on the node's clock, to
+// the nanosecond; etcdutl, which reports nothing, is timed by its container's status, to the
+// second.
+func recoveryTime(fetch agent.Report, restore corev1.ContainerStateTerminated, check agent.Report) (*metav1.Duration, *etcdv1alpha1.RecoverySteps) {
+	if check.Verify == nil || check.Verify.AnsweredAt.IsZero() || fetch.Began.IsZero() || check.Verify.AnsweredAt.Before(fetch.Began) {
+		return nil, nil
+	}
+	answered := check.Verify.AnsweredAt
+	steps := &etcdv1alpha1.RecoverySteps{}
+	if !fetch.Ended.IsZero() {
+		steps.Fetch = &metav1.Duration{Duration: fetch.Ended.Sub(fetch.Began).Round(time.Millisecond)}
+	}
+	if !restore.FinishedAt.IsZero() && !answered.Before(restore.FinishedAt.Time) {
+		steps.Restore = &metav1.Duration{Duration: restore.FinishedAt.Sub(restore.StartedAt.Time).Round(time.Second)}
+		steps.StartUp = &metav1.Duration{Duration: answered.Sub(restore.FinishedAt.Time).Round(time.Second)}
+	}
+	return &metav1.Duration{Duration: answered.Sub(fetch.Began).Round(time.Millisecond)}, steps
 }
 
 func verifiedMessage(v agent.VerifyResult) string {
@@ -249,6 +276,86 @@ func (r *EtcdBackupReconciler) recordVerification(b *etcdv1alpha1.EtcdBackup, v 
 			"%s could not be verified: %s", v.URI, v.Message)
 		postEvent(r.Recorder, b, corev1.EventTypeWarning, "VerificationNotRun", "Verify", "%s could not be verified: %s", v.URI, v.Message)
 	}
+	if bound := maxRecoveryTime(b); bound > 0 && v.RecoveryTime != nil && v.RecoveryTime.Duration > bound {
+		postEvent(r.Recorder, b, corev1.EventTypeWarning, etcdv1alpha1.ReasonRecoveryTimeExceeded, "Verify", "%s", recoveryTimeExceeded(&v, bound))
+	}
+}
+
+// maxRecoveryTime is spec.verify.maxRecoveryTime, 0 when unset.
+func maxRecoveryTime(b *etcdv1alpha1.EtcdBackup) time.Duration {
+	if b.Spec.Verify == nil || b.Spec.Verify.MaxRecoveryTime == nil {
+		return 0
+	}
+	return b.Spec.Verify.MaxRecoveryTime.Duration
+}
+
+// reportRecoveryTime holds the last verification's recovery time to spec.verify.maxRecoveryTime
+// in the RecoveryTimeWithinBound condition, which goes without a bound. It reads status alone,
+// so that a bound changed applies at once, as the alert on the two series does.
+func reportRecoveryTime(b *etcdv1alpha1.EtcdBackup) {
+	bound := maxRecoveryTime(b)
+	v := b.Status.LastVerified
+	switch {
+	case bound == 0:
+		meta.RemoveStatusCondition(&b.Status.Conditions, etcdv1alpha1.ConditionRecoveryTimeWithinBound)
+	case v == nil:
+		setBackupCondition(b, etcdv1alpha1.ConditionRecoveryTimeWithinBound, metav1.ConditionUnknown, etcdv1alpha1.ReasonRecoveryTimeNotMeasured,
+			"no snapshot has been verified yet: its verification measures the recovery time")
+	case v.RecoveryTime == nil:
+		setBackupCondition(b, etcdv1alpha1.ConditionRecoveryTimeWithinBound, metav1.ConditionUnknown, etcdv1alpha1.ReasonRecoveryTimeNotMeasured,
+			"the last verification, of %s (%s), measured no recovery time: its restored etcd never answered", v.URI, v.Result)
+	case v.RecoveryTime.Duration > bound:
+		setBackupCondition(b, etcdv1alpha1.ConditionRecoveryTimeWithinBound, metav1.ConditionFalse, etcdv1alpha1.ReasonRecoveryTimeExceeded,
+			"%s", recoveryTimeExceeded(v, bound))
+	default:
+		setBackupCondition(b, etcdv1alpha1.ConditionRecoveryTimeWithinBound, metav1.ConditionTrue, etcdv1alpha1.ReasonRecoveryTimeWithinBound,
+			"%s, within spec.verify.maxRecoveryTime %s", servedAgain(v), bound)
+	}
+}
+
+// recoveryTimeExceeded says that, by how much, and what to do.
+func recoveryTimeExceeded(v *etcdv1alpha1.SnapshotVerification, bound time.Duration) string {
+	return fmt.Sprintf("%s, above spec.verify.maxRecoveryTime %s. The snapshot is still verified: it restores, only slower than the bound. "+
+		"To restore faster, make the snapshots smaller (compact the keyspace and defragment the members), or give the destination and "+
+		"the nodes faster storage; or raise maxRecoveryTime", servedAgain(v), bound)
+}
+
+// servedAgain says which snapshot took how long to serve again, its size and steps.
+func servedAgain(v *etcdv1alpha1.SnapshotVerification) string {
+	var b strings.Builder
+	b.WriteString(v.URI)
+	if v.SizeBytes > 0 {
+		fmt.Fprintf(&b, " (%s)", byteSize(v.SizeBytes))
+	}
+	fmt.Fprintf(&b, " served again in %s", v.RecoveryTime.Duration)
+	var steps []string
+	if s := v.RecoverySteps; s != nil {
+		for _, step := range []struct {
+			name string
+			d    *metav1.Duration
+		}{{"fetch", s.Fetch}, {"restore", s.Restore}, {"start-up", s.StartUp}} {
+			if step.d != nil {
+				steps = append(steps, step.name+" "+step.d.Duration.String())
+			}
+		}
+	}
+	if len(steps) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(steps, ", "))
+	}
+	return b.String()
+}
+
+// byteSize is n bytes for a person to read: 1.5 GiB, 300.0 MiB, 20.0 KiB.
+func byteSize(n int64) string {
+	for _, unit := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= unit.size {
+			return fmt.Sprintf("%.1f %s", float64(n)/float64(unit.size), unit.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // verifyMemberExitLimit is how many times a verify Job's restored member may exit before the

@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -285,5 +286,42 @@ func TestSnapshotsOfAnEarlierClusterOfTheSameNameAreNotItsOwn(t *testing.T) {
 	}
 	if want := []string{"pvc://b/40.db", "pvc://b/20.db", "pvc://b/10.db"}; !slices.Equal(uris, want) {
 		t.Errorf("fallbacks of a snapshot of cluster now: %v, want %v", uris, want)
+	}
+}
+
+// A verify Job's recovery time runs from its fetch's start to the restored member's first
+// answer, both timed by the agent; etcdutl's step is its container's, to the second. Without
+// either end, or with ends out of order (reports of two pods), there is none: never a guess.
+func TestRecoveryTimeComesFromTheFetchAndTheVerifiersReports(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 3, 0, 0, 0, time.UTC)
+	began := t0.Add(300 * time.Millisecond)
+	fetch := agent.Report{Began: began, Ended: began.Add(1200 * time.Millisecond)}
+	answeredAfter := func(d time.Duration) agent.Report {
+		return agent.Report{Verify: &agent.VerifyResult{AnsweredAt: began.Add(d)}}
+	}
+	etcdutl := corev1.ContainerStateTerminated{StartedAt: metav1.NewTime(t0.Add(2 * time.Second)), FinishedAt: metav1.NewTime(t0.Add(5 * time.Second))}
+	ms := func(n int) *metav1.Duration { return &metav1.Duration{Duration: time.Duration(n) * time.Millisecond} }
+	for _, tc := range []struct {
+		name    string
+		fetch   agent.Report
+		restore corev1.ContainerStateTerminated
+		check   agent.Report
+		want    *metav1.Duration
+		steps   *etcdv1alpha1.RecoverySteps
+	}{
+		{"every part", fetch, etcdutl, answeredAfter(6500 * time.Millisecond), ms(6500),
+			&etcdv1alpha1.RecoverySteps{Fetch: ms(1200), Restore: ms(3000), StartUp: ms(2000)}},
+		{"etcdutl's container not seen", fetch, corev1.ContainerStateTerminated{}, answeredAfter(6500 * time.Millisecond), ms(6500),
+			&etcdv1alpha1.RecoverySteps{Fetch: ms(1200)}},
+		{"the member never answered", fetch, etcdutl, agent.Report{Error: "did not answer"}, nil, nil},
+		{"a fetch that reported no start", agent.Report{}, etcdutl, answeredAfter(6500 * time.Millisecond), nil, nil},
+		{"an answer before the fetch began", fetch, etcdutl, answeredAfter(-time.Second), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, steps := recoveryTime(tc.fetch, tc.restore, tc.check)
+			if !reflect.DeepEqual(got, tc.want) || !reflect.DeepEqual(steps, tc.steps) {
+				t.Errorf("recovery time %v, steps %+v; want %v, %+v", got, steps, tc.want, tc.steps)
+			}
+		})
 	}
 }

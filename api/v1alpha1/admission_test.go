@@ -86,6 +86,9 @@ var invalidObjects = []struct {
 	{"backup verify every nth one-shot", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {policy: EveryNthRun, everyNthRun: 3}"), "verify.policy EveryNthRun applies to scheduled backups only"},
 	{"backup verify n past history", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nverify: {policy: EveryNthRun, everyNthRun: 11}"), "verify.everyNthRun must be at most historyLimit"},
 	{"backup verify policy unknown", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {policy: Sometimes}"), "spec.verify.policy: Unsupported value"},
+	{"backup verify max recovery time zero", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {maxRecoveryTime: 0s}"), "verify.maxRecoveryTime must be above 0"},
+	{"backup verify max recovery time negative", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {maxRecoveryTime: -5m}"), "verify.maxRecoveryTime must be above 0"},
+	{"backup verify max recovery time not a duration", backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {maxRecoveryTime: ten minutes}"), "spec.verify.maxRecoveryTime"},
 	{"backup schedule not cron", scheduled("every hour"), "schedule must be five cron fields separated by single spaces"},
 	{"backup schedule with six fields", scheduled("0 0 * * * *"), "schedule must be five cron fields separated by single spaces"},
 	{"backup schedule with time zone", scheduled("TZ=Europe/Paris 0 3 * * *"), "schedule must be five cron fields separated by single spaces"},
@@ -212,6 +215,7 @@ func TestBackupVerifyIsAcceptedAndDefaultsToAlways(t *testing.T) {
 		t.Errorf("verify: {} has policy %q, want the default Always", policy)
 	}
 	create(t, object(t, backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nschedule: '@hourly'\nhistoryLimit: 20\nverify: {policy: EveryNthRun, everyNthRun: 20}")))
+	create(t, object(t, backup("clusterName: e\ndestination: {pvc: {claimName: b}}\nverify: {maxRecoveryTime: 1ms}")))
 }
 
 // Encrypted backups name the Secret of their keys; a restore may name another.

@@ -15,6 +15,9 @@ const (
 	// ConditionVerified (EtcdBackup): the last verification restored a snapshot and found
 	// what its backup recorded.
 	ConditionVerified = "Verified"
+	// ConditionRecoveryTimeWithinBound (EtcdBackup with spec.verify.maxRecoveryTime): the last
+	// verification's snapshot served again within that bound.
+	ConditionRecoveryTimeWithinBound = "RecoveryTimeWithinBound"
 )
 
 // Condition reasons of EtcdCluster. The operations (ScalingUp, Upgrading, ...) are also the
@@ -107,6 +110,18 @@ const (
 	ReasonVerificationNotRun = "VerificationNotRun"
 	// ReasonSnapshotFailedVerification (EtcdRestore): the snapshot named failed verification.
 	ReasonSnapshotFailedVerification = "SnapshotFailedVerification"
+)
+
+// Condition reasons of an EtcdBackup's recovery time, held to spec.verify.maxRecoveryTime.
+const (
+	// ReasonRecoveryTimeWithinBound: the last verification's recovery time is within the bound.
+	ReasonRecoveryTimeWithinBound = "RecoveryTimeWithinBound"
+	// ReasonRecoveryTimeExceeded: the last verification's snapshot took longer than the bound
+	// to serve again; it is still verified, restorable, only slower than wanted.
+	ReasonRecoveryTimeExceeded = "RecoveryTimeExceeded"
+	// ReasonRecoveryTimeNotMeasured: no verification has measured a recovery time yet, or the
+	// last one could not (its restored etcd never answered).
+	ReasonRecoveryTimeNotMeasured = "RecoveryTimeNotMeasured"
 )
 
 // Condition reasons of EtcdBackup and EtcdRestore.

@@ -113,6 +113,15 @@ type BackupVerification struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	EveryNthRun int32 `json:"everyNthRun,omitempty"`
+	// MaxRecoveryTime is the longest a restore of a snapshot may take to serve, such as "10m":
+	// when a verification measures more (status.lastVerified.recoveryTime), the
+	// RecoveryTimeWithinBound condition turns False and a Warning event says by how much. The
+	// snapshot still counts as verified: it restores, only slower than this. Without it, the
+	// recovery time is measured and not held to any bound.
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="verify.maxRecoveryTime must be above 0, such as 10m: the longest a restore of a snapshot may take to serve; to hold it to no bound, leave it unset"
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Max Recovery Time",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
+	MaxRecoveryTime *metav1.Duration `json:"maxRecoveryTime,omitempty"`
 }
 
 // BackupRetention bounds the snapshots kept in the destination, applied by each run once its
@@ -240,9 +249,39 @@ type SnapshotVerification struct {
 	// takes.
 	// +optional
 	Duration *metav1.Duration `json:"duration,omitempty"`
+	// RecoveryTime is how long the snapshot took to serve again: from the start of its
+	// download to the restored etcd answering a linearizable read. It counts the download and
+	// its sha256 check, etcdutl's restore, etcd's start-up and the container starts between them
+	// (pulling the cluster's etcd image first if the node lacks it); not the wait for the pod to
+	// be scheduled and start, nor the checks after. Absent when the restored etcd never answered.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Recovery Time",xDescriptors="urn:alm:descriptor:text"
+	RecoveryTime *metav1.Duration `json:"recoveryTime,omitempty"`
+	// RecoverySteps are the parts of recoveryTime.
+	// +optional
+	RecoverySteps *RecoverySteps `json:"recoverySteps,omitempty"`
+	// SizeBytes of the snapshot restored.
+	// +optional
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
 	// Message says what was checked, or how the snapshot failed.
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// RecoverySteps are the parts of a verification's recovery time. What they leave of it is the
+// pod's start of etcdutl's container after the download: pulling the cluster's etcd image, if
+// the node lacked it.
+type RecoverySteps struct {
+	// Fetch is the download and its sha256 check, to the millisecond.
+	// +optional
+	Fetch *metav1.Duration `json:"fetch,omitempty"`
+	// Restore is etcdutl snapshot restore's run, to the second (as the kubelet times it).
+	// +optional
+	Restore *metav1.Duration `json:"restore,omitempty"`
+	// StartUp is from the restore's end to the restored etcd answering a linearizable read, to
+	// the second.
+	// +optional
+	StartUp *metav1.Duration `json:"startUp,omitempty"`
 }
 
 // SnapshotKeyspace describes the keyspace a snapshot holds, as the member it was taken from
@@ -327,7 +366,8 @@ type EtcdBackupStatus struct {
 	History []BackupRun `json:"history,omitempty"`
 
 	// Conditions: Succeeded (the last run), Ready (the destination and cluster can be used),
-	// Verified (the last verification).
+	// Verified (the last verification), RecoveryTimeWithinBound (with
+	// spec.verify.maxRecoveryTime: the last verification's recovery time held to it).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

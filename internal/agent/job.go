@@ -35,6 +35,10 @@ type Report struct {
 	// Unrestorable: the snapshot is there but cannot be restored (it differs from its sha256,
 	// or is no etcd snapshot).
 	Unrestorable bool `json:"unrestorable,omitempty"`
+	// Began and Ended bound a verify Job's fetch, on the node's clock and finer than the
+	// second the pod's status keeps: the snapshot's recovery time begins with it.
+	Began time.Time `json:"began,omitzero"`
+	Ended time.Time `json:"ended,omitzero"`
 }
 
 // podPaths are where the Job's pod mounts what the agent reads and writes; the tests point
@@ -108,8 +112,9 @@ func RunRestoreFetch(ctx context.Context) int {
 // RunVerifyFetch is `manager agent verify-fetch`: download and check the snapshot into the
 // verify Job's scratch directory.
 func RunVerifyFetch(ctx context.Context) int {
-	report := Report{}
+	report := Report{Began: time.Now()}
 	result, err := verifyFetchFromEnvironment(ctx)
+	report.Ended = time.Now()
 	if err != nil {
 		report.Error, report.Permanent, report.Unrestorable = err.Error(), isPermanent(err), IsUnrestorable(err)
 	} else {

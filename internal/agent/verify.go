@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	neturl "net/url"
 	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -37,6 +39,9 @@ type VerifyResult struct {
 	HashCompared bool `json:"hashCompared,omitempty"`
 	// Mismatch says how the restored snapshot differs from its record; empty, it does not.
 	Mismatch string `json:"mismatch,omitempty"`
+	// AnsweredAt is when the restored member first answered a linearizable read, on the
+	// node's clock: where the snapshot's recovery time, begun by the fetch, ends.
+	AnsweredAt time.Time `json:"answeredAt,omitzero"`
 }
 
 // VerifyRestored compares the keyspace the restored member serves with the snapshot's record.
@@ -52,17 +57,21 @@ func VerifyRestored(ctx context.Context, cfg VerifyConfig) (VerifyResult, error)
 }
 
 func verifyRestored(ctx context.Context, cfg VerifyConfig) (VerifyResult, error) {
+	url := cfg.Etcd.Endpoints[0]
+	deadline := time.Now().Add(cfg.Ready)
+	if err := waitListening(ctx, url, deadline); err != nil {
+		return VerifyResult{}, err
+	}
 	cl, err := etcd.New(cfg.Etcd)
 	if err != nil {
 		return VerifyResult{}, err
 	}
 	defer cl.Close()
-	url := cfg.Etcd.Endpoints[0]
-	st, err := waitAnswering(ctx, cl, url, cfg.Ready)
+	st, answeredAt, err := waitAnswering(ctx, cl, url, deadline)
 	if err != nil {
 		return VerifyResult{}, err
 	}
-	result := VerifyResult{Revision: st.Revision}
+	result := VerifyResult{Revision: st.Revision, AnsweredAt: answeredAt}
 	if st.Revision < cfg.Revision {
 		result.Mismatch = fmt.Sprintf("the restored keyspace is at revision %d, below the recorded %d", st.Revision, cfg.Revision)
 		return result, nil
@@ -97,25 +106,59 @@ func verifyRestored(ctx context.Context, cfg VerifyConfig) (VerifyResult, error)
 	return result, nil
 }
 
-// waitAnswering waits, at most ready, for the member at url to report its status: the restored
-// member starts next to the verify container and may not answer yet.
-func waitAnswering(ctx context.Context, cl etcd.Client, url string, ready time.Duration) (etcd.MemberStatus, error) {
-	deadline := time.Now().Add(ready)
+// answerPoll is how often the restored member is asked whether it answers: the recovery time
+// is measured to it.
+const answerPoll = 100 * time.Millisecond
+
+// waitListening waits, until deadline, for the member at url to accept connections. Only then
+// is the client made: gRPC, refused by a member not yet listening, would try again only after
+// a backoff of seconds, and the recovery time would count that backoff.
+func waitListening(ctx context.Context, url string, deadline time.Time) error {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return permanentError{fmt.Errorf("the restored member's URL %q: %w", url, err)}
+	}
+	var dialer net.Dialer
 	for {
-		st, err := cl.Status(ctx, url)
-		if err == nil && len(st.Errors) == 0 {
-			return st, nil
-		}
+		conn, err := dialer.DialContext(ctx, "tcp", u.Host)
 		if err == nil {
-			err = errors.New(st.Errors[0])
+			return conn.Close()
 		}
 		if time.Now().After(deadline) {
-			return etcd.MemberStatus{}, fmt.Errorf("the restored member at %s did not answer within %s: %w", url, ready, err)
+			return fmt.Errorf("the restored member at %s did not listen by %s: %w", url, deadline.Format(time.RFC3339), err)
 		}
 		select {
 		case <-ctx.Done():
-			return etcd.MemberStatus{}, ctx.Err()
-		case <-time.After(time.Second):
+			return ctx.Err()
+		case <-time.After(answerPoll):
+		}
+	}
+}
+
+// waitAnswering waits, until deadline, for the member at url to report its status and answer
+// a linearizable read, and says when it first did: the restored member starts next to the
+// verify container and may not answer yet.
+func waitAnswering(ctx context.Context, cl etcd.Client, url string, deadline time.Time) (etcd.MemberStatus, time.Time, error) {
+	for {
+		st, err := cl.Status(ctx, url)
+		if err == nil && len(st.Errors) > 0 {
+			err = errors.New(st.Errors[0])
+		}
+		if err == nil {
+			if err = cl.LinearizableRead(ctx); err == nil {
+				return st, time.Now(), nil
+			}
+		}
+		if etcd.RefusedTheUser(err) {
+			return etcd.MemberStatus{}, time.Time{}, err
+		}
+		if time.Now().After(deadline) {
+			return etcd.MemberStatus{}, time.Time{}, fmt.Errorf("the restored member at %s did not answer by %s: %w", url, deadline.Format(time.RFC3339), err)
+		}
+		select {
+		case <-ctx.Done():
+			return etcd.MemberStatus{}, time.Time{}, ctx.Err()
+		case <-time.After(answerPoll):
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,6 +38,13 @@ func runAsJob(t *testing.T, run func(context.Context) int, cfg jobspec.JobConfig
 // paths puts them, and returns its exit code and report.
 func runInPod(t *testing.T, run func(context.Context) int, cfg jobspec.JobConfig, paths agent.PodPaths) (int, agent.Report) {
 	t.Helper()
+	return startInPod(t, run, cfg, paths)()
+}
+
+// startInPod starts an agent entry point as runInPod runs it, and returns the wait for its exit
+// code and report.
+func startInPod(t *testing.T, run func(context.Context) int, cfg jobspec.JobConfig, paths agent.PodPaths) func() (int, agent.Report) {
+	t.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -44,16 +52,21 @@ func runInPod(t *testing.T, run func(context.Context) int, cfg jobspec.JobConfig
 	t.Setenv(jobspec.ConfigEnv, string(raw))
 	paths.TerminationMessage = filepath.Join(t.TempDir(), "termination-log")
 	agent.UsePodPaths(t, paths)
-	code := run(t.Context())
-	msg, err := os.ReadFile(paths.TerminationMessage)
-	if err != nil {
-		t.Fatalf("no termination message: %v", err)
+	exit := make(chan int, 1)
+	go func() { exit <- run(t.Context()) }()
+	return func() (int, agent.Report) {
+		t.Helper()
+		code := <-exit
+		msg, err := os.ReadFile(paths.TerminationMessage)
+		if err != nil {
+			t.Fatalf("no termination message: %v", err)
+		}
+		report, err := agent.DecodeReport(string(msg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code, report
 	}
-	report, err := agent.DecodeReport(string(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return code, report
 }
 
 // fetchedSnapshot is the sha256 of the snapshot in the scratch directory, "" if none is there.
@@ -263,4 +276,52 @@ func fetchFromBucket(t *testing.T, srv *s3test.Server, res agent.BackupResult, s
 		}},
 		Key: strings.TrimPrefix(res.URI, "s3://backups/etcd/"), SHA256: sha256,
 	}
+}
+
+// A verify Job's reports carry the snapshot's recovery time, from its fetch's start to the
+// restored member first answering a linearizable read: the fetch reports when it began and
+// ended, the verifier when the member answered. A member that starts only after the verifier
+// (the pod starts them side by side) is seen answering within moments of its start, not at the
+// end of the seconds-long backoff gRPC keeps after a refused connection.
+func TestVerifyJobReportsWhenTheRestoredSnapshotServed(t *testing.T) {
+	srv, _, res := backUpCluster(t, 1, 50)
+	scratch := t.TempDir()
+	code, fetch := runAsJob(t, agent.RunVerifyFetch, fetchFromBucket(t, srv, res, res.SHA256), t.TempDir(), scratch)
+	if code != 0 || fetch.Restore == nil {
+		t.Fatalf("fetch: exit %d, %+v", code, fetch)
+	}
+	if fetch.Began.IsZero() || fetch.Ended.Before(fetch.Began) || fetch.Restore.SizeBytes != res.SizeBytes {
+		t.Fatalf("fetch reported it began at %v and ended at %v, with %d bytes; want both, in order, and the snapshot's %d bytes",
+			fetch.Began, fetch.Ended, fetch.Restore.SizeBytes, res.SizeBytes)
+	}
+
+	member := etcdtest.NewServer(t, "verify")
+	member.ClientURL = strings.Replace(member.ClientURL, "http://", "https://", 1)
+	member.ExtraArgs = jobspec.VerifyEtcdTLSArgs(filepath.Join(scratch, jobspec.VerifyTLSSubdir))
+	restore := exec.Command(filepath.Join(filepath.Dir(etcdtest.Binary(t)), "etcdutl"), "snapshot", "restore",
+		filepath.Join(scratch, filepath.Base(jobspec.VerifySnapshot)), "--data-dir", member.DataDir, "--name", member.Name,
+		"--initial-cluster", etcdtest.InitialCluster(member), "--initial-advertise-peer-urls", member.PeerURL)
+	if out, err := restore.CombinedOutput(); err != nil {
+		t.Fatalf("etcdutl snapshot restore: %v\n%s", err, out)
+	}
+	cfg := jobspec.JobConfig{Endpoints: []string{member.ClientURL}, Revision: res.Revision, Keyspace: res.Keyspace}
+	wait := startInPod(t, agent.RunVerify, cfg, agent.PodPaths{Claim: t.TempDir(), VerifyScratch: scratch})
+	// Past gRPC's third refused dial (its backoff: 1 s, then 1.6 times more each time): a
+	// verifier that dialled before the member listened tries next about 5 s after its own start,
+	// and was seen to report the member answering 1.9 s after the member's start, against
+	// 0.3-0.5 s when it dials only once the member listens.
+	time.Sleep(3200 * time.Millisecond)
+	started := time.Now()
+	member.Start(t, "new", etcdtest.InitialCluster(member))
+	code, verify := wait()
+	if code != 0 || verify.Verify == nil {
+		t.Fatalf("verify: exit %d, %+v", code, verify)
+	}
+	answered := verify.Verify.AnsweredAt
+	if answered.Before(started) || answered.Sub(started) > 1500*time.Millisecond {
+		t.Fatalf("the restored member started at %s and is reported answering at %s; want within 1.5 s after its start",
+			started.Format(time.StampMilli), answered.Format(time.StampMilli))
+	}
+	t.Logf("recovery time %s: fetch %s, then %s to the member's start, answering %s after it",
+		answered.Sub(fetch.Began), fetch.Ended.Sub(fetch.Began), started.Sub(fetch.Ended), answered.Sub(started))
 }

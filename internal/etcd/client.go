@@ -105,6 +105,9 @@ type Client interface {
 	// DisarmCorrupt clears the CORRUPT alarm raised for memberID (which may have been removed
 	// since), letting writes through again once no other is raised.
 	DisarmCorrupt(ctx context.Context, memberID uint64) error
+	// LinearizableRead reads a key as clients read by default: through the raft log, answered
+	// only once a leader is known and the member has applied what it committed.
+	LinearizableRead(ctx context.Context) error
 	// Close releases the connections.
 	Close() error
 }
@@ -333,6 +336,19 @@ func (e *client) Defragment(ctx context.Context, clientURL string) error {
 	defer cancel()
 	if _, err := e.c.Defragment(ctx, clientURL); err != nil {
 		return fmt.Errorf("defragment %s: %w", clientURL, err)
+	}
+	return nil
+}
+
+// linearizableReadKey is the key LinearizableRead reads, as etcdctl endpoint health does: its
+// value, or its absence, does not matter.
+const linearizableReadKey = "health"
+
+func (e *client) LinearizableRead(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := e.c.Get(ctx, linearizableReadKey, clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("linearizable read: %w", err)
 	}
 	return nil
 }

@@ -24,6 +24,9 @@ type BackupValues struct {
 	// ScheduleInterval is the longest wait between two runs of the schedule, 0 for a one-shot
 	// or suspended backup, or a schedule that does not parse.
 	ScheduleInterval time.Duration
+	// RecoveryTime is status.lastVerified.recoveryTime, 0 when not measured; MaxRecoveryTime
+	// is spec.verify.maxRecoveryTime, 0 when unset.
+	RecoveryTime, MaxRecoveryTime time.Duration
 }
 
 // scheduleLookahead bounds the runs walked to find a schedule's longest interval: a week
@@ -41,6 +44,12 @@ func BackupValuesOf(b *etcdv1alpha1.EtcdBackup, now time.Time) BackupValues {
 	}
 	if len(b.Status.History) > 0 {
 		v.LastRunFailed = b.Status.History[0].Phase == etcdv1alpha1.BackupFailed
+	}
+	if lv := b.Status.LastVerified; lv != nil && lv.RecoveryTime != nil {
+		v.RecoveryTime = lv.RecoveryTime.Duration
+	}
+	if b.Spec.Verify != nil && b.Spec.Verify.MaxRecoveryTime != nil {
+		v.MaxRecoveryTime = b.Spec.Verify.MaxRecoveryTime.Duration
 	}
 	if b.Spec.Schedule != "" && !b.Spec.Suspend {
 		if sched, err := backupplan.ParseSchedule(b.Spec.Schedule); err == nil {
@@ -91,6 +100,7 @@ type BackupCollector struct {
 	entries store[backupEntry]
 
 	created, lastSuccess, lastSize, lastDuration, lastRunFailed, scheduleInterval, failures *prometheus.Desc
+	recoveryTime, maxRecoveryTime                                                           *prometheus.Desc
 }
 
 func newBackupCollector() *BackupCollector {
@@ -102,6 +112,9 @@ func newBackupCollector() *BackupCollector {
 		lastRunFailed:    desc("backup_last_run_failed", "1 when the newest run failed, 0 otherwise.", "cluster"),
 		scheduleInterval: desc("backup_schedule_interval_seconds", "The longest wait between two runs of the backup's schedule; absent for a one-shot or suspended backup.", "cluster"),
 		failures:         desc("backup_failures_total", "Runs of the backup that failed, as the operator recorded them.", "cluster"),
+		recoveryTime: desc("backup_verify_recovery_seconds", "How long the last verified snapshot (status.lastVerified) took to serve again: "+
+			"from the start of its download to the restored etcd answering a linearizable read.", "cluster"),
+		maxRecoveryTime: desc("backup_verify_max_recovery_seconds", "The recovery time a verified snapshot may take (spec.verify.maxRecoveryTime); absent when unset.", "cluster"),
 	}
 }
 
@@ -124,7 +137,8 @@ func (bc *BackupCollector) Forget(key types.NamespacedName) {
 
 // Describe sends every descriptor of the family.
 func (bc *BackupCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{bc.created, bc.lastSuccess, bc.lastSize, bc.lastDuration, bc.lastRunFailed, bc.scheduleInterval, bc.failures} {
+	for _, d := range []*prometheus.Desc{bc.created, bc.lastSuccess, bc.lastSize, bc.lastDuration, bc.lastRunFailed, bc.scheduleInterval, bc.failures,
+		bc.recoveryTime, bc.maxRecoveryTime} {
 		ch <- d
 	}
 }
@@ -144,5 +158,11 @@ func (bc *BackupCollector) Collect(ch chan<- prometheus.Metric) {
 			out.gauge(bc.scheduleInterval, v.ScheduleInterval.Seconds(), v.Cluster)
 		}
 		out.counter(bc.failures, e.failures, v.Cluster)
+		if v.RecoveryTime > 0 {
+			out.gauge(bc.recoveryTime, v.RecoveryTime.Seconds(), v.Cluster)
+		}
+		if v.MaxRecoveryTime > 0 {
+			out.gauge(bc.maxRecoveryTime, v.MaxRecoveryTime.Seconds(), v.Cluster)
+		}
 	})
 }

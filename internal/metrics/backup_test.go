@@ -121,3 +121,32 @@ etcd_operator_backup_schedule_interval_seconds{cluster="etcd",name="nightly",nam
 		t.Errorf("%d series of a forgotten backup remain", n)
 	}
 }
+
+// A verified snapshot's recovery time and the bound it is held to are series of their own, so
+// that an alert compares the two; each is absent while status or spec has none.
+func TestBackupSeriesCarryTheRecoveryTimeAndItsBound(t *testing.T) {
+	bc := newBackupCollector()
+	b := backup("@every 1h")
+	bc.Record(b, nil, t0)
+	families := []string{"etcd_operator_backup_verify_recovery_seconds", "etcd_operator_backup_verify_max_recovery_seconds"}
+	if err := testutil.CollectAndCompare(bc, strings.NewReader(""), families...); err != nil {
+		t.Errorf("neither verified nor bounded: %v", err)
+	}
+	b.Spec.Verify = &etcdv1alpha1.BackupVerification{MaxRecoveryTime: &metav1.Duration{Duration: 2 * time.Minute}}
+	b.Status.LastVerified = &etcdv1alpha1.SnapshotVerification{RecoveryTime: &metav1.Duration{Duration: 2500 * time.Millisecond}}
+	bc.Record(b, nil, t0)
+	want := `
+# HELP etcd_operator_backup_verify_max_recovery_seconds The recovery time a verified snapshot may take (spec.verify.maxRecoveryTime); absent when unset.
+# TYPE etcd_operator_backup_verify_max_recovery_seconds gauge
+etcd_operator_backup_verify_max_recovery_seconds{cluster="etcd",name="nightly",namespace="ns"} 120
+# HELP etcd_operator_backup_verify_recovery_seconds How long the last verified snapshot (status.lastVerified) took to serve again: from the start of its download to the restored etcd answering a linearizable read.
+# TYPE etcd_operator_backup_verify_recovery_seconds gauge
+etcd_operator_backup_verify_recovery_seconds{cluster="etcd",name="nightly",namespace="ns"} 2.5
+`
+	if err := testutil.CollectAndCompare(bc, strings.NewReader(want), families...); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.CollectAndLint(bc); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+}

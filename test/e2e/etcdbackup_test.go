@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +116,35 @@ func (f *backupFixture) createBackup(t *testing.T, name string, spec etcdv1alpha
 	return b
 }
 
+// expectRecoveryTimeExceeded checks that the verification v of b, bounded by a
+// maxRecoveryTime no restore meets, measured the snapshot's recovery time and its steps, and
+// that the RecoveryTimeWithinBound condition and a Warning event say it is over the bound.
+func expectRecoveryTimeExceeded(t *testing.T, b *etcdv1alpha1.EtcdBackup, v *etcdv1alpha1.SnapshotVerification) {
+	t.Helper()
+	bound := b.Spec.Verify.MaxRecoveryTime.Duration
+	if v.RecoveryTime == nil || v.RecoveryTime.Duration <= bound || v.RecoverySteps == nil || v.RecoverySteps.Fetch == nil || v.RecoverySteps.Restore == nil ||
+		v.RecoverySteps.StartUp == nil || v.SizeBytes != b.Status.LastBackup.SizeBytes {
+		t.Fatalf("lastVerified %+v, steps %+v: want a recovery time above %s, its fetch, restore and start-up, and the snapshot's %d bytes",
+			*v, v.RecoverySteps, bound, b.Status.LastBackup.SizeBytes)
+	}
+	t.Logf("%s: %d bytes served again in %s (fetch %s, restore %s, start-up %s)", b.Name, v.SizeBytes, v.RecoveryTime.Duration,
+		v.RecoverySteps.Fetch.Duration, v.RecoverySteps.Restore.Duration, v.RecoverySteps.StartUp.Duration)
+	cond := meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionRecoveryTimeWithinBound)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != etcdv1alpha1.ReasonRecoveryTimeExceeded || !strings.Contains(cond.Message, v.URI) {
+		t.Errorf("RecoveryTimeWithinBound condition %+v, want False %s naming %s", cond, etcdv1alpha1.ReasonRecoveryTimeExceeded, v.URI)
+	}
+	waitForWithin(t, "a Warning event "+etcdv1alpha1.ReasonRecoveryTimeExceeded+" about "+b.Name, time.Minute, func(ctx context.Context) (bool, error) {
+		events := &corev1.EventList{}
+		if err := k8sClient.List(ctx, events, client.InNamespace(b.Namespace)); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+			return e.InvolvedObject.Name == b.Name && e.Type == corev1.EventTypeWarning && e.Reason == etcdv1alpha1.ReasonRecoveryTimeExceeded &&
+				strings.Contains(e.Message, v.RecoveryTime.Duration.String()) && strings.Contains(e.Message, "maxRecoveryTime "+bound.String())
+		}), nil
+	})
+}
+
 // The one-shot backup of a known dataset lands in the bucket as a valid snapshot whose
 // sha256, size and revision are what status says; then the PVC destination does the same.
 func TestEtcdBackup(t *testing.T) {
@@ -150,12 +180,16 @@ func TestEtcdBackup(t *testing.T) {
 	})
 
 	// spec.verify: a Job restores the snapshot in a pod of its own with the cluster's etcdutl,
-	// starts etcd on it and compares it with what the backup recorded. A snapshot corrupted in
-	// the bucket after its upload fails that, and no restore takes it: one that names it is
-	// refused, one that names none restores the newest older snapshot.
-	t.Run("proven restorable by a verify Job; a snapshot corrupted in the bucket is caught and skipped by a later restore", func(t *testing.T) {
+	// starts etcd on it and compares it with what the backup recorded, timing how long the
+	// snapshot took to serve again: held to a bound of 1ms, that time is over it, which the
+	// RecoveryTimeWithinBound condition and a Warning event say while the snapshot stays
+	// verified. A snapshot corrupted in the bucket after its upload fails verification, and no
+	// restore takes it: one that names it is refused, one that names none restores the newest
+	// older snapshot.
+	t.Run("proven restorable by a verify Job, its recovery time measured; a snapshot corrupted in the bucket is caught and skipped by a later restore", func(t *testing.T) {
 		always := &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyAlways}
-		proven := f.createBackup(t, "proven", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("verified/", f.s3.CredentialsSecret), Verify: always})
+		bounded := &etcdv1alpha1.BackupVerification{Policy: etcdv1alpha1.VerifyAlways, MaxRecoveryTime: &metav1.Duration{Duration: time.Millisecond}}
+		proven := f.createBackup(t, "proven", etcdv1alpha1.EtcdBackupSpec{Destination: f.s3Destination("verified/", f.s3.CredentialsSecret), Verify: bounded})
 		waitBackupPhase(t, proven, backupTimeout, etcdv1alpha1.BackupCompleted, etcdv1alpha1.BackupFailed)
 		lastVerified := func(b *etcdv1alpha1.EtcdBackup) *etcdv1alpha1.SnapshotVerification {
 			waitForWithin(t, "the snapshot of "+b.Name+" verified", backupTimeout, func(ctx context.Context) (bool, error) {
@@ -171,8 +205,9 @@ func TestEtcdBackup(t *testing.T) {
 			t.Fatalf("lastVerified %+v of snapshot %+v: want it Verified, at its revision or later, with a duration", *v, art)
 		}
 		if cond := meta.FindStatusCondition(proven.Status.Conditions, etcdv1alpha1.ConditionVerified); cond == nil || cond.Status != metav1.ConditionTrue {
-			t.Errorf("Verified condition %+v, want True", cond)
+			t.Errorf("Verified condition %+v, want True: a snapshot slower to restore than its bound still restores", cond)
 		}
+		expectRecoveryTimeExceeded(t, proven, v)
 
 		// Scheduled, unverified: its second run's snapshot is corrupted in the bucket, then
 		// verification is turned on and the next run put off, so that it is that snapshot the

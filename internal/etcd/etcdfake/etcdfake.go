@@ -281,6 +281,8 @@ func (c *client) DisarmCorrupt(_ context.Context, memberID uint64) error {
 	return nil
 }
 
+func (c *client) LinearizableRead(context.Context) error { return c.locked("LinearizableRead") }
+
 func (c *client) Snapshot(context.Context, string, io.Writer) (etcd.SnapshotInfo, error) {
 	return etcd.SnapshotInfo{}, errors.New("etcdfake: snapshots are tested against real etcd")
 }
