@@ -13,6 +13,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -67,9 +68,17 @@ func backupWithEncryptedSnapshot(t *testing.T, namespace, cluster, keyID string,
 		SHA256: strings.Repeat("ab", 32), Revision: 10, EtcdVersion: "3.6.16", StartTime: now, CompletionTime: now,
 		EncryptionKeyID: keyID,
 	}
-	b.Status = etcdv1alpha1.EtcdBackupStatus{Phase: etcdv1alpha1.BackupCompleted, LastBackup: artifact,
-		History: []etcdv1alpha1.BackupRun{{Phase: etcdv1alpha1.BackupCompleted, Job: "nightly-20261127t010000", Artifact: artifact.DeepCopy()}}}
-	if err := k8sClient.Status().Update(t.Context(), b); err != nil {
+	// The backup controller may write status meanwhile: written on the latest, as often as that
+	// conflicts.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		b.Status = etcdv1alpha1.EtcdBackupStatus{Phase: etcdv1alpha1.BackupCompleted, LastBackup: artifact,
+			History: []etcdv1alpha1.BackupRun{{Phase: etcdv1alpha1.BackupCompleted, Job: "nightly-20261127t010000", Artifact: artifact.DeepCopy()}}}
+		return k8sClient.Status().Update(t.Context(), b)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return b
