@@ -185,10 +185,15 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 			return ctrl.Result{}, err
 		}
 	}
-	if membership.Settled(step) && consistencyCheckDue(cluster, obs, r.now()) {
+	checking := membership.Settled(step) && consistencyCheckDue(cluster, obs, r.now())
+	if checking {
 		r.checkConsistencyInBackground(cluster, obs)
 	}
 	result, actErr := r.act(ctx, cluster, obs, step)
+	if checking && actErr == nil {
+		// Its result is acted on at the next look: soon, not at the steady pace.
+		result.RequeueAfter = min(result.RequeueAfter, requeueAfterStep)
+	}
 	if held := (*disruptionHeld)(nil); errors.As(actErr, &held) {
 		step, actErr = held.waiting(step), nil
 	}

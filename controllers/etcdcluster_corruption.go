@@ -221,9 +221,12 @@ func (cc *consistencyChecks) start(key string, check func() *consistencyResult) 
 	}()
 }
 
-// consistencyCheckDue: the policy is on, the last comparison is older than the interval (or
-// none was made), and every member etcd lists is healthy and started, so that each can answer
-// at a common revision.
+// consistencyCheckDue: the policy is on, every member etcd lists is healthy and started, so
+// that each can answer at a common revision, and the last comparison is older than the interval
+// (or none was made) or than a member's etcd: a member that starts again on its data is compared
+// once it has caught up, as etcd's own start-up check may not have compared it (a member that
+// has not yet taken a raft snapshot knows no peers when the check runs, and passes it: seen with
+// etcd 3.6.16).
 func consistencyCheckDue(c *etcdv1alpha1.EtcdCluster, obs *observation, now time.Time) bool {
 	cc := c.Spec.CorruptionCheck
 	if cc.Policy == etcdv1alpha1.CorruptionCheckDisabled || !obs.reachable || len(obs.unhealthy) > 0 || len(obs.members) == 0 {
@@ -234,7 +237,19 @@ func consistencyCheckDue(c *etcdv1alpha1.EtcdCluster, obs *observation, now time
 		interval = cc.Interval.Duration
 	}
 	last := c.Status.LastConsistencyCheck
-	return last == nil || now.Sub(last.Time.Time) >= interval
+	return last == nil || now.Sub(last.Time.Time) >= interval || etcdStartedSince(obs, last.Time.Time)
+}
+
+// etcdStartedSince: a member's etcd container started after t.
+func etcdStartedSince(obs *observation, t time.Time) bool {
+	for _, pod := range obs.pods {
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name == "etcd" && cs.State.Running != nil && cs.State.Running.StartedAt.After(t) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkConsistencyInBackground compares every started member's HashKV at the lowest revision

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -132,6 +133,16 @@ func TestTheConsistencyCheckRunsWhenDueAndNamesTheMinority(t *testing.T) {
 	if !consistencyCheckDue(a.cluster, obs, now.Add(time.Hour)) {
 		t.Fatal("not due 4h after the last")
 	}
+	obs.pods = map[string]*corev1.Pod{"c-m0001": {Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "etcd",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now.Add(-4 * time.Hour))}}}}}}}
+	if consistencyCheckDue(a.cluster, obs, now) {
+		t.Fatal("due for a member that started before the last comparison")
+	}
+	obs.pods["c-m0001"].Status.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(now.Add(-time.Minute))
+	if !consistencyCheckDue(a.cluster, obs, now) {
+		t.Fatal("not due for a member whose etcd started since the last comparison")
+	}
+	obs.pods = nil
 	a.cluster.Spec.CorruptionCheck.Policy = etcdv1alpha1.CorruptionCheckDisabled
 	if consistencyCheckDue(a.cluster, obs, now.Add(time.Hour)) {
 		t.Fatal("due with policy Disabled")
