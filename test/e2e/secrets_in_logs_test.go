@@ -30,9 +30,19 @@ const (
 	walkSecondPassword     = "second-password"
 )
 
-// secretsGiven are what the operator's logs must never hold, as they would be written.
+// secretsGiven are what the operator's logs must never hold, as they would be written. Tests
+// that make secrets of their own (age keys) add them with giveSecret.
 var secretsGiven = []string{s3SecretKey, tlsRootPassword, rotatedRootPassword, quorumLossRootPassword,
 	walkFirstPassword, walkSecondPassword, matrixPassword, matrixRotatedPassword, "PRIVATE KEY"}
+
+var secretsGivenMu sync.Mutex
+
+// giveSecret adds secret to those the logs are searched for when the suite ends.
+func giveSecret(secret string) {
+	secretsGivenMu.Lock()
+	defer secretsGivenMu.Unlock()
+	secretsGiven = append(secretsGiven, secret)
+}
 
 // operatorPodSelectors select the pods whose logs must hold no secret: the operator's own, in any
 // namespace (make deploy's, and OLM's in the namespaces of its tests), and its agent Jobs' (the
