@@ -142,6 +142,12 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		// the stale-heartbeat alert fires only for a cluster the operator stopped minding.
 		return ctrl.Result{RequeueAfter: requeueSteady}, nil
 	}
+	if apierrors.IsConflict(err) {
+		// A certificate Secret written from a cache behind the API server, most often this
+		// reconciler's own last write not seen yet: nothing is wrong with the certificates, and
+		// status must not say so (it would turn Available Unknown). Look again shortly.
+		return ctrl.Result{RequeueAfter: requeueAfterConflict}, nil
+	}
 	if err != nil {
 		setAccessError(cluster, err)
 		postEvent(r.Recorder, cluster, corev1.EventTypeWarning, accessErrorReason(err), "Configure", "%v", err)
