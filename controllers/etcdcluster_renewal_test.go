@@ -101,11 +101,7 @@ func TestCertificateEventsSayWhyTheyWereIssued(t *testing.T) {
 func TestCertificatesAfterTheClockJumpsForward(t *testing.T) {
 	start := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	clock := start
-	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
-		c.Spec.TLS = &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderOperator,
-			Validity: &metav1.Duration{Duration: 90 * 24 * time.Hour}, RenewBefore: &metav1.Duration{Duration: 30 * 24 * time.Hour}}
-	}, nil)
-	a.r.Clock = func() time.Time { return clock }
+	a := operatorTLSCluster(t, &clock)
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a.cluster)}
 	a.reconcile(t, 1)
 	a.events()
@@ -178,11 +174,7 @@ func (a *scriptedCluster) secret(t *testing.T, name string) *corev1.Secret {
 func TestASecretWriteThatConflictsIsNoCertificateError(t *testing.T) {
 	start := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
 	clock := start
-	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
-		c.Spec.TLS = &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderOperator,
-			Validity: &metav1.Duration{Duration: 90 * 24 * time.Hour}, RenewBefore: &metav1.Duration{Duration: 30 * 24 * time.Hour}}
-	}, nil)
-	a.r.Clock = func() time.Time { return clock }
+	a := operatorTLSCluster(t, &clock)
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a.cluster)}
 	a.reconcile(t, 2)
 	if got := a.reconcile(t, 0); !meta.IsStatusConditionTrue(got.Status.Conditions, etcdv1alpha1.ConditionAvailable) {
@@ -216,4 +208,16 @@ func TestASecretWriteThatConflictsIsNoCertificateError(t *testing.T) {
 			t.Errorf("the %s certificate was not renewed at the next look: it expires at %v", cs.Name, cs.NotAfter)
 		}
 	}
+}
+
+// operatorTLSCluster is a scripted cluster of three with operator-issued certificates (valid 90
+// days, renewed 30 days before), on a clock the test moves.
+func operatorTLSCluster(t *testing.T, clock *time.Time) *scriptedCluster {
+	t.Helper()
+	a := newScriptedCluster(t, 3, func(c *etcdv1alpha1.EtcdCluster) {
+		c.Spec.TLS = &etcdv1alpha1.TLSSpec{Provider: etcdv1alpha1.TLSProviderOperator,
+			Validity: &metav1.Duration{Duration: 90 * 24 * time.Hour}, RenewBefore: &metav1.Duration{Duration: 30 * 24 * time.Hour}}
+	}, nil)
+	a.r.Clock = func() time.Time { return *clock }
+	return a
 }
