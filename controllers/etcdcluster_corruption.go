@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -112,7 +113,7 @@ func recordCorruption(c *etcdv1alpha1.EtcdCluster, obs *observation, now time.Ti
 			kept = append(kept, cm)
 		}
 	}
-	for _, name := range slices.Sorted(mapsKeys(obs.corrupt)) {
+	for _, name := range slices.Sorted(maps.Keys(obs.corrupt)) {
 		if slices.ContainsFunc(kept, func(cm etcdv1alpha1.CorruptMember) bool { return cm.Name == name }) {
 			continue
 		}
@@ -136,16 +137,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // corruptRecorded: name is a member status records as corrupt: its claim is kept when it goes.
