@@ -18,6 +18,25 @@ const (
 	// ConditionRecoveryTimeWithinBound (EtcdBackup with spec.verify.maxRecoveryTime): the last
 	// verification's snapshot served again within that bound.
 	ConditionRecoveryTimeWithinBound = "RecoveryTimeWithinBound"
+	// ConditionArchiving (EtcdBackup with spec.continuous): the archiver runs and the archive
+	// is within continuous.maxLag of the cluster.
+	ConditionArchiving = "Archiving"
+)
+
+// Condition reasons of an EtcdBackup's continuous archive.
+const (
+	// ReasonArchiving: the archiver writes every revision, within continuous.maxLag.
+	ReasonArchiving = "Archiving"
+	// ReasonArchiverStarting: the archiver's pod is not ready yet, or has not reported.
+	ReasonArchiverStarting = "ArchiverStarting"
+	// ReasonArchiverNotReporting: the archiver's pod ran but its report could not be read.
+	ReasonArchiverNotReporting = "ArchiverNotReporting"
+	// ReasonLagExceeded: the oldest revision not yet in the destination has waited longer than
+	// continuous.maxLag.
+	ReasonLagExceeded = "LagExceeded"
+	// ReasonArchiveGap: the archive broke (compaction overtook it, or the cluster was restored
+	// in place) and started again from a new snapshot; revisions in the gap cannot be restored.
+	ReasonArchiveGap = "ArchiveGap"
 )
 
 // Condition reasons of EtcdCluster. The operations (ScalingUp, Upgrading, ...) are also the
@@ -195,6 +214,12 @@ const (
 	ReasonStorageTooSmall = "StorageTooSmall"
 	// ReasonBackupRunning: an in-place restore waits for a backup of its cluster to finish.
 	ReasonBackupRunning = "BackupRunning"
+	// ReasonMaterializing: a point-in-time restore builds the keyspace at its target from a
+	// snapshot and the archive.
+	ReasonMaterializing = "Materializing"
+	// ReasonPointNotRecoverable: the target of a point-in-time restore lies outside every
+	// recoverable range of the archive, or in a gap (named in the message).
+	ReasonPointNotRecoverable = "PointNotRecoverable"
 )
 
 // Reasons of the Upgradeable condition of the operator's OperatorCondition (OLM).

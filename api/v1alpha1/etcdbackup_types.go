@@ -12,6 +12,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) == has(oldSelf.schedule)",message="a one-shot EtcdBackup cannot become scheduled, nor the other way round; create a new EtcdBackup"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.schedule) || self == oldSelf",message="a one-shot EtcdBackup is an immutable record; create a new EtcdBackup"
 // +kubebuilder:validation:XValidation:rule="!has(self.verify) || !has(self.verify.everyNthRun) || self.verify.everyNthRun <= (has(self.historyLimit) ? self.historyLimit : 10)",message="verify.everyNthRun must be at most historyLimit (10 unless set): status remembers only that many runs"
+// +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.continuous)",message="continuous applies to scheduled backups only: the scheduled snapshots are what a point-in-time restore starts from; set schedule too"
 // +kubebuilder:validation:XValidation:rule="has(self.schedule) || !has(self.verify) || self.verify.policy != 'EveryNthRun'",message="verify.policy EveryNthRun applies to scheduled backups only: a one-shot backup has one run; use Always"
 type EtcdBackupSpec struct {
 	// ClusterName is the EtcdCluster, in the same namespace, to back up.
@@ -78,12 +79,128 @@ type EtcdBackupSpec struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Encryption"
 	Encryption *SnapshotEncryption `json:"encryption,omitempty"`
 
+	// Continuous archives every change between the scheduled snapshots, so that an
+	// EtcdRestore can bring the cluster back to any revision or time in
+	// status.archive.recoverableRange (source.pointInTime). An archiver (a Deployment of one
+	// pod, in this namespace) watches the whole keyspace from the newest snapshot's revision
+	// and writes every revision, as etcd committed it, to the destination in segments beside the
+	// snapshots, encrypted like them with spec.encryption. The scheduled snapshots are the
+	// bases a point-in-time restore starts from: retention deletes segments together with the
+	// snapshots they build on. While archiving, the operator never compacts past what the
+	// archiver has written. Without it, a restore brings back a snapshot and nothing after it.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Continuous Archive"
+	Continuous *ContinuousArchive `json:"continuous,omitempty"`
+
 	// HistoryLimit is how many runs status.history keeps.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=10
 	// +optional
 	HistoryLimit int32 `json:"historyLimit,omitempty"`
+}
+
+// ContinuousArchive is how the archiver writes the changes between snapshots.
+type ContinuousArchive struct {
+	// SegmentDuration is the longest a revision waits in the archiver before it is written to
+	// the destination: a segment is closed this long after its first revision at the latest.
+	// It bounds what a loss of the whole cluster together with the archiver would lose (the
+	// recovery point), and sets how many objects the archive makes: one per segment.
+	// +kubebuilder:default="1m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('1h')",message="continuous.segmentDuration must be from 5s to 1h, such as 1m: the longest a change waits before it is written"
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Segment Duration",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
+	SegmentDuration *metav1.Duration `json:"segmentDuration,omitempty"`
+
+	// SegmentMaxBytes closes a segment once its changes reach this size before compression,
+	// sooner than segmentDuration under a heavy write load; it bounds the archiver's memory.
+	// +kubebuilder:default=16777216
+	// +kubebuilder:validation:Minimum=65536
+	// +kubebuilder:validation:Maximum=1073741824
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Segment Max Bytes",xDescriptors="urn:alm:descriptor:com.tectonic.ui:number"
+	SegmentMaxBytes int64 `json:"segmentMaxBytes,omitempty"`
+
+	// MaxLag is the recovery point held to: when the newest revision the archive holds is older
+	// than this (status.archive.lagSeconds), the Archiving condition turns False with
+	// LagExceeded and a Warning event says by how much.
+	// +kubebuilder:default="5m0s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="continuous.maxLag must be above 0, such as 5m"
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Max Lag",xDescriptors="urn:alm:descriptor:com.tectonic.ui:text"
+	MaxLag *metav1.Duration `json:"maxLag,omitempty"`
+}
+
+// ArchivePoint is a revision of the archive and the time the archiver saw it committed.
+type ArchivePoint struct {
+	// Revision of the source cluster.
+	Revision int64 `json:"revision"`
+	// Time the archiver received the revision from etcd: at or after its commit, by the
+	// archiver's lag at that moment. A restore to a time restores the last revision received
+	// at or before it.
+	Time metav1.Time `json:"time"`
+}
+
+// ArchiveRange is a stretch of revisions a point-in-time restore can reach: from the oldest
+// snapshot still present that the archive builds on, to the newest revision written.
+type ArchiveRange struct {
+	// Lineage is the archive's unbroken chain of revisions the range lies in.
+	Lineage string `json:"lineage"`
+	// First is the oldest point a restore can reach (the revision of the oldest snapshot the
+	// lineage builds on).
+	First ArchivePoint `json:"first"`
+	// Last is the newest revision written to the destination.
+	Last ArchivePoint `json:"last"`
+}
+
+// ArchiveGap is where the archive broke and started again from a new snapshot: a revision in
+// between cannot be restored.
+type ArchiveGap struct {
+	// AfterRevision is the last revision archived before the gap.
+	AfterRevision int64 `json:"afterRevision"`
+	// ResumedAt is the revision of the snapshot the archive started again from.
+	// +optional
+	ResumedAt int64 `json:"resumedAt,omitempty"`
+	// Reason: Compacted (the cluster compacted revisions the archiver had not read), Restored
+	// (the cluster was restored in place), or Started (no lineage to continue).
+	Reason string `json:"reason"`
+	// Time the archiver found the gap.
+	Time metav1.Time `json:"time"`
+}
+
+// BackupArchiveStatus is what the archiver last reported.
+type BackupArchiveStatus struct {
+	// RecoverableRange is the range of the lineage being written: a point-in-time restore can
+	// reach any revision in it.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Recoverable Range"
+	RecoverableRange *ArchiveRange `json:"recoverableRange,omitempty"`
+	// EarlierRanges are the ranges of earlier lineages still restorable, oldest first.
+	// +optional
+	// +kubebuilder:validation:MaxItems=20
+	EarlierRanges []ArchiveRange `json:"earlierRanges,omitempty"`
+	// HighestRevision is the highest revision the source cluster had served, as etcd said.
+	// +optional
+	HighestRevision int64 `json:"highestRevision,omitempty"`
+	// LagRevisions is how many revisions the cluster has served that are not in the
+	// destination yet.
+	// +optional
+	LagRevisions int64 `json:"lagRevisions,omitempty"`
+	// LagSeconds is how long the oldest revision not in the destination yet has waited: what
+	// a loss of the cluster and the archiver together would lose now (0 when all is written).
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Archive Lag (s)"
+	LagSeconds int64 `json:"lagSeconds,omitempty"`
+	// Gaps are the newest places the archive broke, newest last, at most 10.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	Gaps []ArchiveGap `json:"gaps,omitempty"`
+	// Message is the archiver's last error, if any.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// ObservedTime is when the operator last read the archiver's report.
+	// +optional
+	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
 }
 
 // VerifyPolicy says which runs' snapshots are verified.
@@ -365,7 +482,13 @@ type EtcdBackupStatus struct {
 	// +kubebuilder:validation:MaxItems=100
 	History []BackupRun `json:"history,omitempty"`
 
+	// Archive is the continuous archive's state, with spec.continuous.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Archive"
+	Archive *BackupArchiveStatus `json:"archive,omitempty"`
+
 	// Conditions: Succeeded (the last run), Ready (the destination and cluster can be used),
+	// Archiving (with spec.continuous: the archiver writes within continuous.maxLag),
 	// Verified (the last verification), RecoveryTimeWithinBound (with
 	// spec.verify.maxRecoveryTime: the last verification's recovery time held to it).
 	// +optional
@@ -389,8 +512,10 @@ type EtcdBackupStatus struct {
 // +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=`.status.lastBackup.sizeBytes`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.lastBackup.revision`
 // +kubebuilder:printcolumn:name="URI",type=string,JSONPath=`.status.lastBackup.uri`,priority=1
+// +kubebuilder:printcolumn:name="Archived",type=integer,JSONPath=`.status.archive.recoverableRange.last.revision`,priority=1
+// +kubebuilder:printcolumn:name="Lag",type=integer,JSONPath=`.status.archive.lagSeconds`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +operator-sdk:csv:customresourcedefinitions:displayName="etcd Backup",resources={{Job,v1},{Pod,v1},{Secret,v1},{PersistentVolumeClaim,v1}}
+// +operator-sdk:csv:customresourcedefinitions:displayName="etcd Backup",resources={{Job,v1},{Deployment,v1},{Pod,v1},{Secret,v1},{PersistentVolumeClaim,v1}}
 type EtcdBackup struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -34,10 +34,10 @@ type EtcdRestoreSpec struct {
 	RevisionBump string `json:"revisionBump,omitempty"`
 }
 
-// RestoreSource is an EtcdBackup's snapshot or a snapshot at an explicit location. Exactly one
-// is set.
+// RestoreSource is an EtcdBackup's snapshot, a snapshot at an explicit location, or a point
+// in an EtcdBackup's continuous archive. Exactly one is set.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.backup), has(self.location)].exists_one(x, x)",message="set exactly one of source.backup or source.location"
+// +kubebuilder:validation:XValidation:rule="[has(self.backup), has(self.location), has(self.pointInTime)].exists_one(x, x)",message="set exactly one of source.backup, source.location or source.pointInTime"
 type RestoreSource struct {
 	// Backup restores a snapshot recorded by an EtcdBackup in the same namespace.
 	// +optional
@@ -46,6 +46,15 @@ type RestoreSource struct {
 	// Location restores a snapshot from storage directly, for snapshots taken elsewhere.
 	// +optional
 	Location *SnapshotLocation `json:"location,omitempty"`
+
+	// PointInTime restores the keyspace as it was at a revision or a time, from an
+	// EtcdBackup with spec.continuous: the newest of its snapshots at or before the target,
+	// with the archive's revisions after it replayed, one transaction per original revision,
+	// up to the target exactly. The result is a snapshot of its own, written beside the
+	// backup's (status.snapshotURI), restored like any other with the revision bump.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=spec,displayName="Point In Time"
+	PointInTime *PointInTimeSource `json:"pointInTime,omitempty"`
 
 	// Encryption is the Secret of age keys that decrypts an encrypted snapshot. For a
 	// source.backup it defaults to the EtcdBackup's spec.encryption; give it when that
@@ -74,6 +83,38 @@ type BackupReference struct {
 	// +kubebuilder:validation:Pattern=`^(s3|pvc)://.+$`
 	// +optional
 	URI string `json:"uri,omitempty"`
+}
+
+// PointInTimeSource is a point in an EtcdBackup's continuous archive: a revision or a time.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.revision), has(self.time)].exists_one(x, x)",message="set exactly one of pointInTime.revision or pointInTime.time"
+type PointInTimeSource struct {
+	// Backup is the EtcdBackup, in the same namespace, with spec.continuous.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Backup string `json:"backup"`
+
+	// Revision of the source cluster to restore: the keyspace exactly as a read at that
+	// revision returned it. It must lie in the backup's status.archive.recoverableRange or
+	// one of its earlierRanges.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Revision *int64 `json:"revision,omitempty"`
+
+	// Time to restore, in RFC 3339 such as 2026-03-01T14:02:00Z: the last revision the
+	// archiver had received at or before it (the archive's times are when the archiver saw a
+	// revision, at or after its commit). status.pointInTime.revision says which revision that
+	// was.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+
+	// Inclusive: true (the default) restores the target revision, or the revisions received at
+	// the target time, with the rest; false stops just before: the revision before the target,
+	// or the last revision received strictly before the time. To undo a write whose revision is
+	// known (a deletion in etcd's logs, a watch event), give its revision and false.
+	// +kubebuilder:default=true
+	// +optional
+	Inclusive *bool `json:"inclusive,omitempty"`
 }
 
 // SnapshotLocation is one snapshot file in storage.
@@ -162,6 +203,33 @@ type ReplacedData struct {
 	Members []string `json:"members,omitempty"`
 }
 
+// PointInTimeStatus is the snapshot a point-in-time restore built, and from what.
+type PointInTimeStatus struct {
+	// Revision of the source cluster restored: the target revision, or the one the target time
+	// resolved to.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Target Revision"
+	Revision int64 `json:"revision,omitempty"`
+	// BaseURI is the snapshot the keyspace was built from.
+	// +optional
+	BaseURI string `json:"baseURI,omitempty"`
+	// BaseRevision is that snapshot's revision.
+	// +optional
+	BaseRevision int64 `json:"baseRevision,omitempty"`
+	// Lineage of the archive replayed.
+	// +optional
+	Lineage string `json:"lineage,omitempty"`
+	// ReplayedRevisions is how many revisions of the archive were replayed onto the base.
+	// +optional
+	ReplayedRevisions int64 `json:"replayedRevisions,omitempty"`
+	// Job that built the snapshot.
+	// +optional
+	Job string `json:"job,omitempty"`
+	// Message says why it could not be built, if it could not.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
 // EtcdRestoreStatus is what the operator last observed.
 type EtcdRestoreStatus struct {
 	// ObservedGeneration is the spec generation this status describes.
@@ -198,6 +266,11 @@ type EtcdRestoreStatus struct {
 	// below it is compacted. Set when the restore Job is made.
 	// +optional
 	RevisionBump int64 `json:"revisionBump,omitempty"`
+
+	// PointInTime is how a point-in-time restore built its snapshot.
+	// +optional
+	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Point In Time"
+	PointInTime *PointInTimeStatus `json:"pointInTime,omitempty"`
 
 	// Replaced is what an in-place restore replaced.
 	// +optional
