@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -29,6 +30,7 @@ func CacheOptions(namespaces []string) cache.Options {
 		&corev1.Secret{}:                made,
 		&policyv1.PodDisruptionBudget{}: made,
 		&batchv1.Job{}:                  made,
+		&appsv1.Deployment{}:            made,
 	}}
 	if len(namespaces) > 0 {
 		opts.DefaultNamespaces = make(map[string]cache.Config, len(namespaces))

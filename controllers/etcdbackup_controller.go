@@ -43,7 +43,9 @@ type EtcdBackupReconciler struct {
 	// Pods are what its install and platform give the Jobs it starts (OLM's proxy settings,
 	// the platform's own pod IDs).
 	Pods resources.PodSettings
-	Now  func() time.Time
+	// ArchiverReports reads the archivers' reports; nil reads them over HTTP from their pods.
+	ArchiverReports ArchiverReports
+	Now             func() time.Time
 }
 
 // notReadyRetry is how soon a backup that cannot run yet (its cluster not Available, its
@@ -126,10 +128,15 @@ func (r *EtcdBackupReconciler) reconcileRuns(ctx context.Context, b, before *etc
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	archiveRecheck, err := r.reconcileArchive(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	result, err := r.followOrStartRun(ctx, b, activeJob(jobs, finished), recheck)
 	if err == nil {
-		// A verify pod late to start, or waiting for an image, wakes nothing.
-		result.RequeueAfter = sooner(result.RequeueAfter, verifyRecheck)
+		// A verify pod late to start, or waiting for an image, wakes nothing; nor does an
+		// archiver's report, which is read on a period.
+		result.RequeueAfter = sooner(sooner(result.RequeueAfter, verifyRecheck), archiveRecheck)
 	}
 	return result, err
 }

@@ -182,6 +182,10 @@ func (r *EtcdRestoreReconciler) restore(ctx context.Context, rs *etcdv1alpha1.Et
 	if errors.As(err, &notYet) {
 		return r.waitForSource(rs, notYet)
 	}
+	var building *materializing
+	if errors.As(err, &building) {
+		return ctrl.Result{RequeueAfter: r.waitForPoint(rs, building)}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -242,6 +246,9 @@ type snapshotSource struct {
 	// largestBytes is the size of the largest of the snapshots the Job may restore, when
 	// backups recorded it: what the members' claims must have room to restore.
 	largestBytes int64
+	// highestArchived is the highest revision the source cluster served, as its continuous
+	// archive last recorded it: a point-in-time restore bumps past it too.
+	highestArchived int64
 }
 
 // storageTooSmall says why claims of size cannot hold the restore of src, or "". Only the size
@@ -264,7 +271,12 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 	// location is checked by the restore Job, which reads it.
 	var keyID string
 	src.Encryption = rs.Spec.Source.Encryption
-	if loc := rs.Spec.Source.Location; loc != nil {
+	if pit := rs.Spec.Source.PointInTime; pit != nil {
+		var err error
+		if src, keyID, err = r.resolvePointInTime(ctx, rs, pit); err != nil {
+			return src, err
+		}
+	} else if loc := rs.Spec.Source.Location; loc != nil {
 		src.Storage, src.Key, src.SHA256 = loc.StorageLocation, loc.Key, loc.SHA256
 		src.uri = agent.LocationURIBase(loc.StorageLocation) + loc.Key
 	} else {
@@ -825,6 +837,7 @@ func (r *EtcdRestoreReconciler) revisionBump(ctx context.Context, rs *etcdv1alph
 		}
 		rev.HighestSeen = source.Status.HighestRevision
 	}
+	rev.HighestSeen = max(rev.HighestSeen, src.highestArchived)
 	bump, err := restoreplan.RevisionBump(rs.Spec.RevisionBump, rev)
 	if err != nil {
 		return 0, failed(etcdv1alpha1.ReasonInvalidSpec, "spec.revisionBump: %v", err)

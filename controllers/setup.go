@@ -28,6 +28,8 @@ type Options struct {
 	CertManager bool
 	// UpgradeableCondition is OLM's Upgradeable condition for this operator; nil outside OLM.
 	UpgradeableCondition conditions.Condition
+	// ArchiverReports reads the archivers' reports; nil reads them from their pods over HTTP.
+	ArchiverReports ArchiverReports
 }
 
 // SetupWithManager registers every reconciler with the manager.
@@ -47,13 +49,14 @@ func SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}{
 		clusters,
 		&EtcdBackupReconciler{
-			Client:        mgr.GetClient(),
-			APIReader:     mgr.GetAPIReader(),
-			Recorder:      mgr.GetEventRecorder("etcdbackup-controller"),
-			AgentImage:    opts.AgentImage,
-			DefaultImages: opts.DefaultEtcdImages,
-			Pods:          opts.Pods,
-			Now:           time.Now,
+			Client:          mgr.GetClient(),
+			APIReader:       mgr.GetAPIReader(),
+			Recorder:        mgr.GetEventRecorder("etcdbackup-controller"),
+			AgentImage:      opts.AgentImage,
+			DefaultImages:   opts.DefaultEtcdImages,
+			Pods:            opts.Pods,
+			ArchiverReports: opts.ArchiverReports,
+			Now:             time.Now,
 		},
 		&EtcdRestoreReconciler{
 			Client:        mgr.GetClient(),

@@ -118,7 +118,7 @@ func newTestManager(cfg *rest.Config, scheme *runtime.Scheme) (ctrl.Manager, err
 	}
 	if err := controllers.SetupWithManager(mgr, controllers.Options{
 		DefaultEtcdImages: resources.EtcdImages{Repository: "registry.test/etcd"}, AgentImage: "registry.test/etcd-operator:test",
-		CertManager: certManager,
+		CertManager: certManager, ArchiverReports: archiverReports,
 	}); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
