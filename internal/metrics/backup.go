@@ -27,6 +27,12 @@ type BackupValues struct {
 	// RecoveryTime is status.lastVerified.recoveryTime, 0 when not measured; MaxRecoveryTime
 	// is spec.verify.maxRecoveryTime, 0 when unset.
 	RecoveryTime, MaxRecoveryTime time.Duration
+	// Archiving: spec.continuous is set and the archiver has reported; then ArchiveLag and
+	// ArchiveLagRevisions are status.archive's lag, ArchivedRevision the newest revision a
+	// point-in-time restore can reach, and MaxArchiveLag continuous.maxLag.
+	Archiving                             bool
+	ArchiveLag, MaxArchiveLag             time.Duration
+	ArchiveLagRevisions, ArchivedRevision int64
 }
 
 // scheduleLookahead bounds the runs walked to find a schedule's longest interval: a week
@@ -50,6 +56,16 @@ func BackupValuesOf(b *etcdv1alpha1.EtcdBackup, now time.Time) BackupValues {
 	}
 	if b.Spec.Verify != nil && b.Spec.Verify.MaxRecoveryTime != nil {
 		v.MaxRecoveryTime = b.Spec.Verify.MaxRecoveryTime.Duration
+	}
+	if a := b.Status.Archive; b.Spec.Continuous != nil && a != nil {
+		v.Archiving = true
+		v.ArchiveLag, v.ArchiveLagRevisions = time.Duration(a.LagSeconds)*time.Second, a.LagRevisions
+		if a.RecoverableRange != nil {
+			v.ArchivedRevision = a.RecoverableRange.Last.Revision
+		}
+		if b.Spec.Continuous.MaxLag != nil {
+			v.MaxArchiveLag = b.Spec.Continuous.MaxLag.Duration
+		}
 	}
 	if b.Spec.Schedule != "" && !b.Spec.Suspend {
 		if sched, err := backupplan.ParseSchedule(b.Spec.Schedule); err == nil {
@@ -101,6 +117,7 @@ type BackupCollector struct {
 
 	created, lastSuccess, lastSize, lastDuration, lastRunFailed, scheduleInterval, failures *prometheus.Desc
 	recoveryTime, maxRecoveryTime                                                           *prometheus.Desc
+	archiveLag, archiveLagRevisions, maxArchiveLag, archivedRevision                        *prometheus.Desc
 }
 
 func newBackupCollector() *BackupCollector {
@@ -115,6 +132,11 @@ func newBackupCollector() *BackupCollector {
 		recoveryTime: desc("backup_verify_recovery_seconds", "How long the last verified snapshot (status.lastVerified) took to serve again: "+
 			"from the start of its download to the restored etcd answering a linearizable read.", "cluster"),
 		maxRecoveryTime: desc("backup_verify_max_recovery_seconds", "The recovery time a verified snapshot may take (spec.verify.maxRecoveryTime); absent when unset.", "cluster"),
+		archiveLag: desc("backup_archive_lag_seconds", "How long the oldest revision not yet in the continuous archive has waited (status.archive.lagSeconds): "+
+			"what a loss of the cluster and the archiver together would lose now. Absent without spec.continuous.", "cluster"),
+		archiveLagRevisions: desc("backup_archive_lag_revisions", "How many revisions the cluster has served that are not in the continuous archive yet.", "cluster"),
+		maxArchiveLag:       desc("backup_archive_max_lag_seconds", "The archive lag the backup is held to (spec.continuous.maxLag).", "cluster"),
+		archivedRevision:    desc("backup_archive_last_revision", "The newest revision a point-in-time restore can reach (status.archive.recoverableRange.last).", "cluster"),
 	}
 }
 
@@ -138,7 +160,7 @@ func (bc *BackupCollector) Forget(key types.NamespacedName) {
 // Describe sends every descriptor of the family.
 func (bc *BackupCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{bc.created, bc.lastSuccess, bc.lastSize, bc.lastDuration, bc.lastRunFailed, bc.scheduleInterval, bc.failures,
-		bc.recoveryTime, bc.maxRecoveryTime} {
+		bc.recoveryTime, bc.maxRecoveryTime, bc.archiveLag, bc.archiveLagRevisions, bc.maxArchiveLag, bc.archivedRevision} {
 		ch <- d
 	}
 }
@@ -163,6 +185,12 @@ func (bc *BackupCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if v.MaxRecoveryTime > 0 {
 			out.gauge(bc.maxRecoveryTime, v.MaxRecoveryTime.Seconds(), v.Cluster)
+		}
+		if v.Archiving {
+			out.gauge(bc.archiveLag, v.ArchiveLag.Seconds(), v.Cluster)
+			out.gauge(bc.archiveLagRevisions, float64(v.ArchiveLagRevisions), v.Cluster)
+			out.gauge(bc.maxArchiveLag, v.MaxArchiveLag.Seconds(), v.Cluster)
+			out.gauge(bc.archivedRevision, float64(v.ArchivedRevision), v.Cluster)
 		}
 	})
 }

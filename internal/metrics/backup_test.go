@@ -150,3 +150,40 @@ etcd_operator_backup_verify_recovery_seconds{cluster="etcd",name="nightly",names
 		t.Errorf("lint: %v %+v", err, problems)
 	}
 }
+
+// A continuous archive's lag, its bound and the newest revision it holds are series of their
+// own, so that an alert compares the lag with its bound; all absent without spec.continuous.
+func TestBackupSeriesCarryTheArchiveLagAndItsBound(t *testing.T) {
+	bc := newBackupCollector()
+	b := backup("@every 1h")
+	b.Status.Archive = &etcdv1alpha1.BackupArchiveStatus{LagSeconds: 3, LagRevisions: 40,
+		RecoverableRange: &etcdv1alpha1.ArchiveRange{Last: etcdv1alpha1.ArchivePoint{Revision: 900}}}
+	bc.Record(b, nil, t0)
+	families := []string{"etcd_operator_backup_archive_lag_seconds", "etcd_operator_backup_archive_lag_revisions",
+		"etcd_operator_backup_archive_max_lag_seconds", "etcd_operator_backup_archive_last_revision"}
+	if err := testutil.CollectAndCompare(bc, strings.NewReader(""), families...); err != nil {
+		t.Errorf("without spec.continuous: %v", err)
+	}
+	b.Spec.Continuous = &etcdv1alpha1.ContinuousArchive{MaxLag: &metav1.Duration{Duration: 5 * time.Minute}}
+	bc.Record(b, nil, t0)
+	want := `
+# HELP etcd_operator_backup_archive_lag_revisions How many revisions the cluster has served that are not in the continuous archive yet.
+# TYPE etcd_operator_backup_archive_lag_revisions gauge
+etcd_operator_backup_archive_lag_revisions{cluster="etcd",name="nightly",namespace="ns"} 40
+# HELP etcd_operator_backup_archive_lag_seconds How long the oldest revision not yet in the continuous archive has waited (status.archive.lagSeconds): what a loss of the cluster and the archiver together would lose now. Absent without spec.continuous.
+# TYPE etcd_operator_backup_archive_lag_seconds gauge
+etcd_operator_backup_archive_lag_seconds{cluster="etcd",name="nightly",namespace="ns"} 3
+# HELP etcd_operator_backup_archive_last_revision The newest revision a point-in-time restore can reach (status.archive.recoverableRange.last).
+# TYPE etcd_operator_backup_archive_last_revision gauge
+etcd_operator_backup_archive_last_revision{cluster="etcd",name="nightly",namespace="ns"} 900
+# HELP etcd_operator_backup_archive_max_lag_seconds The archive lag the backup is held to (spec.continuous.maxLag).
+# TYPE etcd_operator_backup_archive_max_lag_seconds gauge
+etcd_operator_backup_archive_max_lag_seconds{cluster="etcd",name="nightly",namespace="ns"} 300
+`
+	if err := testutil.CollectAndCompare(bc, strings.NewReader(want), families...); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.CollectAndLint(bc); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
