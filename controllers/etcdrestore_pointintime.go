@@ -164,7 +164,7 @@ func (r *EtcdRestoreReconciler) materialize(ctx context.Context, rs *etcdv1alpha
 		return err
 	}
 	if !succeeded || !found || report.PointInTime == nil {
-		return r.materializeFailed(ctx, job, report)
+		return r.materializeFailed(ctx, job, succeeded)
 	}
 	built := report.PointInTime
 	rs.Status.PointInTime = &etcdv1alpha1.PointInTimeStatus{
@@ -179,34 +179,37 @@ func (r *EtcdRestoreReconciler) materialize(ctx context.Context, rs *etcdv1alpha
 	return &materializing{job: job.Name} // once status holds it, the next reconcile restores it
 }
 
-// materializeFailed fails the restore with what the Job found: a point outside the archive is
-// PointNotRecoverable, anything else Failed. Nothing was restored either way.
-func (r *EtcdRestoreReconciler) materializeFailed(ctx context.Context, job *batchv1.Job, report agent.Report) error {
-	reason := etcdv1alpha1.ReasonFailed
-	if report.Permanent {
-		reason = etcdv1alpha1.ReasonPointNotRecoverable
-	}
-	why := report.Error
-	if why == "" {
-		why = r.pointInTimeJobFailure(ctx, job)
-	}
-	return failed(reason, "Job %s could not build the snapshot of the point: %s; nothing was restored", job.Name, why)
-}
+// pointInTimeContainers are a point-in-time Job's containers, in the order they run.
+var pointInTimeContainers = []string{resources.PointInTimeFetchContainer, resources.PointInTimeEtcdutlContainer,
+	resources.PointInTimeEtcdContainer, resources.PointInTimeReplayContainer}
 
-// pointInTimeJobFailure says why the Job failed, from the first of its containers that did.
-func (r *EtcdRestoreReconciler) pointInTimeJobFailure(ctx context.Context, job *batchv1.Job) string {
+// materializeFailed fails the restore with what the Job found, from the first of its
+// containers that failed: a point the archive cannot reach (the agent's permanent refusal: a
+// gap, a point before every snapshot or past the archive) is PointNotRecoverable, anything else
+// Failed. Nothing was restored either way.
+func (r *EtcdRestoreReconciler) materializeFailed(ctx context.Context, job *batchv1.Job, succeeded bool) error {
 	terminated, err := lastPodTerminations(ctx, r.Client, job)
-	if err == nil {
-		for _, name := range resources.PointInTimeContainers {
-			if t, ok := terminated[name]; ok && t.ExitCode != 0 {
-				if report, err := agent.DecodeReport(t.Message); err == nil && report.Error != "" {
-					return name + ": " + report.Error
-				}
-				return fmt.Sprintf("%s exited %d: %s", name, t.ExitCode, strings.TrimSpace(t.Message))
-			}
-		}
+	if err != nil {
+		return err
 	}
-	return failureMessage(job, false, agent.Report{})
+	for _, name := range pointInTimeContainers {
+		t, ok := terminated[name]
+		if !ok || t.ExitCode == 0 {
+			continue
+		}
+		report, err := agent.DecodeReport(t.Message)
+		if err != nil || report.Error == "" {
+			return failed(etcdv1alpha1.ReasonFailed, "Job %s could not build the snapshot of the point: %s exited %d: %s; nothing was restored",
+				job.Name, name, t.ExitCode, strings.TrimSpace(t.Message))
+		}
+		reason := etcdv1alpha1.ReasonFailed
+		if report.Permanent {
+			reason = etcdv1alpha1.ReasonPointNotRecoverable
+		}
+		return failed(reason, "Job %s could not build the snapshot of the point: %s; nothing was restored", job.Name, report.Error)
+	}
+	return failed(etcdv1alpha1.ReasonFailed, "Job %s could not build the snapshot of the point: %s; nothing was restored",
+		job.Name, failureMessage(job, succeeded, agent.Report{}))
 }
 
 // startMaterializing creates the Job that builds the snapshot of the point, with the etcd
