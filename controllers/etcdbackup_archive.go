@@ -137,7 +137,11 @@ func (r *EtcdBackupReconciler) restoreMark(ctx context.Context, c *etcdv1alpha1.
 // replica while archiving, none while stopped. Recreate, never two pods: two archivers would
 // write one lineage.
 func (r *EtcdBackupReconciler) applyArchiver(ctx context.Context, b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, mark string, running bool) error {
-	want := resources.ArchiverDeployment(b, c, r.AgentImage, b.Spec.Continuous.SegmentDuration.Duration, b.Spec.Continuous.SegmentMaxBytes, mark, r.Pods)
+	duration, maxBytes := archiveSegments(b.Spec.Continuous)
+	want, err := resources.ArchiverDeployment(b, c, r.AgentImage, duration, maxBytes, mark, r.Pods)
+	if err != nil {
+		return err
+	}
 	if !running {
 		want.Spec.Replicas = new(int32)
 	}
@@ -145,7 +149,7 @@ func (r *EtcdBackupReconciler) applyArchiver(ctx context.Context, b *etcdv1alpha
 		return err
 	}
 	have := &appsv1.Deployment{}
-	err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
+	err = r.Get(ctx, client.ObjectKeyFromObject(want), have)
 	if apierrors.IsNotFound(err) {
 		postEvent(r.Recorder, b, corev1.EventTypeNormal, "ArchiverStarted", "Archive", "started the archiver, Deployment %s", want.Name)
 		return r.Create(ctx, want)
@@ -158,6 +162,25 @@ func (r *EtcdBackupReconciler) applyArchiver(ctx context.Context, b *etcdv1alpha
 	}
 	have.Spec, have.Labels = want.Spec, want.Labels
 	return r.Update(ctx, have)
+}
+
+// The API server's defaults of spec.continuous, for an object written without them.
+const (
+	defaultSegmentDuration = time.Minute
+	defaultSegmentMaxBytes = 16 << 20
+	defaultMaxLag          = 5 * time.Minute
+)
+
+// archiveSegments is how the archiver closes segments: spec.continuous, or its defaults.
+func archiveSegments(c *etcdv1alpha1.ContinuousArchive) (time.Duration, int64) {
+	duration, maxBytes := time.Duration(defaultSegmentDuration), int64(defaultSegmentMaxBytes)
+	if c.SegmentDuration != nil {
+		duration = c.SegmentDuration.Duration
+	}
+	if c.SegmentMaxBytes > 0 {
+		maxBytes = c.SegmentMaxBytes
+	}
+	return duration, maxBytes
 }
 
 // removeArchiver deletes the archiver's Deployment, if there is one.
@@ -198,7 +221,7 @@ func (r *EtcdBackupReconciler) archiverReports() ArchiverReports {
 // archiverPod is the archiver's ready pod, if any.
 func (r *EtcdBackupReconciler) archiverPod(ctx context.Context, b *etcdv1alpha1.EtcdBackup) (*corev1.Pod, error) {
 	list := &corev1.PodList{}
-	if err := r.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingLabels(resources.ArchiverPodLabels(b.Name))); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingLabels(resources.ArchiverSelector(b.Name))); err != nil {
 		return nil, fmt.Errorf("list the archiver's pods: %w", err)
 	}
 	for i := range list.Items {
@@ -248,12 +271,15 @@ func (r *EtcdBackupReconciler) reportArchiving(b *etcdv1alpha1.EtcdBackup, befor
 			"the archive broke after revision %d (%s) and started again from a snapshot at revision %d: revisions between cannot be restored to a point",
 			newest.AfterRevision, newest.Reason, newest.ResumedAt)
 	}
-	maxLag := b.Spec.Continuous.MaxLag.Duration
+	maxLag := defaultMaxLag
+	if b.Spec.Continuous.MaxLag != nil {
+		maxLag = b.Spec.Continuous.MaxLag.Duration
+	}
 	lag := time.Duration(a.LagSeconds) * time.Second
 	wasExceeded := meta.IsStatusConditionPresentAndEqual(b.Status.Conditions, etcdv1alpha1.ConditionArchiving, metav1.ConditionFalse) &&
 		meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionArchiving).Reason == etcdv1alpha1.ReasonLagExceeded
 	switch {
-	case maxLag > 0 && lag > maxLag:
+	case lag > maxLag:
 		setBackupCondition(b, etcdv1alpha1.ConditionArchiving, metav1.ConditionFalse, etcdv1alpha1.ReasonLagExceeded,
 			"the oldest revision not yet written has waited %s, more than continuous.maxLag %s (%d revisions behind)%s", lag, maxLag, a.LagRevisions, archiverSays(a))
 		if !wasExceeded {
