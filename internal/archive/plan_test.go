@@ -87,8 +87,8 @@ func TestPlanTo(t *testing.T) {
 			wantBase: "snap-r100.db", wantSegs: []string{"a/101-200"},
 		},
 		"of two histories holding the target, the one archived last": {
-			bases: []Base{base(100), {Key: "b-base.db", Revision: 120, Time: at(1000)}},
-			segs: []SegmentInfo{seg("a", 101, 200), {Key: "b/121-160", Lineage: "b", First: 121, Last: 160, FirstSeen: at(1001), LastSeen: at(1040)}},
+			bases:    []Base{base(100), {Key: "b-base.db", Revision: 120, Time: at(1000)}},
+			segs:     []SegmentInfo{seg("a", 101, 200), {Key: "b/121-160", Lineage: "b", First: 121, Last: 160, FirstSeen: at(1001), LastSeen: at(1040)}},
 			lineages: map[string]Lineage{"a": started(100), "b": {BaseKey: "b-base.db", Started: at(1000)}}, target: 150,
 			wantBase: "b-base.db", wantSegs: []string{"b/121-160"},
 		},
@@ -212,7 +212,7 @@ func generate(rng *rand.Rand) world {
 			w.bases = append(w.bases, snapshot(fmt.Sprintf("h%d-%d-r%d.db", h, i, r), r))
 		}
 		w.maxRevision = max(w.maxRevision, from+n)
-		begin = seen(from+n).Add(time.Hour)
+		begin = seen(from + n).Add(time.Hour)
 		// The next history: a new cluster from 1, or one restored in place without a bump.
 		if rng.IntN(2) == 0 {
 			from = 1
