@@ -2,7 +2,6 @@ package archive
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -21,6 +20,15 @@ import (
 // Revisions are numbers, and two histories (a cluster made again under its name, one restored
 // in place without a revision bump) may number theirs alike: so a base is taken for a lineage
 // only when their times agree too (usableFor).
+
+// Unrecoverable is a refusal: the archive cannot materialize what was asked as it stands.
+type Unrecoverable struct{ Reason string }
+
+func (e *Unrecoverable) Error() string { return e.Reason }
+
+func refuse(format string, args ...any) error {
+	return &Unrecoverable{Reason: fmt.Sprintf(format, args...)}
+}
 
 // Base is a full snapshot of the series.
 type Base struct {
@@ -222,13 +230,13 @@ func refusal(bases []Base, cs []chain, target int64) error {
 	ranges := recoverable(bases, cs)
 	reason := whyNot(bases, cs, target)
 	if len(ranges) == 0 {
-		return fmt.Errorf("revision %d cannot be materialized: %s; the archive can materialize no revision", target, reason)
+		return refuse("revision %d cannot be materialized: %s; the archive can materialize no revision", target, reason)
 	}
 	can := make([]string, len(ranges))
 	for i, r := range ranges {
 		can[i] = r.String()
 	}
-	return fmt.Errorf("revision %d cannot be materialized: %s; the archive can materialize %s", target, reason, strings.Join(can, ", "))
+	return refuse("revision %d cannot be materialized: %s; the archive can materialize %s", target, reason, strings.Join(can, ", "))
 }
 
 // whyNot names what keeps target from every plan: the archive ends before it, starts after it,
@@ -317,12 +325,12 @@ func RevisionAt(segs []SegmentInfo, t time.Time, open func(SegmentInfo) (io.Read
 // pastTheArchive refuses t, after the last segment of a run of lineage last whose watermark
 // does not show that nothing came after by t.
 func pastTheArchive(t time.Time, last SegmentInfo, wm Watermark, next *SegmentInfo) error {
-	err := fmt.Sprintf("%s is past what the archive has seen of lineage %s: its revision %d was seen at %s, and when the archiver last looked, at %s, the cluster was at revision %d",
+	reason := fmt.Sprintf("%s is past what the archive has seen of lineage %s: its revision %d was seen at %s, and when the archiver last looked, at %s, the cluster was at revision %d",
 		stamp(t), last.Lineage, last.Last, stamp(last.LastSeen), stamp(wm.Time), wm.HighestRevision)
 	if next != nil {
-		err += fmt.Sprintf("; the archive resumes with revision %d of lineage %s, seen at %s", next.First, next.Lineage, stamp(next.FirstSeen))
+		reason += fmt.Sprintf("; the archive resumes with revision %d of lineage %s, seen at %s", next.First, next.Lineage, stamp(next.FirstSeen))
 	}
-	return errors.New(err)
+	return &Unrecoverable{Reason: reason}
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
@@ -357,16 +365,16 @@ func lookUpTime(cs []chain, t time.Time) (timeLookup, error) {
 	}
 	switch {
 	case prev == nil && next == nil:
-		return timeLookup{}, fmt.Errorf("%s cannot be materialized: the archive holds no revision", stamp(t))
+		return timeLookup{}, refuse("%s cannot be materialized: the archive holds no revision", stamp(t))
 	case prev == nil:
-		return timeLookup{}, fmt.Errorf("%s is before the archive: its first revision, %d of lineage %s, was seen at %s", stamp(t), next.First, next.Lineage, stamp(next.FirstSeen))
+		return timeLookup{}, refuse("%s is before the archive: its first revision, %d of lineage %s, was seen at %s", stamp(t), next.First, next.Lineage, stamp(next.FirstSeen))
 	case next != nil && next.Lineage == prev.Lineage && next.First <= prev.Last+1 && next.Last > prev.Last:
 		// The revision after prev's last was seen after t: nothing came between.
 		return timeLookup{lineage: prev.Lineage, revision: prev.Last}, nil
 	case prev.Last == prevChain.last && (next == nil || next.Lineage != prev.Lineage):
 		return timeLookup{lineage: prev.Lineage, unlessPast: prev, next: next}, nil
 	}
-	return timeLookup{}, fmt.Errorf("%s falls in a gap of the archive: revision %d of lineage %s was seen at %s, and the archive resumes with revision %d of lineage %s, seen at %s",
+	return timeLookup{}, refuse("%s falls in a gap of the archive: revision %d of lineage %s was seen at %s, and the archive resumes with revision %d of lineage %s, seen at %s",
 		stamp(t), prev.Last, prev.Lineage, stamp(prev.LastSeen), next.First, next.Lineage, stamp(next.FirstSeen))
 }
 
@@ -384,7 +392,7 @@ func lastSeenBy(s SegmentInfo, t time.Time, open func(SegmentInfo) (io.ReadClose
 		rev = r.Revision.Revision
 	}
 	if rev == 0 {
-		return 0, fmt.Errorf("segment %s was listed as first seen at %s, but its records were all seen after %s", s.Key, stamp(s.FirstSeen), stamp(t))
+		return 0, refuse("segment %s was listed as first seen at %s, but its records were all seen after %s", s.Key, stamp(s.FirstSeen), stamp(t))
 	}
 	return rev, nil
 }

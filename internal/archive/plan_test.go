@@ -2,6 +2,7 @@ package archive
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -124,8 +125,8 @@ func TestPlanTo(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			plan, err := PlanTo(tc.bases, tc.segs, tc.lineages, tc.target)
 			if tc.wantErr != nil {
-				if err == nil {
-					t.Fatalf("planned %+v, want a refusal", plan)
+				if u := (*Unrecoverable)(nil); !errors.As(err, &u) {
+					t.Fatalf("planned %+v (%v), want a refusal", plan, err)
 				}
 				for _, want := range tc.wantErr {
 					if !strings.Contains(err.Error(), want) {
@@ -404,8 +405,8 @@ func TestRevisionAt(t *testing.T) {
 			}
 			lineage, rev, err := RevisionAt(tc.segs, tc.t, a.open, watermark)
 			if tc.wantErr != nil {
-				if err == nil {
-					t.Fatalf("revision %d of %s, want a refusal", rev, lineage)
+				if u := (*Unrecoverable)(nil); !errors.As(err, &u) {
+					t.Fatalf("revision %d of %s (%v), want a refusal", rev, lineage, err)
 				}
 				for _, want := range tc.wantErr {
 					if !strings.Contains(err.Error(), want) {
