@@ -88,6 +88,22 @@ type JobConfig struct {
 	// LastBackup is the URI of the snapshot the EtcdBackup's status.lastBackup named when the
 	// Job was made: retention never deletes it (agent.prune says why).
 	LastBackup string `json:"lastBackup,omitempty"`
+
+	// Point in time (pitr-fetch, pitr-replay): the series (Namespace, Cluster, Backup,
+	// BackupUID) is materialized at TargetRevision or, when TargetTime is set instead, at the
+	// last revision its archive had seen by then.
+	TargetRevision int64      `json:"targetRevision,omitempty"`
+	TargetTime     *time.Time `json:"targetTime,omitempty"`
+	// ExcludeKeys are snapshots of the series (keys after the storage prefix) never taken as
+	// the base: those whose verification failed.
+	ExcludeKeys []string `json:"excludeKeys,omitempty"`
+	// Recorded are the series' snapshots the EtcdBackup's status records: a base among them is
+	// fetched against its sha256 and planned from its recorded revision (an object's name
+	// carries the revision the backup saw before streaming, which the snapshot may pass).
+	Recorded []Snapshot `json:"recorded,omitempty"`
+	// RestoreUID names the materialized snapshot after the EtcdRestore it is made for: one
+	// object per restore, which a retried Job writes again rather than adding another.
+	RestoreUID string `json:"restoreUID,omitempty"`
 }
 
 // Snapshot is a snapshot to restore: its key after the storage prefix, and the sha256 it
@@ -95,6 +111,8 @@ type JobConfig struct {
 type Snapshot struct {
 	Key    string `json:"key"`
 	SHA256 string `json:"sha256,omitempty"`
+	// Revision the snapshot holds, when recorded; 0 when not known.
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // A restore Job prepares one member's data on its claim, mounted where the member pod mounts it:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -299,21 +300,53 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 	}
 	env = append(env, pods.Env...)
 	volumes, mounts := storageVolumes(snap.Storage, enc)
+	readOnly(mounts) // verifying never writes to the destination
+	fetch := agentContainer(corev1.Container{
+		Name: VerifyFetchContainer, Image: agentImage, Args: []string{"agent", "verify-fetch"}, Env: env, VolumeMounts: mounts,
+	})
+	verify := agentContainer(corev1.Container{
+		// Root's client certificate for the restored member, made by the fetch, is all it reads.
+		Name: VerifyContainer, Image: agentImage, Args: []string{"agent", "verify"}, Env: env[:1],
+	})
+
+	podLabels := agentPodLabels(LabelBackup, b.Name)
+	podLabels[LabelVerify] = snap.Run
+	spec := scratchMemberJobSpec(c, images, podLabels, fetch, verify, volumes, pods)
+	spec.Template.Spec.ServiceAccountName = storageServiceAccount(snap.Storage)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: VerifyJobName(snap.Run), Namespace: b.Namespace, Labels: agentJobLabels(podLabels, c),
+			Annotations: map[string]string{AnnotationSnapshotURI: snap.Artifact.URI},
+		},
+		Spec: spec,
+	}, nil
+}
+
+// readOnly mounts every one of mounts read-only.
+func readOnly(mounts []corev1.VolumeMount) {
 	for i := range mounts {
-		mounts[i].ReadOnly = true // verifying never writes to the destination
+		mounts[i].ReadOnly = true
 	}
+}
+
+// scratchMemberJobSpec is the Job of a verify or point-in-time pod: fetch (an agent container)
+// downloads a snapshot into the pod's scratch emptyDir (jobspec.VerifyScratchDir); the
+// etcdutl of c's own etcd image restores it there, checking its hash; that etcd serves it
+// alone on the pod's loopback as a native sidecar, with memberArgs added to its flags; and
+// last, the agent's work on it, reads the scratch directory (the fetch's TLS material, its
+// plan) and nothing else there. Nothing is reachable from outside the pod.
+func scratchMemberJobSpec(c *etcdv1alpha1.EtcdCluster, images EtcdImages, podLabels map[string]string, fetch, last corev1.Container,
+	volumes []corev1.Volume, pods PodSettings, memberArgs ...string) batchv1.JobSpec {
 	volumes = append(volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	scratch := corev1.VolumeMount{Name: "scratch", MountPath: jobspec.VerifyScratchDir}
+	fetch.VolumeMounts = append(fetch.VolumeMounts, scratch)
+	last.VolumeMounts = append(last.VolumeMounts, corev1.VolumeMount{Name: scratch.Name, MountPath: scratch.MountPath, ReadOnly: true})
 	etcdImage := Image(c, images, c.Spec.Version)
 	initialCluster := jobspec.VerifyMember + "=" + jobspec.VerifyPeerURL
 
-	fetch := agentContainer(corev1.Container{
-		Name: VerifyFetchContainer, Image: agentImage, Args: []string{"agent", "verify-fetch"},
-		Env: env, VolumeMounts: append(mounts, scratch),
-	})
 	restore := agentContainer(corev1.Container{
 		Name: VerifyEtcdutlContainer, Image: etcdImage,
-		Command: []string{"/usr/local/bin/etcdutl"},
+		Command: []string{etcdutlPath},
 		Args: []string{
 			"snapshot", "restore", jobspec.VerifySnapshot,
 			"--data-dir=" + jobspec.VerifyDataDir,
@@ -328,7 +361,7 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 	member := agentContainer(corev1.Container{
 		Name: VerifyEtcdContainer, Image: etcdImage,
 		Command: []string{"/usr/local/bin/etcd"},
-		Args: append([]string{
+		Args: slices.Concat([]string{
 			"--name=" + jobspec.VerifyMember,
 			"--data-dir=" + jobspec.VerifyDataDir,
 			"--listen-client-urls=" + jobspec.VerifyClientURL,
@@ -336,33 +369,19 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 			"--listen-peer-urls=" + jobspec.VerifyPeerURL,
 			"--initial-advertise-peer-urls=" + jobspec.VerifyPeerURL,
 			"--initial-cluster=" + initialCluster,
-		}, jobspec.VerifyEtcdTLSArgs(jobspec.VerifyTLSDir)...),
+		}, jobspec.VerifyEtcdTLSArgs(jobspec.VerifyTLSDir), memberArgs),
 		VolumeMounts: []corev1.VolumeMount{scratch},
-		// A native sidecar: it starts before the check and is stopped once the check ends.
+		// A native sidecar: it starts before the agent's work and is stopped once that ends.
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 	})
 	// etcd maps the database into memory: not the agent's limit but a member's, which a
 	// namespace whose ResourceQuota demands limits admits as it admits the members.
 	member.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: memberResources(c).Limits[corev1.ResourceMemory]}
 	member.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
-	verify := agentContainer(corev1.Container{
-		Name: VerifyContainer, Image: agentImage, Args: []string{"agent", "verify"}, Env: env[:1],
-		// Root's client certificate for the restored member, made by the fetch.
-		VolumeMounts: []corev1.VolumeMount{{Name: scratch.Name, MountPath: scratch.MountPath, ReadOnly: true}},
-	})
 
-	podLabels := agentPodLabels(LabelBackup, b.Name)
-	podLabels[LabelVerify] = snap.Run
-	spec := agentJobSpec(c, podLabels, verify, volumes, pods)
+	spec := agentJobSpec(c, podLabels, last, volumes, pods)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore, member}
-	spec.Template.Spec.ServiceAccountName = storageServiceAccount(snap.Storage)
-	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: VerifyJobName(snap.Run), Namespace: b.Namespace, Labels: agentJobLabels(podLabels, c),
-			Annotations: map[string]string{AnnotationSnapshotURI: snap.Artifact.URI},
-		},
-		Spec: spec,
-	}, nil
+	return spec
 }
 
 // PreserveDataContainer is the agent container of a preserve-data Job.
