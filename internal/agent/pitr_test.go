@@ -36,7 +36,8 @@ type archivedCluster struct {
 	cfg   jobspec.JobConfig
 	paths agent.PodPaths
 	keys  *encryption.Keyring
-	base  agent.BackupResult
+	// base is the backup the lineage starts from, later one taken after the burst.
+	base, later agent.BackupResult
 	// burst are revisions of a run of multi-key txns; last the last revision archived.
 	burst []int64
 	last  int64
@@ -67,6 +68,15 @@ func newArchivedCluster(t *testing.T, dest *storage.Destination, loc etcdv1alpha
 	for i := range 6 {
 		a.burst = append(a.burst, a.put(t, clientv3.OpPut(fmt.Sprintf("txn/%d/a", i), "v"), clientv3.OpPut(fmt.Sprintf("txn/%d/b", i), "v"),
 			clientv3.OpDelete(fmt.Sprintf("before/%d", i)), clientv3.OpPut("counter", strconv.Itoa(i))))
+	}
+	a.later, err = agent.Backup(ctx, agent.BackupConfig{
+		Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(servers)}, Series: nightly, Destination: dest, Keys: keys,
+		// Begun two revisions before the one it read: as a backup whose name understated its
+		// revision would have been (TestPointInTimeFetchPlansAgainFromTheRevisionTheBaseHolds).
+		Now: func() time.Time { return seenAt(a.burst[len(a.burst)-1] - 2) },
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	a.put(t, clientv3.OpDelete("txn/", clientv3.WithPrefix()))
 	a.last = a.put(t, clientv3.OpPut("/registry/secrets/db/password", secretValue+"-2"))
@@ -267,6 +277,37 @@ func TestPointInTimeJobMaterializesTheTarget(t *testing.T) {
 				t.Errorf("the materialized snapshot holds\n%s\nthe source at %d held\n%s", strings.Join(have, "\n"), target, strings.Join(want, "\n"))
 			}
 		})
+	}
+}
+
+// A full snapshot whose name gives a revision below the one it holds (its backup read the
+// revision before streaming, and writes came between) is planned from, fetched, and planned
+// again from the revision it holds: the replay starts where the snapshot is.
+func TestPointInTimeFetchPlansAgainFromTheRevisionTheBaseHolds(t *testing.T) {
+	claim := t.TempDir()
+	pvc := &etcdv1alpha1.PVCLocation{ClaimName: "backups"}
+	dest, err := storage.OpenDir(claim, agent.ClaimURIBase(pvc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	a := newArchivedCluster(t, dest, etcdv1alpha1.StorageLocation{PVC: pvc}, claim, nil, "")
+	named := strings.TrimPrefix(a.later.URI, dest.URI(""))
+	understated := strings.Replace(named, fmt.Sprintf("-r%d.db", a.later.Revision), fmt.Sprintf("-r%d.db", a.later.Revision-2), 1)
+	if err := dest.Upload(t.Context(), understated, bytes.NewReader(storedBytes(t, dest, a.later.URI))); err != nil {
+		t.Fatal(err)
+	}
+	if err := dest.Delete(t.Context(), named); err != nil {
+		t.Fatal(err)
+	}
+
+	a.cfg.TargetRevision = a.last
+	code, report := runInPod(t, agent.RunPointInTimeFetch, a.cfg, a.paths)
+	if code != 0 || report.PointInTime == nil {
+		t.Fatalf("fetch: exit %d, %+v", code, report)
+	}
+	if p := report.PointInTime; p.BaseKey != understated || p.BaseRevision != a.later.Revision || p.ReplayedRevisions != a.last-a.later.Revision {
+		t.Fatalf("planned %+v; want from %s at the %d it holds", p, understated, a.later.Revision)
 	}
 }
 

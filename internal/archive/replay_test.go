@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,9 +226,11 @@ func TestReplayRefusesABaseAtAnotherRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	plan := archive.Plan{Base: archive.Base{Key: "base.db", Revision: src.base - 1}, Lineage: "lineage", Revision: src.base}
+	// Planned to the revision it was planned from: nothing to replay, and the snapshot saved
+	// would be labelled with a revision it is not at.
+	plan := archive.Plan{Base: archive.Base{Key: "base.db", Revision: src.base - 1}, Lineage: "lineage", Revision: src.base - 1}
 	err = archive.Replay(t.Context(), r, nil, plan)
-	if !errors.Is(err, archive.ErrUnreplayable) {
+	if !errors.Is(err, archive.ErrUnreplayable) || !strings.Contains(err.Error(), fmt.Sprintf("restored to revision %d", src.base)) {
 		t.Fatalf("replay on a base at %d planned from %d: %v, want it refused", src.base, src.base-1, err)
 	}
 	if rev, err := r.Revision(t.Context()); err != nil || rev != src.base {
