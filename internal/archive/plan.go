@@ -254,7 +254,7 @@ func whyNot(bases []Base, cs []chain, target int64) string {
 			oldest = c
 		}
 		if c.holds(target) || c.first-1 == target {
-			return noBaseIn(bases, c, target)
+			return noBaseIn(bases, c)
 		}
 	}
 	switch {
@@ -268,8 +268,8 @@ func whyNot(bases []Base, cs []chain, target int64) string {
 		before.last+1, after.first-1, before.lineage(), before.last, after.lineage(), after.first)
 }
 
-// noBaseIn says why c, which holds target or the revision after it, has no base for it.
-func noBaseIn(bases []Base, c chain, target int64) string {
+// noBaseIn says why c, which holds the target or the revision after it, has no base for it.
+func noBaseIn(bases []Base, c chain) string {
 	if !c.known {
 		return fmt.Sprintf("the lineage.json of lineage %s, which holds it, was not read: no full snapshot is known to start it", c.lineage())
 	}

@@ -73,23 +73,7 @@ func jobName(base, suffix string) string {
 // retention never deletes the snapshot b's status.lastBackup names: b must be as last written,
 // not as changed in memory since.
 func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, pods PodSettings) (*batchv1.Job, error) {
-	cfg := jobspec.JobConfig{
-		Cluster:   c.Name,
-		Namespace: b.Namespace,
-		Backup:    b.Name,
-		BackupUID: string(b.UID),
-		Endpoints: []string{ClientEndpoint(c)},
-		TLS:       c.Spec.TLS != nil,
-		Auth:      c.Spec.Auth != nil,
-		Storage:   b.Spec.Destination,
-	}
-	for _, cm := range c.Status.CorruptMembers {
-		if cm.ID != "" {
-			cfg.SkipMembers = append(cfg.SkipMembers, cm.ID)
-		}
-	}
-	// The keys are mounted (storageVolumes); the configuration names their Secret.
-	cfg.Encryption = b.Spec.Encryption
+	cfg := seriesConfig(b, c)
 	if last := b.Status.LastBackup; last != nil {
 		cfg.LastBackup = last.URI
 	}
@@ -101,22 +85,10 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 			cfg.MaxAge = r.MaxAge.Duration
 		}
 	}
-	env, err := agentEnv(cfg)
+	env, volumes, mounts, err := seriesAgentMounts(b, c, cfg, pods)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Auth && !cfg.TLS {
-		// The password etcd has, which differs from the user's Secret while it is rotated.
-		env = append(env, secretEnv(jobspec.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
-	}
-	env = append(env, pods.Env...)
-
-	volumes, mounts := storageVolumes(b.Spec.Destination, b.Spec.Encryption)
-	if cfg.TLS {
-		volumes = append(volumes, tlsSecretVolume(c, "etcd-tls", TLSSecrets(c).Client))
-		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: jobspec.EtcdTLSDir, ReadOnly: true})
-	}
-
 	podLabels := agentPodLabels(LabelBackup, b.Name)
 	spec := agentJobSpec(c, podLabels, corev1.Container{
 		Name:         BackupContainer,
@@ -135,6 +107,52 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		},
 		Spec: spec,
 	}, nil
+}
+
+// seriesConfig is the configuration of an agent that reads cluster c and writes b's series
+// (a backup run, the archiver): the cluster's endpoint and how to reach it, the series its
+// objects are named in, where they go, and the members never to read from.
+func seriesConfig(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster) jobspec.JobConfig {
+	cfg := jobspec.JobConfig{
+		Cluster:   c.Name,
+		Namespace: b.Namespace,
+		Backup:    b.Name,
+		BackupUID: string(b.UID),
+		Endpoints: []string{ClientEndpoint(c)},
+		TLS:       c.Spec.TLS != nil,
+		Auth:      c.Spec.Auth != nil,
+		Storage:   b.Spec.Destination,
+		// The keys are mounted (storageVolumes); the configuration names their Secret.
+		Encryption: b.Spec.Encryption,
+	}
+	for _, cm := range c.Status.CorruptMembers {
+		if cm.ID != "" {
+			cfg.SkipMembers = append(cfg.SkipMembers, cm.ID)
+		}
+	}
+	return cfg
+}
+
+// seriesAgentMounts are the environment, volumes and mounts of an agent configured with cfg
+// (seriesConfig) that reads cluster c as root and writes b's series: its configuration and
+// storage credentials, the root password of a cluster with auth and no TLS or the client
+// certificate of one with TLS, the destination and the encryption keys.
+func seriesAgentMounts(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, cfg jobspec.JobConfig, pods PodSettings) ([]corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount, error) {
+	env, err := agentEnv(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if cfg.Auth && !cfg.TLS {
+		// The password etcd has, which differs from the user's Secret while it is rotated.
+		env = append(env, secretEnv(jobspec.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
+	}
+	env = append(env, pods.Env...)
+	volumes, mounts := storageVolumes(b.Spec.Destination, b.Spec.Encryption)
+	if cfg.TLS {
+		volumes = append(volumes, tlsSecretVolume(c, "etcd-tls", TLSSecrets(c).Client))
+		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: jobspec.EtcdTLSDir, ReadOnly: true})
+	}
+	return env, volumes, mounts, nil
 }
 
 // RestoreSource is the snapshot a restore Job fetches.
@@ -498,7 +516,8 @@ func agentPodLabels(kind, name string) map[string]string {
 	return map[string]string{LabelName: managerName + "-agent", LabelManagedBy: managerName, kind: name}
 }
 
-// agentJobLabels are the pods' labels plus the cluster the Job serves, on the Job object only.
+// agentJobLabels are the pods' labels plus the cluster the agent serves, on the Job's (or the
+// archiver's Deployment's) object only.
 func agentJobLabels(podLabels map[string]string, c *etcdv1alpha1.EtcdCluster) map[string]string {
 	l := maps.Clone(podLabels)
 	l[LabelCluster] = c.Name
@@ -509,8 +528,9 @@ func agentJobLabels(podLabels map[string]string, c *etcdv1alpha1.EtcdCluster) ma
 // profile, needs no API access, fails at once on a permanent error, and runs where c's pod
 // template lets members run, pulling with its secrets.
 func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, container corev1.Container, volumes []corev1.Volume, pods PodSettings) batchv1.JobSpec {
-	container = agentContainer(container)
-	spec := batchv1.JobSpec{
+	template := agentPodTemplate(c, labels, container, volumes, pods)
+	template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return batchv1.JobSpec{
 		BackoffLimit:            ptr.To[int32](agentRetries),
 		ActiveDeadlineSeconds:   ptr.To(int64(agentDeadline.Seconds())),
 		TTLSecondsAfterFinished: ptr.To(int32(agentJobTTL.Seconds())),
@@ -521,24 +541,29 @@ func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, contain
 				Values:   []int32{jobspec.ExitPermanent},
 			},
 		}}},
-		Template: corev1.PodTemplateSpec{
-			// The template's annotations, as members have them (a service mesh's sidecar kept out
-			// of a pod that must end, say); not its labels, which a Service the user selects
-			// members with would take the Job's pod in by.
-			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: maps.Clone(c.Spec.PodTemplate.Metadata.Annotations)},
-			Spec: corev1.PodSpec{
-				RestartPolicy:                corev1.RestartPolicyNever,
-				Affinity:                     &corev1.Affinity{NodeAffinity: agentNodeAffinity(c)},
-				AutomountServiceAccountToken: ptr.To(false),
-				EnableServiceLinks:           ptr.To(false),
-				SecurityContext:              restrictedPod(agentUID, pods),
-				Containers:                   []corev1.Container{container},
-				Volumes:                      volumes,
-			},
+		Template: template,
+	}
+}
+
+// agentPodTemplate is the pod of an agent container, in a Job or a Deployment: restricted,
+// without API access, where c's pod template lets members run, pulling with its secrets.
+func agentPodTemplate(c *etcdv1alpha1.EtcdCluster, labels map[string]string, container corev1.Container, volumes []corev1.Volume, pods PodSettings) corev1.PodTemplateSpec {
+	template := corev1.PodTemplateSpec{
+		// The template's annotations, as members have them (a service mesh's sidecar kept out
+		// of a pod that must end, say); not its labels, which a Service the user selects
+		// members with would take the agent's pod in by.
+		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: maps.Clone(c.Spec.PodTemplate.Metadata.Annotations)},
+		Spec: corev1.PodSpec{
+			Affinity:                     &corev1.Affinity{NodeAffinity: agentNodeAffinity(c)},
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			SecurityContext:              restrictedPod(agentUID, pods),
+			Containers:                   []corev1.Container{agentContainer(container)},
+			Volumes:                      volumes,
 		},
 	}
-	applyClusterPodTemplate(&spec.Template.Spec, c)
-	return spec
+	applyClusterPodTemplate(&template.Spec, c)
+	return template
 }
 
 // withMembersPriority gives a Job that stands in for members on the way back to a serving
