@@ -159,9 +159,7 @@ func pointInTimeFromEnvironment(ctx context.Context) (PointInTimeConfig, func(),
 
 // PointInTimeFetch resolves cfg's target, plans it from the destination's listing, fetches the
 // plan's base into cfg.Dir (checking its recorded sha256, decrypting it) and leaves there the
-// plan and the TLS material the scratch member serves with. A base whose name understated its
-// revision (its backup read the revision before streaming, and the snapshot passed it) is
-// planned again from the revision it holds.
+// plan and the TLS material the scratch member serves with.
 func PointInTimeFetch(ctx context.Context, cfg PointInTimeConfig) (archive.Plan, RestoreResult, error) {
 	found, err := readArchive(ctx, cfg)
 	if err != nil {
@@ -171,36 +169,46 @@ func PointInTimeFetch(ctx context.Context, cfg PointInTimeConfig) (archive.Plan,
 	if err != nil {
 		return archive.Plan{}, RestoreResult{}, err
 	}
-	var plan archive.Plan
-	var fetched RestoreResult
-	fetchedKey := ""
-	for range len(found.bases) + 1 {
-		plan, err = archive.PlanTo(found.bases, segs, found.lineages, target)
-		if err != nil {
-			return archive.Plan{}, RestoreResult{}, permanentError{err}
-		}
-		if plan.Base.Key == fetchedKey {
-			break
-		}
-		prefix := cfg.Source.Prefix()
-		fetched, err = Fetch(ctx, FetchConfig{Source: cfg.Source, Key: strings.TrimPrefix(plan.Base.Key, prefix), SHA256: found.sha256[plan.Base.Key], Dir: cfg.Dir, KeepDir: true, Keys: cfg.Keys})
-		if err != nil {
-			return archive.Plan{}, RestoreResult{}, err
-		}
-		if fetched.Revision == plan.Base.Revision {
-			break
-		}
-		fetchedKey = plan.Base.Key
-		found.bases = withRevision(found.bases, fetchedKey, fetched.Revision)
-	}
-	if plan.Base.Revision != fetched.Revision {
-		return archive.Plan{}, RestoreResult{}, fmt.Errorf("every base planned held another revision than planned, the last %s %d, not %d", plan.Base.Key, fetched.Revision, plan.Base.Revision)
+	plan, fetched, err := planAndFetch(ctx, cfg, found, segs, target)
+	if err != nil {
+		return archive.Plan{}, RestoreResult{}, err
 	}
 	if err := writePlan(cfg.Dir, plan); err != nil {
 		return archive.Plan{}, RestoreResult{}, err
 	}
 	// The scratch member starts next, on the material made here (jobspec.VerifyEtcdTLSArgs).
 	return plan, fetched, WriteVerifyTLS(filepath.Join(cfg.Dir, jobspec.VerifyTLSSubdir), time.Now())
+}
+
+// planAndFetch plans target and fetches the plan's base. A base whose name understated its
+// revision (its backup read the revision before streaming, and the snapshot passed it) is
+// planned again from the revision it holds, which may choose it again, already fetched, or
+// another: each base is corrected once, so it ends.
+func planAndFetch(ctx context.Context, cfg PointInTimeConfig, found seriesArchive, segs []archive.SegmentInfo, target int64) (archive.Plan, RestoreResult, error) {
+	bases := found.bases
+	var fetched RestoreResult
+	fetchedKey := ""
+	for range len(bases) + 1 {
+		plan, err := archive.PlanTo(bases, segs, found.lineages, target)
+		if err != nil {
+			return archive.Plan{}, RestoreResult{}, permanentError{err}
+		}
+		if plan.Base.Key == fetchedKey && plan.Base.Revision == fetched.Revision {
+			return plan, fetched, nil
+		}
+		fetched, err = Fetch(ctx, FetchConfig{
+			Source: cfg.Source, Key: strings.TrimPrefix(plan.Base.Key, cfg.Source.Prefix()), SHA256: found.sha256[plan.Base.Key], Dir: cfg.Dir, KeepDir: true, Keys: cfg.Keys,
+		})
+		if err != nil {
+			return archive.Plan{}, RestoreResult{}, err
+		}
+		if fetched.Revision == plan.Base.Revision {
+			return plan, fetched, nil
+		}
+		fetchedKey = plan.Base.Key
+		bases = withRevision(bases, fetchedKey, fetched.Revision)
+	}
+	return archive.Plan{}, RestoreResult{}, fmt.Errorf("every base planned held another revision than its name or record gave, the last %s %d", fetchedKey, fetched.Revision)
 }
 
 // withRevision is bases with key's revision set to rev.
