@@ -300,8 +300,10 @@ func runAgent(args []string) int {
 		return agent.RunPreserveData()
 	case len(args) == 1 && args[0] == "read-log":
 		return agent.RunReadLog()
+	case len(args) == 1 && args[0] == "archive":
+		return agent.RunArchive(ctx)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|member-restore-fetch|member-restore-install ETCDUTL ARGS...|verify-fetch|verify|preserve-data|read-log")
+		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|member-restore-fetch|member-restore-install ETCDUTL ARGS...|verify-fetch|verify|preserve-data|read-log|archive")
 		return 2
 	}
 }
