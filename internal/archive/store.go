@@ -63,20 +63,33 @@ const metadataReaders = 8
 // ListSegments lists the segments of every lineage under the series directory dir, by lineage
 // then first revision.
 func ListSegments(ctx context.Context, d *storage.Destination, dir string) ([]SegmentInfo, error) {
+	return ListSegmentsKnowing(ctx, d, dir, nil)
+}
+
+// ListSegmentsKnowing is ListSegments reading the metadata only of the segments known does not
+// hold (by key): a segment never changes once written, and a long-running lister would
+// otherwise ask for every segment's metadata again at each listing.
+func ListSegmentsKnowing(ctx context.Context, d *storage.Destination, dir string, known map[string]SegmentInfo) ([]SegmentInfo, error) {
 	objects, err := d.List(ctx, ArchiveDir(dir))
 	if err != nil {
 		return nil, err
 	}
-	var segs []SegmentInfo
+	var segs, unknown []SegmentInfo
 	for _, o := range objects {
-		if lineage, first, last, ok := ParseSegmentKey(dir, o.Key); ok {
-			segs = append(segs, SegmentInfo{Key: o.Key, Lineage: lineage, First: first, Last: last, SizeBytes: o.SizeBytes})
+		lineage, first, last, ok := ParseSegmentKey(dir, o.Key)
+		switch seg, isKnown := known[o.Key]; {
+		case !ok:
+		case isKnown:
+			segs = append(segs, seg)
+		default:
+			unknown = append(unknown, SegmentInfo{Key: o.Key, Lineage: lineage, First: first, Last: last, SizeBytes: o.SizeBytes})
 		}
 	}
-	segs, err = withMetadata(ctx, d, segs)
+	unknown, err = withMetadata(ctx, d, unknown)
 	if err != nil {
 		return nil, err
 	}
+	segs = append(segs, unknown...)
 	slices.SortFunc(segs, func(a, b SegmentInfo) int {
 		if c := strings.Compare(a.Lineage, b.Lineage); c != 0 {
 			return c

@@ -71,6 +71,15 @@ type JobConfig struct {
 	// newest key; a restore or verification decrypts with any of them.
 	Encryption *etcdv1alpha1.SnapshotEncryption `json:"encryption,omitempty"`
 
+	// Archive (the archiver of a backup with spec.continuous): a segment is closed once its
+	// first revision has waited SegmentDuration or its changes reach SegmentMaxBytes; a
+	// lineage is continued only by an archiver with its RestoreMark (the operator changes it
+	// when it restores the cluster in place); the archiver reports on StatusAddr.
+	SegmentDuration time.Duration `json:"segmentDuration,omitempty"`
+	SegmentMaxBytes int64         `json:"segmentMaxBytes,omitempty"`
+	RestoreMark     string        `json:"restoreMark,omitempty"`
+	StatusAddr      string        `json:"statusAddr,omitempty"`
+
 	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have; and
 	// the snapshots to restore instead, newest first, should it no longer exist.
 	Key       string     `json:"key,omitempty"`
