@@ -129,22 +129,19 @@ func (a *archivedCluster) writeArchive(t *testing.T, revs []etcd.Revision, lease
 				}
 			}
 		}
-		first, last := chunk[0].Revision, chunk[len(chunk)-1].Revision
-		a.storeSegment(t, archive.SegmentKey(dir, lineage, first, last), seg, map[string]string{
-			"first-revision": strconv.FormatInt(first, 10), "last-revision": strconv.FormatInt(last, 10),
-			"first-seen": seenAt(first).Format(time.RFC3339Nano), "last-seen": seenAt(last).Format(time.RFC3339Nano),
-			"records": strconv.Itoa(len(chunk)),
-		})
+		a.storeSegment(t, archive.SegmentKey(dir, lineage, seg.First(), seg.Last()), seg)
 	}
 	if err := archive.WriteWatermark(ctx, a.dest, dir, lineage, archive.Watermark{HighestRevision: a.last, Time: seenAt(a.last).Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// storeSegment encodes seg, encrypted to the newest key when the series is encrypted, to key.
-func (a *archivedCluster) storeSegment(t *testing.T, key string, seg archive.Segment, metadata map[string]string) {
+// storeSegment encodes seg, encrypted to the newest key when the series is encrypted, to key,
+// with the metadata an archiver gives it.
+func (a *archivedCluster) storeSegment(t *testing.T, key string, seg archive.Segment) {
 	t.Helper()
 	var buf bytes.Buffer
+	keyID := ""
 	if a.keys == nil {
 		if err := archive.Encode(&buf, seg); err != nil {
 			t.Fatal(err)
@@ -160,9 +157,9 @@ func (a *archivedCluster) storeSegment(t *testing.T, key string, seg archive.Seg
 		if err := w.Close(); err != nil {
 			t.Fatal(err)
 		}
-		metadata[encryption.MetadataKeyID] = k.ID
+		keyID = k.ID
 	}
-	if err := a.dest.UploadWithMetadata(t.Context(), key, &buf, metadata); err != nil {
+	if err := a.dest.UploadWithMetadata(t.Context(), key, &buf, archive.Metadata(seg, keyID)); err != nil {
 		t.Fatal(err)
 	}
 }
