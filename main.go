@@ -275,9 +275,10 @@ func splitNamespaces(list string) []string {
 	return out
 }
 
-// runAgent is the image's other job: `manager agent ...` runs in the backup, restore,
-// preserve-data and read-log Jobs the operator makes and in restored members' init containers,
-// with the user's volumes and credentials, and reports through its termination message.
+// runAgent is the image's other job: `manager agent ...` runs in the backup, restore, verify,
+// point-in-time, preserve-data and read-log Jobs the operator makes, in restored members' init
+// containers and in archivers, with the user's volumes and credentials, and reports through
+// its termination message.
 func runAgent(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
@@ -296,12 +297,18 @@ func runAgent(args []string) int {
 		return agent.RunMemberRestoreFetch(ctx)
 	case len(args) > 1 && args[0] == "member-restore-install":
 		return agent.RunMemberRestoreInstall(ctx, args[1:])
+	case len(args) == 1 && args[0] == "pitr-fetch":
+		return agent.RunPointInTimeFetch(ctx)
+	case len(args) == 1 && args[0] == "pitr-replay":
+		return agent.RunPointInTimeReplay(ctx)
 	case len(args) == 1 && args[0] == "preserve-data":
 		return agent.RunPreserveData()
 	case len(args) == 1 && args[0] == "read-log":
 		return agent.RunReadLog()
+	case len(args) == 1 && args[0] == "archive":
+		return agent.RunArchive(ctx)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|member-restore-fetch|member-restore-install ETCDUTL ARGS...|verify-fetch|verify|preserve-data|read-log")
+		fmt.Fprintln(os.Stderr, "usage: manager agent backup|restore-fetch|restore-install|member-restore-fetch|member-restore-install ETCDUTL ARGS...|verify-fetch|verify|pitr-fetch|pitr-replay|preserve-data|read-log|archive")
 		return 2
 	}
 }

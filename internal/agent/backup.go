@@ -114,31 +114,21 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		keyID = cfg.Keys.Newest().ID
 		metadata = withMetadata(metadata, encryption.MetadataKeyID, keyID)
 	}
-	pr, pw := io.Pipe()
-	sent := newDigest(pw)
-	streamed := make(chan etcd.SnapshotInfo, 1)
-	go func() {
-		info, err := snapshotInto(ctx, cl, source, sent, cfg.Keys)
-		streamed <- info
-		_ = pw.CloseWithError(err) // an error here fails the upload, which aborts it
-	}()
-	uploadErr := cfg.Destination.UploadWithMetadata(ctx, key, pr, metadata)
-	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the snapshot stream if the upload failed
-	info := <-streamed
-	if uploadErr != nil {
-		return BackupResult{}, uploadErr
+	var info etcd.SnapshotInfo
+	sent, err := uploadStreamed(ctx, cfg.Destination, key, metadata, func(w io.Writer) error {
+		var err error
+		info, err = snapshotInto(ctx, cl, source, w, cfg.Keys)
+		return err
+	})
+	if err != nil {
+		return BackupResult{}, err
 	}
 
 	auth := authDuring(authBefore, authStatus(ctx, cl))
 
-	stored, err := cfg.Destination.Verify(ctx, key)
+	stored, err := checkStored(ctx, cfg.Destination, key, sent)
 	if err != nil {
 		return BackupResult{}, err
-	}
-	if sentBytes, sentSHA256 := sent.sum(); stored.SizeBytes != sentBytes || stored.SHA256 != sentSHA256 {
-		_ = cfg.Destination.Delete(ctx, key)
-		return BackupResult{}, fmt.Errorf("%s holds %d bytes (sha256 %s) but %d bytes (sha256 %s) were streamed; deleted it",
-			cfg.Destination.URI(key), stored.SizeBytes, stored.SHA256, sentBytes, sentSHA256)
 	}
 
 	result := BackupResult{
@@ -153,6 +143,37 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		result.PruneError = err.Error()
 	}
 	return result, nil
+}
+
+// uploadStreamed uploads to key, with metadata, what write streams, and returns the count and
+// hash of what was streamed. A failed write fails the upload, which then leaves nothing.
+func uploadStreamed(ctx context.Context, dest BackupDestination, key string, metadata map[string]string, write func(io.Writer) error) (*digest, error) {
+	pr, pw := io.Pipe()
+	sent := newDigest(pw)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		_ = pw.CloseWithError(write(sent)) // an error here fails the upload, which aborts it
+	}()
+	err := dest.UploadWithMetadata(ctx, key, pr, metadata)
+	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the writer if the upload failed
+	<-written
+	return sent, err
+}
+
+// checkStored reads key back and deletes it unless it holds what was sent: an object stored
+// other than streamed is never reported, nor left to be restored.
+func checkStored(ctx context.Context, dest BackupDestination, key string, sent *digest) (storage.Artifact, error) {
+	stored, err := dest.Verify(ctx, key)
+	if err != nil {
+		return storage.Artifact{}, err
+	}
+	if sentBytes, sentSHA256 := sent.sum(); stored.SizeBytes != sentBytes || stored.SHA256 != sentSHA256 {
+		_ = dest.Delete(ctx, key)
+		return storage.Artifact{}, fmt.Errorf("%s holds %d bytes (sha256 %s) but %d bytes (sha256 %s) were streamed; deleted it",
+			dest.URI(key), stored.SizeBytes, stored.SHA256, sentBytes, sentSHA256)
+	}
+	return stored, nil
 }
 
 // snapshotInto streams the snapshot into w, through age to keys' newest key when keys is set:

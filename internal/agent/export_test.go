@@ -1,6 +1,9 @@
 package agent
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // IsPermanent tells the tests whether the agent would exit ExitPermanent on err.
 var IsPermanent = isPermanent
@@ -27,4 +30,12 @@ func UseFreeBytes(t *testing.T, free int64) {
 	saved := freeBytes
 	t.Cleanup(func() { freeBytes = saved })
 	freeBytes = func(string) (int64, error) { return free, nil }
+}
+
+// UseHousekeepingInterval makes the archiver list and prune the series every d until the test
+// ends.
+func UseHousekeepingInterval(t *testing.T, d time.Duration) {
+	saved := housekeepingInterval
+	t.Cleanup(func() { housekeepingInterval = saved })
+	housekeepingInterval = d
 }

@@ -30,8 +30,11 @@ type Report struct {
 	Preserved *PreservedData `json:"preserved,omitempty"`
 	Log       *LogState      `json:"log,omitempty"`
 	Verify    *VerifyResult  `json:"verify,omitempty"`
-	Error     string         `json:"error,omitempty"`
-	Permanent bool           `json:"permanent,omitempty"`
+	// PointInTime is a point-in-time Job's plan (its fetch) or materialized snapshot (its
+	// replay).
+	PointInTime *PointInTimeResult `json:"pointInTime,omitempty"`
+	Error       string             `json:"error,omitempty"`
+	Permanent   bool               `json:"permanent,omitempty"`
 	// Unrestorable: the snapshot is there but cannot be restored (it differs from its sha256,
 	// or is no etcd snapshot).
 	Unrestorable bool `json:"unrestorable,omitempty"`

@@ -78,6 +78,18 @@ func ParseObjectName(prefix string, s Series, name string) (time.Time, bool) {
 	return t, true
 }
 
+// ObjectRevision is the revision in the name of a snapshot ParseObjectName accepts: the one
+// its backup read just before streaming it, which the snapshot itself may have passed.
+func ObjectRevision(name string) (int64, bool) {
+	rest, ok := strings.CutSuffix(name, ".db")
+	i := strings.LastIndex(rest, "-r")
+	if !ok || i < 0 {
+		return 0, false
+	}
+	rev, err := strconv.ParseInt(rest[i+2:], 10, 64)
+	return rev, err == nil
+}
+
 // ParseSchedule parses a five-field cron schedule or a descriptor (@hourly, @every 30m), in UTC.
 func ParseSchedule(s string) (cron.Schedule, error) {
 	sched, err := cron.ParseStandard(s)

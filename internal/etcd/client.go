@@ -134,6 +134,16 @@ type client struct {
 // New connects to the cluster. It does not wait for any endpoint to answer: calls fail on
 // their own when none does.
 func New(cfg Config) (Client, error) {
+	c, err := dial(cfg, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &client{c: c}, nil
+}
+
+// dial is the clientv3 client every connection of the package uses; maxRequestBytes above 0
+// lifts clientv3's own 2 MiB limit on what one request may send.
+func dial(cfg Config, maxRequestBytes int) (*clientv3.Client, error) {
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:            cfg.Endpoints,
 		TLS:                  cfg.TLS,
@@ -148,7 +158,8 @@ func New(cfg Config) (Client, error) {
 		// gives the operator and its Jobs for any member address NO_PROXY misses (a pod IP, a
 		// cluster domain the user did not list): a proxy that cannot reach the member, or one
 		// that should never carry etcd's traffic.
-		DialOptions: []grpc.DialOption{grpc.WithNoProxy()},
+		DialOptions:        []grpc.DialOption{grpc.WithNoProxy()},
+		MaxCallSendMsgSize: maxRequestBytes,
 	})
 	if errors.Is(rpctypes.Error(err), rpctypes.ErrAuthFailed) {
 		return nil, fmt.Errorf("connect to etcd %v as %s: %w", cfg.Endpoints, cfg.Username, ErrAuthFailed)
@@ -156,7 +167,7 @@ func New(cfg Config) (Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", cfg.Endpoints, err)
 	}
-	return &client{c: c}, nil
+	return c, nil
 }
 
 func (e *client) Members(ctx context.Context) (uint64, []Member, error) {

@@ -71,6 +71,15 @@ type JobConfig struct {
 	// newest key; a restore or verification decrypts with any of them.
 	Encryption *etcdv1alpha1.SnapshotEncryption `json:"encryption,omitempty"`
 
+	// Archive (the archiver of a backup with spec.continuous): a segment is closed once its
+	// first revision has waited SegmentDuration or its changes reach SegmentMaxBytes; a
+	// lineage is continued only by an archiver with its RestoreMark (the operator changes it
+	// when it restores the cluster in place); the archiver reports on StatusAddr.
+	SegmentDuration time.Duration `json:"segmentDuration,omitempty"`
+	SegmentMaxBytes int64         `json:"segmentMaxBytes,omitempty"`
+	RestoreMark     string        `json:"restoreMark,omitempty"`
+	StatusAddr      string        `json:"statusAddr,omitempty"`
+
 	// Restore: the snapshot's key after the storage prefix, and the sha256 it must have; and
 	// the snapshots to restore instead, newest first, should it no longer exist.
 	Key       string     `json:"key,omitempty"`
@@ -88,6 +97,22 @@ type JobConfig struct {
 	// LastBackup is the URI of the snapshot the EtcdBackup's status.lastBackup named when the
 	// Job was made: retention never deletes it (agent.prune says why).
 	LastBackup string `json:"lastBackup,omitempty"`
+
+	// Point in time (pitr-fetch, pitr-replay): the series (Namespace, Cluster, Backup,
+	// BackupUID) is materialized at TargetRevision or, when TargetTime is set instead, at the
+	// last revision its archive had seen by then.
+	TargetRevision int64      `json:"targetRevision,omitempty"`
+	TargetTime     *time.Time `json:"targetTime,omitempty"`
+	// ExcludeKeys are snapshots of the series (keys after the storage prefix) never taken as
+	// the base: those whose verification failed.
+	ExcludeKeys []string `json:"excludeKeys,omitempty"`
+	// Recorded are the series' snapshots the EtcdBackup's status records: a base among them is
+	// fetched against its sha256 and planned from its recorded revision (an object's name
+	// carries the revision the backup saw before streaming, which the snapshot may pass).
+	Recorded []Snapshot `json:"recorded,omitempty"`
+	// RestoreUID names the materialized snapshot after the EtcdRestore it is made for: one
+	// object per restore, which a retried Job writes again rather than adding another.
+	RestoreUID string `json:"restoreUID,omitempty"`
 }
 
 // Snapshot is a snapshot to restore: its key after the storage prefix, and the sha256 it
@@ -95,6 +120,8 @@ type JobConfig struct {
 type Snapshot struct {
 	Key    string `json:"key"`
 	SHA256 string `json:"sha256,omitempty"`
+	// Revision the snapshot holds, when recorded; 0 when not known.
+	Revision int64 `json:"revision,omitempty"`
 }
 
 // A restore Job prepares one member's data on its claim, mounted where the member pod mounts it:

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -72,23 +73,7 @@ func jobName(base, suffix string) string {
 // retention never deletes the snapshot b's status.lastBackup names: b must be as last written,
 // not as changed in memory since.
 func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image string, scheduledFor time.Time, pods PodSettings) (*batchv1.Job, error) {
-	cfg := jobspec.JobConfig{
-		Cluster:   c.Name,
-		Namespace: b.Namespace,
-		Backup:    b.Name,
-		BackupUID: string(b.UID),
-		Endpoints: []string{ClientEndpoint(c)},
-		TLS:       c.Spec.TLS != nil,
-		Auth:      c.Spec.Auth != nil,
-		Storage:   b.Spec.Destination,
-	}
-	for _, cm := range c.Status.CorruptMembers {
-		if cm.ID != "" {
-			cfg.SkipMembers = append(cfg.SkipMembers, cm.ID)
-		}
-	}
-	// The keys are mounted (storageVolumes); the configuration names their Secret.
-	cfg.Encryption = b.Spec.Encryption
+	cfg := seriesConfig(b, c)
 	if last := b.Status.LastBackup; last != nil {
 		cfg.LastBackup = last.URI
 	}
@@ -100,22 +85,10 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 			cfg.MaxAge = r.MaxAge.Duration
 		}
 	}
-	env, err := agentEnv(cfg)
+	env, volumes, mounts, err := seriesAgentMounts(b, c, cfg, pods)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Auth && !cfg.TLS {
-		// The password etcd has, which differs from the user's Secret while it is rotated.
-		env = append(env, secretEnv(jobspec.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
-	}
-	env = append(env, pods.Env...)
-
-	volumes, mounts := storageVolumes(b.Spec.Destination, b.Spec.Encryption)
-	if cfg.TLS {
-		volumes = append(volumes, tlsSecretVolume(c, "etcd-tls", TLSSecrets(c).Client))
-		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: jobspec.EtcdTLSDir, ReadOnly: true})
-	}
-
 	podLabels := agentPodLabels(LabelBackup, b.Name)
 	spec := agentJobSpec(c, podLabels, corev1.Container{
 		Name:         BackupContainer,
@@ -134,6 +107,52 @@ func BackupJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, image st
 		},
 		Spec: spec,
 	}, nil
+}
+
+// seriesConfig is the configuration of an agent that reads cluster c and writes b's series
+// (a backup run, the archiver): the cluster's endpoint and how to reach it, the series its
+// objects are named in, where they go, and the members never to read from.
+func seriesConfig(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster) jobspec.JobConfig {
+	cfg := jobspec.JobConfig{
+		Cluster:   c.Name,
+		Namespace: b.Namespace,
+		Backup:    b.Name,
+		BackupUID: string(b.UID),
+		Endpoints: []string{ClientEndpoint(c)},
+		TLS:       c.Spec.TLS != nil,
+		Auth:      c.Spec.Auth != nil,
+		Storage:   b.Spec.Destination,
+		// The keys are mounted (storageVolumes); the configuration names their Secret.
+		Encryption: b.Spec.Encryption,
+	}
+	for _, cm := range c.Status.CorruptMembers {
+		if cm.ID != "" {
+			cfg.SkipMembers = append(cfg.SkipMembers, cm.ID)
+		}
+	}
+	return cfg
+}
+
+// seriesAgentMounts are the environment, volumes and mounts of an agent configured with cfg
+// (seriesConfig) that reads cluster c as root and writes b's series: its configuration and
+// storage credentials, the root password of a cluster with auth and no TLS or the client
+// certificate of one with TLS, the destination and the encryption keys.
+func seriesAgentMounts(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, cfg jobspec.JobConfig, pods PodSettings) ([]corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount, error) {
+	env, err := agentEnv(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if cfg.Auth && !cfg.TLS {
+		// The password etcd has, which differs from the user's Secret while it is rotated.
+		env = append(env, secretEnv(jobspec.EtcdPasswordEnv, RootCredentialsSecretName(c.Name), RootPasswordKey, false))
+	}
+	env = append(env, pods.Env...)
+	volumes, mounts := storageVolumes(b.Spec.Destination, b.Spec.Encryption)
+	if cfg.TLS {
+		volumes = append(volumes, tlsSecretVolume(c, "etcd-tls", TLSSecrets(c).Client))
+		mounts = append(mounts, corev1.VolumeMount{Name: "etcd-tls", MountPath: jobspec.EtcdTLSDir, ReadOnly: true})
+	}
+	return env, volumes, mounts, nil
 }
 
 // RestoreSource is the snapshot a restore Job fetches.
@@ -299,21 +318,53 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 	}
 	env = append(env, pods.Env...)
 	volumes, mounts := storageVolumes(snap.Storage, enc)
+	readOnly(mounts) // verifying never writes to the destination
+	fetch := agentContainer(corev1.Container{
+		Name: VerifyFetchContainer, Image: agentImage, Args: []string{"agent", "verify-fetch"}, Env: env, VolumeMounts: mounts,
+	})
+	verify := agentContainer(corev1.Container{
+		// Root's client certificate for the restored member, made by the fetch, is all it reads.
+		Name: VerifyContainer, Image: agentImage, Args: []string{"agent", "verify"}, Env: env[:1],
+	})
+
+	podLabels := agentPodLabels(LabelBackup, b.Name)
+	podLabels[LabelVerify] = snap.Run
+	spec := scratchMemberJobSpec(c, images, podLabels, fetch, verify, volumes, pods)
+	spec.Template.Spec.ServiceAccountName = storageServiceAccount(snap.Storage)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: VerifyJobName(snap.Run), Namespace: b.Namespace, Labels: agentJobLabels(podLabels, c),
+			Annotations: map[string]string{AnnotationSnapshotURI: snap.Artifact.URI},
+		},
+		Spec: spec,
+	}, nil
+}
+
+// readOnly mounts every one of mounts read-only.
+func readOnly(mounts []corev1.VolumeMount) {
 	for i := range mounts {
-		mounts[i].ReadOnly = true // verifying never writes to the destination
+		mounts[i].ReadOnly = true
 	}
+}
+
+// scratchMemberJobSpec is the Job of a verify or point-in-time pod: fetch (an agent container)
+// downloads a snapshot into the pod's scratch emptyDir (jobspec.VerifyScratchDir); the
+// etcdutl of c's own etcd image restores it there, checking its hash; that etcd serves it
+// alone on the pod's loopback as a native sidecar, with memberArgs added to its flags; and
+// last, the agent's work on it, reads the scratch directory (the fetch's TLS material, its
+// plan) and nothing else there. Nothing is reachable from outside the pod.
+func scratchMemberJobSpec(c *etcdv1alpha1.EtcdCluster, images EtcdImages, podLabels map[string]string, fetch, last corev1.Container,
+	volumes []corev1.Volume, pods PodSettings, memberArgs ...string) batchv1.JobSpec {
 	volumes = append(volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	scratch := corev1.VolumeMount{Name: "scratch", MountPath: jobspec.VerifyScratchDir}
+	fetch.VolumeMounts = append(fetch.VolumeMounts, scratch)
+	last.VolumeMounts = append(last.VolumeMounts, corev1.VolumeMount{Name: scratch.Name, MountPath: scratch.MountPath, ReadOnly: true})
 	etcdImage := Image(c, images, c.Spec.Version)
 	initialCluster := jobspec.VerifyMember + "=" + jobspec.VerifyPeerURL
 
-	fetch := agentContainer(corev1.Container{
-		Name: VerifyFetchContainer, Image: agentImage, Args: []string{"agent", "verify-fetch"},
-		Env: env, VolumeMounts: append(mounts, scratch),
-	})
 	restore := agentContainer(corev1.Container{
 		Name: VerifyEtcdutlContainer, Image: etcdImage,
-		Command: []string{"/usr/local/bin/etcdutl"},
+		Command: []string{etcdutlPath},
 		Args: []string{
 			"snapshot", "restore", jobspec.VerifySnapshot,
 			"--data-dir=" + jobspec.VerifyDataDir,
@@ -328,7 +379,7 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 	member := agentContainer(corev1.Container{
 		Name: VerifyEtcdContainer, Image: etcdImage,
 		Command: []string{"/usr/local/bin/etcd"},
-		Args: append([]string{
+		Args: slices.Concat([]string{
 			"--name=" + jobspec.VerifyMember,
 			"--data-dir=" + jobspec.VerifyDataDir,
 			"--listen-client-urls=" + jobspec.VerifyClientURL,
@@ -336,33 +387,19 @@ func VerifyJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, snap Ver
 			"--listen-peer-urls=" + jobspec.VerifyPeerURL,
 			"--initial-advertise-peer-urls=" + jobspec.VerifyPeerURL,
 			"--initial-cluster=" + initialCluster,
-		}, jobspec.VerifyEtcdTLSArgs(jobspec.VerifyTLSDir)...),
+		}, jobspec.VerifyEtcdTLSArgs(jobspec.VerifyTLSDir), memberArgs),
 		VolumeMounts: []corev1.VolumeMount{scratch},
-		// A native sidecar: it starts before the check and is stopped once the check ends.
+		// A native sidecar: it starts before the agent's work and is stopped once that ends.
 		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
 	})
 	// etcd maps the database into memory: not the agent's limit but a member's, which a
 	// namespace whose ResourceQuota demands limits admits as it admits the members.
 	member.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: memberResources(c).Limits[corev1.ResourceMemory]}
 	member.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
-	verify := agentContainer(corev1.Container{
-		Name: VerifyContainer, Image: agentImage, Args: []string{"agent", "verify"}, Env: env[:1],
-		// Root's client certificate for the restored member, made by the fetch.
-		VolumeMounts: []corev1.VolumeMount{{Name: scratch.Name, MountPath: scratch.MountPath, ReadOnly: true}},
-	})
 
-	podLabels := agentPodLabels(LabelBackup, b.Name)
-	podLabels[LabelVerify] = snap.Run
-	spec := agentJobSpec(c, podLabels, verify, volumes, pods)
+	spec := agentJobSpec(c, podLabels, last, volumes, pods)
 	spec.Template.Spec.InitContainers = []corev1.Container{fetch, restore, member}
-	spec.Template.Spec.ServiceAccountName = storageServiceAccount(snap.Storage)
-	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: VerifyJobName(snap.Run), Namespace: b.Namespace, Labels: agentJobLabels(podLabels, c),
-			Annotations: map[string]string{AnnotationSnapshotURI: snap.Artifact.URI},
-		},
-		Spec: spec,
-	}, nil
+	return spec
 }
 
 // PreserveDataContainer is the agent container of a preserve-data Job.
@@ -479,7 +516,8 @@ func agentPodLabels(kind, name string) map[string]string {
 	return map[string]string{LabelName: managerName + "-agent", LabelManagedBy: managerName, kind: name}
 }
 
-// agentJobLabels are the pods' labels plus the cluster the Job serves, on the Job object only.
+// agentJobLabels are the pods' labels plus the cluster the agent serves, on the Job's (or the
+// archiver's Deployment's) object only.
 func agentJobLabels(podLabels map[string]string, c *etcdv1alpha1.EtcdCluster) map[string]string {
 	l := maps.Clone(podLabels)
 	l[LabelCluster] = c.Name
@@ -490,8 +528,9 @@ func agentJobLabels(podLabels map[string]string, c *etcdv1alpha1.EtcdCluster) ma
 // profile, needs no API access, fails at once on a permanent error, and runs where c's pod
 // template lets members run, pulling with its secrets.
 func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, container corev1.Container, volumes []corev1.Volume, pods PodSettings) batchv1.JobSpec {
-	container = agentContainer(container)
-	spec := batchv1.JobSpec{
+	template := agentPodTemplate(c, labels, container, volumes, pods)
+	template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return batchv1.JobSpec{
 		BackoffLimit:            ptr.To[int32](agentRetries),
 		ActiveDeadlineSeconds:   ptr.To(int64(agentDeadline.Seconds())),
 		TTLSecondsAfterFinished: ptr.To(int32(agentJobTTL.Seconds())),
@@ -502,24 +541,29 @@ func agentJobSpec(c *etcdv1alpha1.EtcdCluster, labels map[string]string, contain
 				Values:   []int32{jobspec.ExitPermanent},
 			},
 		}}},
-		Template: corev1.PodTemplateSpec{
-			// The template's annotations, as members have them (a service mesh's sidecar kept out
-			// of a pod that must end, say); not its labels, which a Service the user selects
-			// members with would take the Job's pod in by.
-			ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: maps.Clone(c.Spec.PodTemplate.Metadata.Annotations)},
-			Spec: corev1.PodSpec{
-				RestartPolicy:                corev1.RestartPolicyNever,
-				Affinity:                     &corev1.Affinity{NodeAffinity: agentNodeAffinity(c)},
-				AutomountServiceAccountToken: ptr.To(false),
-				EnableServiceLinks:           ptr.To(false),
-				SecurityContext:              restrictedPod(agentUID, pods),
-				Containers:                   []corev1.Container{container},
-				Volumes:                      volumes,
-			},
+		Template: template,
+	}
+}
+
+// agentPodTemplate is the pod of an agent container, in a Job or a Deployment: restricted,
+// without API access, where c's pod template lets members run, pulling with its secrets.
+func agentPodTemplate(c *etcdv1alpha1.EtcdCluster, labels map[string]string, container corev1.Container, volumes []corev1.Volume, pods PodSettings) corev1.PodTemplateSpec {
+	template := corev1.PodTemplateSpec{
+		// The template's annotations, as members have them (a service mesh's sidecar kept out
+		// of a pod that must end, say); not its labels, which a Service the user selects
+		// members with would take the agent's pod in by.
+		ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: maps.Clone(c.Spec.PodTemplate.Metadata.Annotations)},
+		Spec: corev1.PodSpec{
+			Affinity:                     &corev1.Affinity{NodeAffinity: agentNodeAffinity(c)},
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			SecurityContext:              restrictedPod(agentUID, pods),
+			Containers:                   []corev1.Container{agentContainer(container)},
+			Volumes:                      volumes,
 		},
 	}
-	applyClusterPodTemplate(&spec.Template.Spec, c)
-	return spec
+	applyClusterPodTemplate(&template.Spec, c)
+	return template
 }
 
 // withMembersPriority gives a Job that stands in for members on the way back to a serving

@@ -503,7 +503,8 @@ func TestVerifyJobRestoresInItsOwnPodAndOnlyReadsTheDestination(t *testing.T) {
 }
 
 // agentJobsOf builds, for cluster c, one Job of each kind the operator starts whose pods are not
-// pinned to a node: backup, verify, restore, preserve-data and read-log, with pods.
+// pinned to a node: backup, verify, restore, preserve-data, read-log and point-in-time, with
+// pods.
 func agentJobsOf(t *testing.T, c *etcdv1alpha1.EtcdCluster, pods PodSettings) map[string]*batchv1.Job {
 	t.Helper()
 	claim := etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}
@@ -529,7 +530,11 @@ func agentJobsOf(t *testing.T, c *etcdv1alpha1.EtcdCluster, pods PodSettings) ma
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]*batchv1.Job{"backup": backup, "verify": verify, "restore": restore, "preserve-data": preserve, "read-log": readLog}
+	pitr, err := PointInTimeJob(testBackup(claim), c, PointInTime{Restore: "r", RestoreUID: "r-uid", Revision: 42}, "img", EtcdImages{Repository: "etcd"}, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*batchv1.Job{"backup": backup, "verify": verify, "restore": restore, "preserve-data": preserve, "read-log": readLog, "point-in-time": pitr}
 }
 
 // On a platform that assigns pod IDs (OpenShift's restricted-v2), every pod the operator makes

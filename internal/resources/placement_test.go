@@ -256,7 +256,7 @@ func TestAgentJobsRunWhereMembersMayAndPullWithTheClustersSecrets(t *testing.T) 
 	if len(want) == 0 || len(want) == len(nodes) {
 		t.Fatalf("members may run on %v of %d nodes: want a test that tells nodes apart", want, len(nodes))
 	}
-	priority := map[string]string{"backup": "", "verify": "", "restore": "etcd-critical", "preserve-data": "etcd-critical", "read-log": "etcd-critical"}
+	priority := map[string]string{"backup": "", "verify": "", "restore": "etcd-critical", "preserve-data": "etcd-critical", "read-log": "etcd-critical", "point-in-time": "etcd-critical"}
 	jobs := agentJobsOf(t, c, PodSettings{})
 	if len(jobs) != len(priority) {
 		t.Fatalf("Jobs %d, want one of each of %d kinds", len(jobs), len(priority))
