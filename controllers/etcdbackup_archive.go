@@ -208,7 +208,26 @@ func (r *EtcdBackupReconciler) readArchiverReport(ctx context.Context, b *etcdv1
 	}
 	before := b.Status.Archive.DeepCopy()
 	b.Status.Archive = archiveStatus(report, r.Now())
+	keepObservedTime(before, b.Status.Archive)
 	r.reportArchiving(b, before)
+}
+
+// observedTimeRefresh is how often an archive whose report has not changed has its observed
+// time written again: the one status write of an idle archive. A point-in-time restore to a
+// time past the newest revision of a quiet cluster waits for it.
+const observedTimeRefresh = 5 * time.Minute
+
+// keepObservedTime keeps the observed time of an unchanged report until it is
+// observedTimeRefresh old, so that a quiet archive is not a status write every poll.
+func keepObservedTime(before, now *etcdv1alpha1.BackupArchiveStatus) {
+	if before == nil || before.ObservedTime == nil || now.ObservedTime.Sub(before.ObservedTime.Time) >= observedTimeRefresh {
+		return
+	}
+	observed := now.ObservedTime
+	now.ObservedTime = before.ObservedTime
+	if !equality.Semantic.DeepEqual(before, now) {
+		now.ObservedTime = observed
+	}
 }
 
 func (r *EtcdBackupReconciler) archiverReports() ArchiverReports {

@@ -44,10 +44,15 @@ func (r *EtcdRestoreReconciler) resolvePointInTime(ctx context.Context, rs *etcd
 		return src, "", failed(etcdv1alpha1.ReasonPointNotRecoverable,
 			"EtcdBackup %s archives no changes (spec.continuous is not set): restore one of its snapshots with source.backup instead", pit.Backup)
 	}
-	if problem := pointOutsideArchive(backup.Status.Archive, pit); problem != "" {
-		return src, "", failed(etcdv1alpha1.ReasonPointNotRecoverable, "%s; nothing was restored", problem)
-	}
 	built := rs.Status.PointInTime
+	if built == nil {
+		if problem := pointOutsideArchive(backup.Status.Archive, pit); problem != "" {
+			return src, "", failed(etcdv1alpha1.ReasonPointNotRecoverable, "%s; nothing was restored", problem)
+		}
+		if why := pointNotArchivedYet(backup.Status.Archive, pit); why != "" {
+			return src, "", &sourceNotYet{why}
+		}
+	}
 	if built == nil || built.Revision == 0 || rs.Status.SnapshotSHA256 == "" {
 		return src, "", r.materialize(ctx, rs, backup, pit)
 	}
@@ -97,10 +102,34 @@ func pointOutsideArchive(a *etcdv1alpha1.BackupArchiveStatus, pit *etcdv1alpha1.
 		}
 	}
 	if target > a.RecoverableRange.Last.Revision {
-		// The archiver may have written more since its last report: the Job looks.
-		return ""
+		return "" // not archived yet: pointNotArchivedYet
 	}
 	return fmt.Sprintf("revision %d lies in no recoverable range of the archive (%s)", target, describeRanges(ranges))
+}
+
+// pointNotArchivedYet says why the archive does not hold the target yet, by what the
+// archiver last reported, or "": a revision past the newest written, or a time past the
+// newest revision's while revisions received before it may still wait in the archiver. The
+// restore waits for it (a point just after a mistake is asked for seconds after it) rather
+// than have its Job refuse it.
+func pointNotArchivedYet(a *etcdv1alpha1.BackupArchiveStatus, pit *etcdv1alpha1.PointInTimeSource) string {
+	if a == nil || a.RecoverableRange == nil {
+		return "the archive has no recoverable range yet"
+	}
+	last := a.RecoverableRange.Last
+	if pit.Revision != nil {
+		if *pit.Revision > last.Revision {
+			return fmt.Sprintf("the archive holds revisions up to %d so far, not yet %d", last.Revision, *pit.Revision)
+		}
+		return ""
+	}
+	at := pit.Time.Time
+	caughtUp := a.ObservedTime != nil && !a.ObservedTime.Time.Before(at) && a.LagRevisions == 0
+	if at.After(last.Time.Time) && !caughtUp {
+		return fmt.Sprintf("the archive holds revisions received up to %s so far, not yet all received by %s",
+			last.Time.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 func describeRanges(ranges []etcdv1alpha1.ArchiveRange) string {

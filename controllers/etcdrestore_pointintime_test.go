@@ -3,6 +3,7 @@ package controllers
 import (
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -141,13 +142,13 @@ func TestPointInTimeRestoreRefusesAPointTheArchiveCannotReach(t *testing.T) {
 	})
 	t.Run("refused by the Job", func(t *testing.T) {
 		backup := archivedNightly()
-		rs := pointInTimeRestore("late", etcdv1alpha1.PointInTimeSource{Backup: backup.Name, Revision: ptr.To[int64](500)})
+		rs := pointInTimeRestore("based", etcdv1alpha1.PointInTimeSource{Backup: backup.Name, Revision: ptr.To[int64](70)})
 		r, k8s := restoreReconciler(t, rs, formedCluster(nil), backup)
 		got := reconcileRestore(t, r, rs)
 		job, _ := pointInTimeJobOf(t, k8s, rs)
-		finishPointInTimeJob(t, k8s, job, resources.PointInTimeFetchContainer, 1, agent.Report{Permanent: true, Error: "revision 500 is past the archive's last, 93"})
+		finishPointInTimeJob(t, k8s, job, resources.PointInTimeFetchContainer, 1, agent.Report{Permanent: true, Error: "no snapshot of lineage b at or before revision 70 is left in the destination"})
 		got = reconcileRestore(t, r, got)
-		if got.Status.Phase != etcdv1alpha1.RestoreFailed || !strings.Contains(failureOf(got), "past the archive's last, 93") {
+		if got.Status.Phase != etcdv1alpha1.RestoreFailed || !strings.Contains(failureOf(got), "no snapshot of lineage b at or before revision 70") {
 			t.Fatalf("phase %s (%s): want Failed with the Job's words", got.Status.Phase, failureOf(got))
 		}
 		if cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded); cond.Reason != etcdv1alpha1.ReasonPointNotRecoverable {
@@ -161,6 +162,44 @@ func TestPointInTimeRestoreRefusesAPointTheArchiveCannotReach(t *testing.T) {
 		got := reconcileRestore(t, r, rs)
 		if got.Status.Phase != etcdv1alpha1.RestoreFailed || !strings.Contains(failureOf(got), "spec.continuous is not set") {
 			t.Fatalf("phase %s (%s): want Failed saying the backup archives nothing", got.Status.Phase, failureOf(got))
+		}
+	})
+}
+
+// A point the archiver has not written yet (asked for seconds after a mistake) is waited for,
+// touching nothing, rather than refused: a revision past the newest archived, or a time past the
+// newest archived revision's until a report after that time says nothing waits in the archiver.
+func TestPointInTimeRestoreWaitsForTheArchiveToReachItsPoint(t *testing.T) {
+	backup := archivedNightly()
+	lastSeen := time.Date(2026, 3, 1, 14, 0, 0, 0, time.UTC)
+	backup.Status.Archive.RecoverableRange.Last.Time = metav1.NewTime(lastSeen)
+	backup.Status.Archive.ObservedTime = ptrTime(lastSeen.Add(10 * time.Second))
+	backup.Status.Archive.LagRevisions = 2
+	for name, pit := range map[string]etcdv1alpha1.PointInTimeSource{
+		"revision": {Backup: backup.Name, Revision: ptr.To[int64](93)},
+		"time":     {Backup: backup.Name, Time: &metav1.Time{Time: lastSeen.Add(5 * time.Second)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rs := pointInTimeRestore("soon-"+name, pit)
+			r, k8s := restoreReconciler(t, rs, formedCluster(nil), backup)
+			got := reconcileRestore(t, r, rs)
+			if cond := meta.FindStatusCondition(got.Status.Conditions, etcdv1alpha1.ConditionSucceeded); got.Status.Phase != etcdv1alpha1.RestorePending ||
+				cond == nil || cond.Reason != etcdv1alpha1.ReasonWaitingForSource || !strings.Contains(cond.Message, "so far, not yet") {
+				t.Fatalf("phase %s, Succeeded %+v: want Pending, waiting for the archive", got.Status.Phase, cond)
+			}
+			if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: rs.Namespace, Name: resources.PointInTimeJobName(rs.Name)}, &batchv1.Job{}); err == nil {
+				t.Error("a point-in-time Job was made before the archive held the point")
+			}
+		})
+	}
+	t.Run("a time the archiver has caught up past", func(t *testing.T) {
+		caughtUp := backup.DeepCopy()
+		caughtUp.Status.Archive.LagRevisions = 0
+		rs := pointInTimeRestore("caught-up", etcdv1alpha1.PointInTimeSource{Backup: backup.Name, Time: &metav1.Time{Time: lastSeen.Add(5 * time.Second)}})
+		r, k8s := restoreReconciler(t, rs, formedCluster(nil), caughtUp)
+		reconcileRestore(t, r, rs)
+		if _, cfg := pointInTimeJobOf(t, k8s, rs); cfg.TargetTime == nil || !cfg.TargetTime.Equal(lastSeen.Add(5*time.Second)) {
+			t.Errorf("the Job builds time %v, want %v", cfg.TargetTime, lastSeen.Add(5*time.Second))
 		}
 	})
 }
