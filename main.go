@@ -276,9 +276,10 @@ func splitNamespaces(list string) []string {
 }
 
 // runAgent is the image's other job: `manager agent ...` runs in the backup, restore, verify,
-// point-in-time, preserve-data and read-log Jobs the operator makes, in restored members' init
-// containers and in archivers, with the user's volumes and credentials, and reports through
-// its termination message.
+// point-in-time, preserve-data and read-log Jobs the operator makes and in restored members'
+// init containers, with the user's volumes and credentials, and reports through its
+// termination message; and as the archiver of a backup with spec.continuous (`archive`, a
+// Deployment), which reports on its status port.
 func runAgent(args []string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()

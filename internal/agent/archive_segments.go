@@ -1,11 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -20,13 +19,14 @@ import (
 func (a *Archiver) writeSegment(ctx context.Context) error {
 	seg := archive.Segment{Records: a.lin.pending, LeaseTTL: a.lin.leases.current}
 	key := archive.SegmentKey(a.dir, a.lin.name, seg.First(), seg.Last())
-	stored, keyID, err := encodeSegment(seg, a.cfg.Keys)
-	if err != nil {
-		return err
+	var keyID string
+	if a.cfg.Keys != nil {
+		keyID = a.cfg.Keys.Newest().ID
 	}
+	var size int64
 	for {
-		err := uploadVerified(ctx, a.cfg.Destination, key, stored, archive.Metadata(seg, keyID))
-		if err == nil {
+		var err error
+		if size, err = uploadSegment(ctx, a.cfg.Destination, key, seg, a.cfg.Keys, archive.Metadata(seg, keyID)); err == nil {
 			break
 		}
 		a.status.failed(err)
@@ -42,9 +42,9 @@ func (a *Archiver) writeSegment(ctx context.Context) error {
 	a.lin.leases.next()
 	last := seg.Records[len(seg.Records)-1].Seen
 	a.listing.segments[key] = archive.SegmentInfo{Key: key, Lineage: a.lin.name, First: seg.First(), Last: seg.Last(),
-		FirstSeen: seg.Records[0].Seen, LastSeen: last, KeyID: keyID, SizeBytes: int64(len(stored))}
+		FirstSeen: seg.Records[0].Seen, LastSeen: last, KeyID: keyID, SizeBytes: size}
 	a.status.segmentWritten(seg.Last(), a.listing.ranges())
-	a.cfg.Log.Info("wrote a segment", "segment", key, "records", len(seg.Records), "bytes", len(stored))
+	a.cfg.Log.Info("wrote a segment", "segment", key, "records", len(seg.Records), "bytes", size)
 	a.writeWatermark(ctx)
 	return nil
 }
@@ -61,45 +61,50 @@ func (a *Archiver) writeWatermark(ctx context.Context) {
 	}
 }
 
-// encodeSegment is seg as stored: encoded, then encrypted to keys' newest key when set, and
-// the id of that key.
-func encodeSegment(seg archive.Segment, keys *encryption.Keyring) ([]byte, string, error) {
-	var buf bytes.Buffer
-	if keys == nil {
-		err := archive.Encode(&buf, seg)
-		return buf.Bytes(), "", err
-	}
-	w, key, err := keys.Encrypt(&buf)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := archive.Encode(w, seg); err != nil {
-		return nil, "", err
-	}
-	// The last chunk, with its end marker: without it the segment would not decrypt.
-	if err := w.Close(); err != nil {
-		return nil, "", err
-	}
-	return buf.Bytes(), key.ID, nil
-}
-
-// uploadVerified uploads body to key whole, then reads back what the destination holds: a
-// copy that differs from what was sent is deleted, and the upload fails.
-func uploadVerified(ctx context.Context, d *storage.Destination, key string, body []byte, metadata map[string]string) error {
-	if err := d.UploadWithMetadata(ctx, key, bytes.NewReader(body), metadata); err != nil {
-		return err
+// uploadSegment streams seg, encoded (and encrypted to keys' newest key when set), to key
+// whole, hashing what it sends; then reads back what the destination holds: a copy that
+// differs is deleted, and the upload fails. Streaming keeps no second copy of the segment in
+// memory beside its records. It returns the size stored.
+func uploadSegment(ctx context.Context, d *storage.Destination, key string, seg archive.Segment, keys *encryption.Keyring, metadata map[string]string) (int64, error) {
+	pr, pw := io.Pipe()
+	sent := newDigest(pw)
+	encoded := make(chan error, 1)
+	go func() {
+		err := encodeSegment(sent, seg, keys)
+		encoded <- err
+		_ = pw.CloseWithError(err) // an error here fails the upload, which aborts it
+	}()
+	uploadErr := d.UploadWithMetadata(ctx, key, pr, metadata)
+	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the encoder if the upload failed
+	if err := errors.Join(uploadErr, <-encoded); err != nil {
+		return 0, err
 	}
 	stored, err := d.Verify(ctx, key)
 	if err != nil {
+		return 0, err
+	}
+	if sentBytes, sentSHA256 := sent.sum(); stored.SHA256 != sentSHA256 || stored.SizeBytes != sentBytes {
+		_ = d.Delete(ctx, key)
+		return 0, fmt.Errorf("%s holds %d bytes (sha256 %s) but %d bytes (sha256 %s) were sent; deleted it",
+			d.URI(key), stored.SizeBytes, stored.SHA256, sentBytes, sentSHA256)
+	}
+	return stored.SizeBytes, nil
+}
+
+// encodeSegment writes seg into w, through age to keys' newest key when keys is set.
+func encodeSegment(w io.Writer, seg archive.Segment, keys *encryption.Keyring) error {
+	if keys == nil {
+		return archive.Encode(w, seg)
+	}
+	encrypted, _, err := keys.Encrypt(w)
+	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(body)
-	if want := hex.EncodeToString(sum[:]); stored.SHA256 != want || stored.SizeBytes != int64(len(body)) {
-		_ = d.Delete(ctx, key)
-		return fmt.Errorf("%s holds %d bytes (sha256 %s) but %d bytes (sha256 %s) were sent; deleted it",
-			d.URI(key), stored.SizeBytes, stored.SHA256, len(body), want)
+	if err := archive.Encode(encrypted, seg); err != nil {
+		return err
 	}
-	return nil
+	// The last chunk, with its end marker: without it the segment would not decrypt.
+	return encrypted.Close()
 }
 
 // seriesListing is the series as last listed, kept up to date with what the archiver writes

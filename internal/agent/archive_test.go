@@ -71,6 +71,15 @@ func startArchiver(t *testing.T, cfg agent.ArchiveConfig) *runningArchiver {
 	return r
 }
 
+// startArchiving starts an archiver and waits until it has a lineage: revisions written
+// from then on are after its base.
+func startArchiving(t *testing.T, cfg agent.ArchiveConfig) *runningArchiver {
+	t.Helper()
+	a := startArchiver(t, cfg)
+	waitFor(t, "a lineage", func() bool { return a.Status().Lineage != "" })
+	return a
+}
+
 // stop stops the archiver as its pod's deletion does, waiting for it to write what it holds.
 func (r *runningArchiver) stop() {
 	r.cancel()
@@ -259,7 +268,7 @@ func seriesSnapshots(t *testing.T, w archiveWorld) []string {
 func TestTheArchiveHoldsEveryRevisionAndGoesOnWhereItStopped(t *testing.T) {
 	w := newArchiveWorld(t)
 	writeChanges(t, w.raw, "before", 3)
-	a := startArchiver(t, w.config("mark-1", nil))
+	a := startArchiving(t, w.config("mark-1", nil))
 	last := writeChanges(t, w.raw, "first", 10)
 	s := waitArchived(t, a, last)
 
@@ -282,7 +291,7 @@ func TestTheArchiveHoldsEveryRevisionAndGoesOnWhereItStopped(t *testing.T) {
 	a.stop()
 	stoppedAt := last
 	last = writeChanges(t, w.raw, "while-stopped", 3)
-	b := startArchiver(t, w.config("mark-1", nil))
+	b := startArchiving(t, w.config("mark-1", nil))
 	last = max(last, writeChanges(t, w.raw, "second", 3))
 	s2 := waitArchived(t, b, last)
 	if s2.Lineage != s.Lineage || len(seriesSnapshots(t, w)) != 1 || len(s2.Gaps) != 0 {
@@ -306,7 +315,7 @@ func clusterID(t *testing.T, w archiveWorld) uint64 {
 // taken then.
 func TestACompactionThatOvertakesTheArchiveStartsANewLineage(t *testing.T) {
 	w := newArchiveWorld(t)
-	a := startArchiver(t, w.config("mark-1", nil))
+	a := startArchiving(t, w.config("mark-1", nil))
 	last := writeChanges(t, w.raw, "first", 3)
 	s := waitArchived(t, a, last)
 	a.stop()
@@ -340,12 +349,12 @@ func TestACompactionThatOvertakesTheArchiveStartsANewLineage(t *testing.T) {
 // another history, even when the newest snapshot looks like this one.
 func TestANewRestoreMarkStartsANewLineageFromAFreshSnapshot(t *testing.T) {
 	w := newArchiveWorld(t)
-	a := startArchiver(t, w.config("mark-1", nil))
+	a := startArchiving(t, w.config("mark-1", nil))
 	last := writeChanges(t, w.raw, "first", 2)
 	s := waitArchived(t, a, last)
 	a.stop()
 
-	b := startArchiver(t, w.config("mark-2", nil))
+	b := startArchiving(t, w.config("mark-2", nil))
 	last = writeChanges(t, w.raw, "after", 2)
 	s2 := waitArchived(t, b, last)
 	if s2.Lineage == s.Lineage || len(s2.Gaps) != 1 || s2.Gaps[0].Reason != agent.GapRestored || len(seriesSnapshots(t, w)) != 2 {
@@ -366,7 +375,7 @@ func TestANewLineageStartsFromTheNewestSnapshotOfThisHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := startArchiver(t, w.config("mark-1", nil))
+	a := startArchiving(t, w.config("mark-1", nil))
 	last := writeChanges(t, w.raw, "after", 2)
 	s := waitArchived(t, a, last)
 	if s.Base != res.Revision || len(seriesSnapshots(t, w)) != 1 {
@@ -379,7 +388,7 @@ func TestANewLineageStartsFromTheNewestSnapshotOfThisHistory(t *testing.T) {
 func TestEncryptedSegmentsDecryptWithTheKeyTheirMetadataNames(t *testing.T) {
 	w := newArchiveWorld(t)
 	keys := keyring(t, "archive-keys", map[string]*age.X25519Identity{"2026-01": newIdentity(t)})
-	a := startArchiver(t, w.config("mark-1", keys))
+	a := startArchiving(t, w.config("mark-1", keys))
 	last := writeChanges(t, w.raw, "secret", 3)
 	s := waitArchived(t, a, last)
 	segs, err := archive.ListSegments(t.Context(), w.dest, w.dir)
@@ -408,7 +417,7 @@ func TestEncryptedSegmentsDecryptWithTheKeyTheirMetadataNames(t *testing.T) {
 func TestSegmentsNoBaseCanUseArePruned(t *testing.T) {
 	agent.UseHousekeepingInterval(t, 500*time.Millisecond)
 	w := newArchiveWorld(t)
-	a := startArchiver(t, w.config("mark-1", nil))
+	a := startArchiving(t, w.config("mark-1", nil))
 	mid := writeChanges(t, w.raw, "first", 5)
 	s := waitArchived(t, a, mid)
 	// Backups name snapshots to the second: the later one must not share the base's second.
@@ -470,4 +479,29 @@ func TestArchiveStatusIsServedAsJSON(t *testing.T) {
 		t.Fatalf("healthz: %v %v", health, err)
 	}
 	health.Body.Close()
+}
+
+// TestASnapshotOfAnotherHistoryIsNeverABase: the series' newest snapshot, of a cluster since
+// made again under the name, is not built on: the archiver takes its own.
+func TestASnapshotOfAnotherHistoryIsNeverABase(t *testing.T) {
+	w := newArchiveWorld(t)
+	earlier := etcdtest.StartCluster(t, 1)
+	writeChanges(t, earlier[0].Client(t), "earlier", 1)
+	other, err := agent.Backup(t.Context(), agent.BackupConfig{Etcd: etcd.Config{Endpoints: etcdtest.ClientURLs(earlier)}, Series: nightly, Destination: w.dest, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cluster archived now has gone past that snapshot's revision, with other keys.
+	writeChanges(t, w.raw, "now", 3)
+	a := startArchiving(t, w.config("mark-1", nil))
+	last := writeChanges(t, w.raw, "after", 1)
+	s := waitArchived(t, a, last)
+	l, err := archive.ReadLineage(t.Context(), w.dest, w.dir, s.Lineage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snapshots := seriesSnapshots(t, w); len(snapshots) != 2 || w.dest.URI(l.BaseKey) == other.URI {
+		t.Fatalf("lineage %+v, snapshots %v: want a base the archiver took of this cluster, not %s", l, snapshots, other.URI)
+	}
+	replayMatches(t, w.raw, s.Base, lineageSegments(t, w, s.Lineage, s.Base+1, last, nil))
 }

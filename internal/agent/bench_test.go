@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(backupProcessEnv); cfg != "" {
 		os.Exit(backupProcess(cfg))
 	}
+	if os.Getenv(archiveProcessEnv) != "" {
+		os.Exit(archiveProcess())
+	}
 	os.Exit(m.Run())
 }
 

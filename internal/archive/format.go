@@ -66,6 +66,10 @@ const (
 	flagDelete   = 1
 )
 
+// compressionLevel is gzip's fastest: an archive must keep up with the cluster first, and
+// BenchmarkEncode shows what the default level would cost for what it saves.
+var compressionLevel = gzip.BestSpeed
+
 // ErrCorrupt is a segment that is not what Encode wrote: truncated, changed, or not a segment.
 var ErrCorrupt = errors.New("the segment is corrupt")
 
@@ -76,9 +80,7 @@ func Encode(w io.Writer, s Segment) error {
 	if _, err := io.WriteString(out, magic); err != nil {
 		return err
 	}
-	// BestSpeed: an archive keeps up with the cluster first; see BenchmarkEncode for what
-	// the default level would cost.
-	zw, err := gzip.NewWriterLevel(out, gzip.BestSpeed)
+	zw, err := gzip.NewWriterLevel(out, compressionLevel)
 	if err != nil {
 		return err
 	}
