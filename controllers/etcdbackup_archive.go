@@ -173,7 +173,7 @@ const (
 
 // archiveSegments is how the archiver closes segments: spec.continuous, or its defaults.
 func archiveSegments(c *etcdv1alpha1.ContinuousArchive) (time.Duration, int64) {
-	duration, maxBytes := time.Duration(defaultSegmentDuration), int64(defaultSegmentMaxBytes)
+	duration, maxBytes := defaultSegmentDuration, int64(defaultSegmentMaxBytes)
 	if c.SegmentDuration != nil {
 		duration = c.SegmentDuration.Duration
 	}
@@ -208,6 +208,7 @@ func (r *EtcdBackupReconciler) readArchiverReport(ctx context.Context, b *etcdv1
 	}
 	before := b.Status.Archive.DeepCopy()
 	b.Status.Archive = archiveStatus(report, r.Now())
+	b.Status.Archive.Gaps = keptGaps(before, b.Status.Archive.Gaps)
 	keepObservedTime(before, b.Status.Archive)
 	r.reportArchiving(b, before)
 }
@@ -275,10 +276,32 @@ func archiveStatus(report agent.ArchiveStatus, now time.Time) *etcdv1alpha1.Back
 	for _, g := range report.Gaps {
 		out.Gaps = append(out.Gaps, etcdv1alpha1.ArchiveGap{AfterRevision: g.AfterRevision, ResumedAt: g.ResumedAt, Reason: g.Reason, Time: metav1.NewTime(g.Time)})
 	}
-	if n := len(out.Gaps); n > 10 {
-		out.Gaps = out.Gaps[n-10:]
-	}
 	return out
+}
+
+// maxGaps is how many gaps status.archive keeps.
+const maxGaps = 10
+
+// keptGaps are the gaps status held before, then those of the report it did not, the newest
+// maxGaps: an archiver remembers only the gaps it found itself, since it last started.
+func keptGaps(before *etcdv1alpha1.BackupArchiveStatus, reported []etcdv1alpha1.ArchiveGap) []etcdv1alpha1.ArchiveGap {
+	var gaps []etcdv1alpha1.ArchiveGap
+	if before != nil {
+		gaps = slices.Clone(before.Gaps)
+	}
+	for _, g := range reported {
+		if !slices.ContainsFunc(gaps, func(h etcdv1alpha1.ArchiveGap) bool { return sameGap(g, h) }) {
+			gaps = append(gaps, g)
+		}
+	}
+	if n := len(gaps); n > maxGaps {
+		gaps = gaps[n-maxGaps:]
+	}
+	return gaps
+}
+
+func sameGap(a, b etcdv1alpha1.ArchiveGap) bool {
+	return a.AfterRevision == b.AfterRevision && a.ResumedAt == b.ResumedAt
 }
 
 // reportArchiving sets the Archiving condition from status.archive, with a Warning event when
@@ -327,9 +350,7 @@ func newGap(before, now *etcdv1alpha1.BackupArchiveStatus) *etcdv1alpha1.Archive
 		return nil
 	}
 	newest := now.Gaps[len(now.Gaps)-1]
-	if before != nil && slices.ContainsFunc(before.Gaps, func(g etcdv1alpha1.ArchiveGap) bool {
-		return g.AfterRevision == newest.AfterRevision && g.ResumedAt == newest.ResumedAt
-	}) {
+	if before != nil && slices.ContainsFunc(before.Gaps, func(g etcdv1alpha1.ArchiveGap) bool { return sameGap(g, newest) }) {
 		return nil
 	}
 	return &newest

@@ -117,7 +117,7 @@ func TestContinuousBackupRunsOneArchiverAndReportsItsArchive(t *testing.T) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("archiver %s still there (%v) after spec.continuous was removed", deployment.Name, err)
+		return fmt.Errorf("archiver %s still there (%w) after spec.continuous was removed", deployment.Name, err)
 	})
 	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(b), b); err != nil {
 		t.Fatal(err)

@@ -33,3 +33,23 @@ func TestAnUnchangedArchiveReportKeepsItsObservedTime(t *testing.T) {
 		})
 	}
 }
+
+// The gaps an archiver reports are added to those status held: an archiver restarted remembers
+// none of the gaps it found before, and status must not forget them with it.
+func TestArchiveGapsOutliveTheArchiverThatFoundThem(t *testing.T) {
+	gap := func(after int64) etcdv1alpha1.ArchiveGap {
+		return etcdv1alpha1.ArchiveGap{AfterRevision: after, ResumedAt: after + 10, Reason: "Compacted"}
+	}
+	before := &etcdv1alpha1.BackupArchiveStatus{Gaps: []etcdv1alpha1.ArchiveGap{gap(10), gap(30)}}
+	got := keptGaps(before, []etcdv1alpha1.ArchiveGap{gap(30), gap(50)})
+	if len(got) != 3 || got[0].AfterRevision != 10 || got[2].AfterRevision != 50 {
+		t.Errorf("gaps %+v, want 10, 30 and 50", got)
+	}
+	var many []etcdv1alpha1.ArchiveGap
+	for i := range 12 {
+		many = append(many, gap(int64(100*i)))
+	}
+	if got := keptGaps(nil, many); len(got) != maxGaps || got[maxGaps-1].AfterRevision != 1100 {
+		t.Errorf("%d gaps kept, the newest %+v; want the newest %d", len(got), got[len(got)-1], maxGaps)
+	}
+}

@@ -273,7 +273,7 @@ func (r *EtcdRestoreReconciler) resolveSource(ctx context.Context, rs *etcdv1alp
 	src.Encryption = rs.Spec.Source.Encryption
 	if pit := rs.Spec.Source.PointInTime; pit != nil {
 		var err error
-		if src, keyID, err = r.resolvePointInTime(ctx, rs, pit); err != nil {
+		if src, err = r.resolvePointInTime(ctx, rs, pit); err != nil {
 			return src, err
 		}
 	} else if loc := rs.Spec.Source.Location; loc != nil {

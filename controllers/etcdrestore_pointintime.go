@@ -31,35 +31,35 @@ func (m *materializing) Error() string { return "Job " + m.job + " is building t
 // archive: it picks the newest snapshot at or before the target of the EtcdBackup's series,
 // replays the archive onto it in a scratch etcd, and saves the result beside the backup's
 // snapshots; what follows is an ordinary restore of that snapshot.
-func (r *EtcdRestoreReconciler) resolvePointInTime(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, pit *etcdv1alpha1.PointInTimeSource) (snapshotSource, string, error) {
+func (r *EtcdRestoreReconciler) resolvePointInTime(ctx context.Context, rs *etcdv1alpha1.EtcdRestore, pit *etcdv1alpha1.PointInTimeSource) (snapshotSource, error) {
 	var src snapshotSource
 	backup := &etcdv1alpha1.EtcdBackup{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: pit.Backup}, backup); err != nil {
 		if apierrors.IsNotFound(err) {
-			return src, "", &sourceNotYet{fmt.Sprintf("EtcdBackup %s does not exist in namespace %s", pit.Backup, rs.Namespace)}
+			return src, &sourceNotYet{fmt.Sprintf("EtcdBackup %s does not exist in namespace %s", pit.Backup, rs.Namespace)}
 		}
-		return src, "", err
+		return src, err
 	}
 	if backup.Spec.Continuous == nil && backup.Status.Archive == nil {
-		return src, "", failed(etcdv1alpha1.ReasonPointNotRecoverable,
+		return src, failed(etcdv1alpha1.ReasonPointNotRecoverable,
 			"EtcdBackup %s archives no changes (spec.continuous is not set): restore one of its snapshots with source.backup instead", pit.Backup)
 	}
 	built := rs.Status.PointInTime
 	if built == nil {
 		if problem := pointOutsideArchive(backup.Status.Archive, pit); problem != "" {
-			return src, "", failed(etcdv1alpha1.ReasonPointNotRecoverable, "%s; nothing was restored", problem)
+			return src, failed(etcdv1alpha1.ReasonPointNotRecoverable, "%s; nothing was restored", problem)
 		}
 		if why := pointNotArchivedYet(backup.Status.Archive, pit); why != "" {
-			return src, "", &sourceNotYet{why}
+			return src, &sourceNotYet{why}
 		}
 	}
 	if built == nil || built.Revision == 0 || rs.Status.SnapshotSHA256 == "" {
-		return src, "", r.materialize(ctx, rs, backup, pit)
+		return src, r.materialize(ctx, rs, backup, pit)
 	}
 	base := agent.LocationURIBase(backup.Spec.Destination)
 	key, ok := strings.CutPrefix(rs.Status.SnapshotURI, base)
 	if !ok {
-		return src, "", failed(etcdv1alpha1.ReasonSourceNotFound, "the built snapshot %s is not under EtcdBackup %s's destination %s", rs.Status.SnapshotURI, pit.Backup, base)
+		return src, failed(etcdv1alpha1.ReasonSourceNotFound, "the built snapshot %s is not under EtcdBackup %s's destination %s", rs.Status.SnapshotURI, pit.Backup, base)
 	}
 	src.Storage, src.Key, src.SHA256, src.uri = backup.Spec.Destination, key, rs.Status.SnapshotSHA256, rs.Status.SnapshotURI
 	src.backup, src.cluster, src.revision = backup.Name, backup.Spec.ClusterName, built.Revision
@@ -81,7 +81,7 @@ func (r *EtcdRestoreReconciler) resolvePointInTime(ctx context.Context, rs *etcd
 			src.Encryption = rs.Spec.Source.Encryption
 		}
 	}
-	return src, "", nil
+	return src, nil
 }
 
 // pointOutsideArchive says why the target cannot be restored by what status.archive last

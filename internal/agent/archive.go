@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/archive"
@@ -312,15 +310,4 @@ func (l *leaseTTLs) note(ctx context.Context, feed *etcd.ChangeFeed, id int64) e
 // next starts a new segment's leases, the written one's kept to be asked about no more.
 func (l *leaseTTLs) next() {
 	l.previous, l.current = l.current, map[int64]int64{}
-}
-
-// snapshotRevision is the revision in the name of a snapshot backupplan.ObjectName made.
-func snapshotRevision(key string) (int64, bool) {
-	rest, ok := strings.CutSuffix(key, ".db")
-	i := strings.LastIndex(rest, "-r")
-	if !ok || i < 0 {
-		return 0, false
-	}
-	rev, err := strconv.ParseInt(rest[i+2:], 10, 64)
-	return rev, err == nil
 }

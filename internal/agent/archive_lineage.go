@@ -198,7 +198,7 @@ func (a *Archiver) takeSnapshot(ctx context.Context) (archive.Base, error) {
 	// and the reported one just as it starts, and the snapshot may hold more than either. A
 	// lineage from the lowest holds every revision the snapshot may lack, and a restore knows
 	// its snapshots' revisions by their names.
-	rev, ok := snapshotRevision(key)
+	rev, ok := backupplan.ObjectRevision(key)
 	if !ok {
 		return archive.Base{}, fmt.Errorf("the snapshot %s has no revision in its name", res.URI)
 	}
@@ -216,7 +216,7 @@ func seriesBases(prefix string, series backupplan.Series, keys []string) []archi
 		if !ok {
 			continue
 		}
-		if rev, ok := snapshotRevision(key); ok {
+		if rev, ok := backupplan.ObjectRevision(key); ok {
 			bases = append(bases, archive.Base{Key: key, Revision: rev, Time: t})
 		}
 	}

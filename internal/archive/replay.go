@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 )
@@ -14,12 +13,6 @@ import (
 // is tried: the restored base is not at the revision planned, or the segments do not hold
 // the revisions the listing promised.
 var ErrUnreplayable = errors.New("the plan cannot be replayed")
-
-// unknownLeaseTTL is the TTL a lease is granted with when the archive does not know its own
-// (the lease was gone when the archiver asked): long enough to outlast the replay and the
-// snapshot of it, which hold every lease anyway, short enough that a restored cluster soon
-// expires a lease nobody keeps alive.
-const unknownLeaseTTL = 60
 
 // Replay writes p's revisions into the scratch etcd r, in which p's base has been restored:
 // every revision after the base through p.Revision, each as the one txn it was, stopping
@@ -62,7 +55,7 @@ func replaySegment(ctx context.Context, r *etcd.Replayer, open func(SegmentInfo)
 	if err != nil {
 		return applied, err
 	}
-	ttl := leaseTTLs(seg)
+	ttl := seg.LeaseTTL // a lease it does not know (0) the replayer grants for a minute
 	for _, rec := range seg.Records {
 		rev := rec.Revision.Revision
 		if rev <= applied {
@@ -80,21 +73,4 @@ func replaySegment(ctx context.Context, r *etcd.Replayer, open func(SegmentInfo)
 		applied = rev
 	}
 	return applied, nil
-}
-
-// leaseTTLs are the TTLs to grant the leases seg's puts name with: their own, or
-// unknownLeaseTTL for those the archive does not know.
-func leaseTTLs(seg Segment) map[int64]int64 {
-	out := maps.Clone(seg.LeaseTTL)
-	if out == nil {
-		out = map[int64]int64{}
-	}
-	for _, rec := range seg.Records {
-		for _, ev := range rec.Events {
-			if ev.Lease != 0 && out[ev.Lease] <= 0 {
-				out[ev.Lease] = unknownLeaseTTL
-			}
-		}
-	}
-	return out
 }

@@ -52,6 +52,12 @@ var pointInTimeReplayMemory = resource.MustParse("1Gi")
 // kept within.
 var scratchAutoCompaction = []string{"--auto-compaction-mode=revision", "--auto-compaction-retention=1000"}
 
+// scratchRequestLimits let the scratch member take each replayed revision as one txn, however
+// large: one request at the source (a prefix deleted, a lease revoked) is a delete per key
+// here, past etcd's default of 128 operations and 1.5 MiB per request. The replayer's client
+// sends up to 1 GiB (internal/etcd, maxReplayRequestBytes).
+var scratchRequestLimits = []string{"--max-txn-ops=100000000", "--max-request-bytes=1073741824"}
+
 // PointInTimeJob materializes b's series at pit's revision or time in a pod of its own: the
 // agent chooses the newest usable full snapshot at or before the target and fetches it into
 // an emptyDir (checking its sha256, decrypting it); the etcdutl of c's etcd image restores it
@@ -82,6 +88,7 @@ func PointInTimeJob(b *etcdv1alpha1.EtcdBackup, c *etcdv1alpha1.EtcdCluster, pit
 
 	podLabels := agentPodLabels(LabelRestore, pit.Restore)
 	memberArgs := append([]string{"--quota-backend-bytes=" + strconv.FormatInt(QuotaBackendBytes(c), 10)}, scratchAutoCompaction...)
+	memberArgs = append(memberArgs, scratchRequestLimits...)
 	spec := scratchMemberJobSpec(c, images, podLabels, fetch, replay, volumes, pods, memberArgs...)
 	// Set on the container as the Job has it: agentJobSpec makes its last container an agent's.
 	spec.Template.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = pointInTimeReplayMemory

@@ -75,7 +75,7 @@ func TestPointInTimeJobReplaysInItsOwnPodAndWritesOnlyFromTheReplay(t *testing.T
 			if p := member.RestartPolicy; p == nil || *p != corev1.ContainerRestartPolicyAlways || !strings.Contains(member.Image, c.Spec.Version) {
 				t.Errorf("the scratch member must be a native sidecar of the cluster's version: %v %s", p, member.Image)
 			}
-			for _, arg := range slices.Concat(jobspec.VerifyEtcdTLSArgs(jobspec.VerifyTLSDir), scratchAutoCompaction,
+			for _, arg := range slices.Concat(jobspec.VerifyEtcdTLSArgs(jobspec.VerifyTLSDir), scratchAutoCompaction, scratchRequestLimits,
 				[]string{"--listen-client-urls=" + jobspec.VerifyClientURL, "--quota-backend-bytes=2147483648"}) {
 				if !slices.Contains(member.Args, arg) {
 					t.Errorf("the scratch member's args %v lack %s", member.Args, arg)

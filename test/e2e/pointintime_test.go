@@ -52,6 +52,7 @@ func TestPointInTimeRecovery(t *testing.T) {
 		w.keys = 3000
 	}
 	w.run(t, 20*time.Second)
+	w.bulk(t, 300)
 	burst := w.txnBurst(t, 20)
 	middle := burst[len(burst)/2]
 	w.run(t, 5*time.Second)
@@ -256,6 +257,32 @@ func (w *pitrWorkload) revokeOne(ctx context.Context) error {
 	_, err := w.cl.Revoke(ctx, w.leases[i])
 	w.leases = slices.Delete(w.leases, i, i+1)
 	return err
+}
+
+// bulk writes n keys on one lease and n more without, then revokes the lease and deletes the
+// others by prefix: two revisions of n deletes each, past the 128 operations etcd takes in one
+// transaction by default, which a replay writes as one.
+func (w *pitrWorkload) bulk(t *testing.T, n int) {
+	t.Helper()
+	ctx := context.Background()
+	lease, err := w.cl.Grant(ctx, 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := w.cl.Put(ctx, fmt.Sprintf("pitr-bulk/leased/%04d", i), "x", clientv3.WithLease(lease.ID)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.cl.Put(ctx, fmt.Sprintf("pitr-bulk/plain/%04d", i), "y"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.cl.Revoke(ctx, lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.cl.Delete(ctx, "pitr-bulk/plain/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // txnBurst writes n transactions back to back and returns their revisions.
