@@ -173,7 +173,38 @@ func oldestBase(bases []Base, c chain) (Base, bool) {
 // missing revision, from its oldest usable base through its last segment; newest last.
 // lineages are the lineages' lineage.json: one not there has no usable base.
 func Recoverable(bases []Base, segs []SegmentInfo, lineages map[string]Lineage) []Range {
-	return recoverable(bases, chains(segs, lineages))
+	out := recoverable(bases, chains(segs, lineages))
+	for _, only := range baseOnly(bases, segs, lineages) {
+		out = append(out, Range{Lineage: only.Lineage, First: only.Base.Revision, Last: only.Base.Revision, FirstSeen: only.started, LastSeen: only.started})
+	}
+	slices.SortFunc(out, func(a, b Range) int { return cmp.Or(a.LastSeen.Compare(b.LastSeen), cmp.Compare(a.Last, b.Last)) })
+	return out
+}
+
+// startedLineage is a lineage that has archived no revision yet, and the snapshot it starts
+// from.
+type startedLineage struct {
+	Lineage string
+	Base    Base
+	started time.Time
+}
+
+// baseOnly are the lineages that have written no segment yet but whose base is still there: a
+// lineage just started, or on a cluster no one has written to since. Their base's revision is
+// recoverable, from the base alone.
+func baseOnly(bases []Base, segs []SegmentInfo, lineages map[string]Lineage) []startedLineage {
+	var out []startedLineage
+	for name, l := range lineages {
+		if slices.ContainsFunc(segs, func(s SegmentInfo) bool { return s.Lineage == name }) {
+			continue
+		}
+		i := slices.IndexFunc(bases, func(b Base) bool { return b.Key == l.BaseKey })
+		if i < 0 {
+			continue
+		}
+		out = append(out, startedLineage{Lineage: name, Base: bases[i], started: l.Started})
+	}
+	return out
 }
 
 func recoverable(bases []Base, cs []chain) []Range {
@@ -197,19 +228,24 @@ func recoverable(bases []Base, cs []chain) []Range {
 func PlanTo(bases []Base, segs []SegmentInfo, lineages map[string]Lineage, target int64) (Plan, error) {
 	cs := chains(segs, lineages)
 	var plan Plan
-	var planned chain
+	var plannedSeen time.Time // when the planned lineage was last archived to
 	for _, c := range cs {
 		if target < c.first-1 || target > c.last {
 			continue
 		}
 		b, ok := newestBase(bases, c, target)
-		if !ok || (plan.Lineage != "" && !c.lastSeen().After(planned.lastSeen())) {
+		if !ok || (plan.Lineage != "" && !c.lastSeen().After(plannedSeen)) {
 			continue
 		}
-		plan, planned = Plan{Base: b, Lineage: c.lineage(), Segments: replayed(c, b.Revision, target), Revision: target}, c
+		plan, plannedSeen = Plan{Base: b, Lineage: c.lineage(), Segments: replayed(c, b.Revision, target), Revision: target}, c.lastSeen()
+	}
+	for _, only := range baseOnly(bases, segs, lineages) {
+		if only.Base.Revision == target && (plan.Lineage == "" || only.started.After(plannedSeen)) {
+			plan, plannedSeen = Plan{Base: only.Base, Lineage: only.Lineage, Revision: target}, only.started
+		}
 	}
 	if plan.Lineage == "" {
-		return Plan{}, refusal(bases, cs, target)
+		return Plan{}, refusal(bases, segs, lineages, cs, target)
 	}
 	return plan, nil
 }
@@ -226,8 +262,8 @@ func replayed(c chain, base, target int64) []SegmentInfo {
 }
 
 // refusal says why no plan reaches target, and what the archive can materialize instead.
-func refusal(bases []Base, cs []chain, target int64) error {
-	ranges := recoverable(bases, cs)
+func refusal(bases []Base, segs []SegmentInfo, lineages map[string]Lineage, cs []chain, target int64) error {
+	ranges := Recoverable(bases, segs, lineages)
 	reason := whyNot(bases, cs, target)
 	if len(ranges) == 0 {
 		return refuse("revision %d cannot be materialized: %s; the archive can materialize no revision", target, reason)

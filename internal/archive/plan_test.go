@@ -117,8 +117,15 @@ func TestPlanTo(t *testing.T) {
 			bases: []Base{base(100)}, segs: []SegmentInfo{seg("a", 101, 200)}, target: 150,
 			wantErr: []string{"lineage.json of lineage a", "materialize no revision"},
 		},
-		"no segments": {
-			bases: []Base{base(100)}, lineages: a, target: 100,
+		"no segments yet, the base's own revision": {
+			bases: []Base{base(100)}, lineages: a, target: 100, wantBase: "snap-r100.db",
+		},
+		"no segments yet, past the base": {
+			bases: []Base{base(100)}, lineages: a, target: 101,
+			wantErr: []string{"the archive holds no revision"},
+		},
+		"no segments and no base": {
+			bases: []Base{base(90)}, lineages: a, target: 100,
 			wantErr: []string{"the archive holds no revision"},
 		},
 	} {
@@ -237,9 +244,15 @@ func (w world) covers(lineage string, first, last int64) bool {
 	return true
 }
 
+// archived says whether any segment of lineage is left in w.
+func (w world) archived(lineage string) bool {
+	return slices.ContainsFunc(w.segs, func(s SegmentInfo) bool { return s.Lineage == lineage })
+}
+
 // valid are the (lineage, base) pairs the model knows to materialize target rightly: the base
 // of the lineage's history, its lineage's own or begun after the lineage started, and every
-// revision after it through target (and the one after it) archived in that lineage.
+// revision after it through target (and the one after it) archived in that lineage; or, for a
+// lineage none of whose segments is left, its own base at its own revision.
 func (w world) valid(target int64) map[string][]Base {
 	out := map[string][]Base{}
 	for lineage, start := range w.lineages {
@@ -247,7 +260,7 @@ func (w world) valid(target int64) map[string][]Base {
 			if w.history[b.Key] != w.history[lineage] || b.Revision > target || (b.Key != start.BaseKey && b.Time.Before(start.Started)) {
 				continue
 			}
-			if w.covers(lineage, b.Revision+1, max(target, b.Revision+1)) {
+			if w.covers(lineage, b.Revision+1, max(target, b.Revision+1)) || (b.Key == start.BaseKey && b.Revision == target && !w.archived(lineage)) {
 				out[lineage] = append(out[lineage], b)
 			}
 		}
@@ -422,5 +435,18 @@ func TestRevisionAt(t *testing.T) {
 				t.Errorf("revision %d of %s reading %v, want %d of %s reading %v", rev, lineage, a.reads, tc.wantRev, tc.wantLineage, tc.wantReads)
 			}
 		})
+	}
+}
+
+// A lineage that has written no segment yet (just started, or on a cluster no one has written
+// to since) can be restored at its base's revision, and says so; without its base, not at all.
+func TestALineageWithoutSegmentsIsRecoverableAtItsBase(t *testing.T) {
+	a := map[string]Lineage{"a": started(100)}
+	got := Recoverable([]Base{base(100)}, nil, a)
+	if len(got) != 1 || got[0].Lineage != "a" || got[0].First != 100 || got[0].Last != 100 || !got[0].LastSeen.Equal(started(100).Started) {
+		t.Errorf("recoverable %+v, want lineage a at revision 100 alone", got)
+	}
+	if got := Recoverable([]Base{base(90)}, nil, a); len(got) != 0 {
+		t.Errorf("recoverable %+v without the lineage's base, want nothing", got)
 	}
 }
