@@ -125,6 +125,34 @@ func TestPointInTimeRecovery(t *testing.T) {
 	}
 	wg.Wait()
 
+	if pitrLong {
+		t.Run("restored in place, the archive goes on in a lineage of its own", func(t *testing.T) {
+			rev := points["burst"]
+			rs := f.createRestore(t, "pitr-in-place", etcdv1alpha1.EtcdRestoreSpec{
+				Source: etcdv1alpha1.RestoreSource{PointInTime: &etcdv1alpha1.PointInTimeSource{Backup: backup.Name, Revision: &rev}},
+				Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: f.cluster.Name},
+			})
+			waitRestorePhase(t, rs, restoreTimeout)
+			if rs.Status.Phase != etcdv1alpha1.RestoreCompleted {
+				t.Fatalf("in-place restore: %+v", rs.Status)
+			}
+			restored := etcdClient(t, clientServiceEndpoint(t, f.cluster))
+			if diff := keyspaceDiff(want[rev], readAt(t, restored, 0)); diff != "" {
+				t.Fatalf("the cluster restored in place to revision %d differs from the source read at it: %s", rev, diff)
+			}
+			before := len(backup.Status.Archive.Gaps)
+			w.cl = restored
+			w.run(t, 5*time.Second)
+			after := w.revision(t)
+			waitArchived(t, backup, after)
+			a := backup.Status.Archive
+			if len(a.Gaps) <= before || a.RecoverableRange.First.Revision <= rev+rs.Status.RevisionBump-1 {
+				t.Errorf("after the in-place restore, gaps %+v and range %+v: want a new lineage from a snapshot of the restored data", a.Gaps, a.RecoverableRange)
+			}
+		})
+		source = w.cl
+	}
+
 	t.Run("a gap is reported, refused, and closed by a new snapshot", func(t *testing.T) {
 		setSuspend(t, backup, true)
 		waitFor(t, "the archiver stopped", func(ctx context.Context) (bool, error) {
