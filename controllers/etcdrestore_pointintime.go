@@ -49,6 +49,9 @@ func (r *EtcdRestoreReconciler) resolvePointInTime(ctx context.Context, rs *etcd
 		if problem := pointOutsideArchive(backup.Status.Archive, pit); problem != "" {
 			return src, failed(etcdv1alpha1.ReasonPointNotRecoverable, "%s; nothing was restored", problem)
 		}
+		if problem := pointNeverServed(backup.Status.Archive, pit, rs.CreationTimestamp.Time); problem != "" {
+			return src, failed(etcdv1alpha1.ReasonPointNotRecoverable, "%s; nothing was restored", problem)
+		}
 		if why := pointNotArchivedYet(backup.Status.Archive, pit); why != "" {
 			return src, &sourceNotYet{why}
 		}
@@ -105,6 +108,20 @@ func pointOutsideArchive(a *etcdv1alpha1.BackupArchiveStatus, pit *etcdv1alpha1.
 		return "" // not archived yet: pointNotArchivedYet
 	}
 	return fmt.Sprintf("revision %d lies in no recoverable range of the archive (%s)", target, describeRanges(ranges))
+}
+
+// pointNeverServed says why a target revision is past any the cluster has served, or "": the
+// archiver reported, after the restore was made, a highest revision below it. Waiting for the
+// archive to reach it would wait for writes no one may make.
+func pointNeverServed(a *etcdv1alpha1.BackupArchiveStatus, pit *etcdv1alpha1.PointInTimeSource, asked time.Time) string {
+	if a == nil || pit.Revision == nil || a.ObservedTime == nil || a.ObservedTime.Time.Before(asked) || a.HighestRevision == 0 {
+		return ""
+	}
+	if *pit.Revision > a.HighestRevision {
+		return fmt.Sprintf("revision %d is past the highest the cluster had served, %d, when the archiver last reported (%s)",
+			*pit.Revision, a.HighestRevision, a.ObservedTime.UTC().Format(time.RFC3339))
+	}
+	return ""
 }
 
 // pointNotArchivedYet says why the archive does not hold the target yet, by what the

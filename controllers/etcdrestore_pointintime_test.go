@@ -155,6 +155,17 @@ func TestPointInTimeRestoreRefusesAPointTheArchiveCannotReach(t *testing.T) {
 			t.Errorf("reason %s, want %s", cond.Reason, etcdv1alpha1.ReasonPointNotRecoverable)
 		}
 	})
+	t.Run("past what the cluster has served", func(t *testing.T) {
+		backup := archivedNightly()
+		backup.Status.Archive.ObservedTime = ptrTime(time.Now().Add(time.Minute))
+		rs := pointInTimeRestore("future", etcdv1alpha1.PointInTimeSource{Backup: backup.Name, Revision: ptr.To[int64](96)})
+		rs.CreationTimestamp = metav1.Now()
+		r, _ := restoreReconciler(t, rs, formedCluster(nil), backup)
+		got := reconcileRestore(t, r, rs)
+		if got.Status.Phase != etcdv1alpha1.RestoreFailed || !strings.Contains(failureOf(got), "revision 96 is past the highest the cluster had served, 95") {
+			t.Fatalf("phase %s (%s): want Failed, the revision never served", got.Status.Phase, failureOf(got))
+		}
+	})
 	t.Run("a backup that archives nothing", func(t *testing.T) {
 		backup, _ := nightlyWithThreeSnapshots()
 		rs := pointInTimeRestore("plain", etcdv1alpha1.PointInTimeSource{Backup: backup.Name, Revision: ptr.To[int64](2)})
