@@ -45,19 +45,20 @@ const (
 )
 
 // BenchmarkArchiverUnderLoad: how many puts a 3-member etcd cluster on loopback sustains, and
-// whether the archiver keeps up with it. The plainest alternative, side by side in the same
-// run, is the cluster alone: a fresh 3-member cluster taking puts from 16, 32 and 64 writers
-// for 10 s each, nothing following it (cluster-alone/writers=N). Then a fresh cluster with the
-// archiver (its own process, as its Deployment runs it, writing to a real S3 server, segments
-// closed at the size given or 5 s after their first revision) following it from an empty
-// keyspace while 64 writers put for 30 s (archiver/segment=N). Reported for each: the put
-// rate and 1 KiB values' MB/s (10^6), the puts' p99 latency; for the archiver also its
-// catch-up (from the last put's answer until its revision is in a written segment, as the
-// archiver's /status says), how far behind the cluster the archive was during the load at
-// most (the time since the cluster passed the newest written revision, read every 0.5 s), its
-// CPU time over the load's (100 % is one core), its peak RSS (VmHWM), and the highest RSS and live heap after GC (from GODEBUG=gctrace=1) in
-// the first and in the second half of the load: the same in both is memory flat under a
-// steady load, the second above the first is memory growing with the run.
+// whether the archiver keeps up with it. The plainest alternative, side by side in the same run,
+// is the cluster alone: a fresh 3-member cluster taking puts from 16, 32 and 64 writers for 10 s
+// each, nothing following it (cluster-alone/writers=N). Then a fresh cluster with the archiver
+// (its own process, as its Deployment runs it, writing to a real S3 server, segments closed at the
+// size given or 5 s after their first revision) following it from an empty keyspace while 64
+// writers put for 30 s (archiver/segment=N). Reported for each: the put rate and 1 KiB values'
+// MB/s (10^6), the puts' p99 latency; for the archiver also its catch-up (from the last put's
+// answer until its revision is in a written segment, as the archiver's /status says), how far
+// behind the cluster the archive was during the load at most (the time since the cluster passed
+// the newest written revision, read every 0.5 s), its CPU time over the load's (100 % is one
+// core), the values' MiB per segment written (a segment closes at its size or after 5 s, whichever
+// comes first), its peak RSS (VmHWM), and the highest RSS and live heap after GC (from
+// GODEBUG=gctrace=1) in the first and in the second half of the load: the same in both is memory
+// flat under a steady load, the second above the first is memory growing with the run.
 func BenchmarkArchiverUnderLoad(b *testing.B) {
 	if os.Getenv("ETCD_BIN") == "" || os.Getenv("VERSITYGW") == "" {
 		b.Skip("ETCD_BIN and VERSITYGW are not set: run through `make bench`, which builds etcd and the S3 server")
@@ -81,6 +82,7 @@ func BenchmarkArchiverUnderLoad(b *testing.B) {
 		b.Run(fmt.Sprintf("archiver/segment=%dMiB", segmentMiB), func(b *testing.B) {
 			var puts loadResult
 			var catchUp, cpu time.Duration
+			var segments int
 			var behind, peak, rssEarly, rssLate, heapEarly, heapLate float64
 			for i := 0; i < b.N; i++ {
 				servers := etcdtest.StartCluster(b, 3)
@@ -98,11 +100,14 @@ func BenchmarkArchiverUnderLoad(b *testing.B) {
 				end := time.Now()
 				cpu += processCPU(b, archiver.cmd.Process.Pid) - cpuBefore
 				sampling()
+				var final agent.ArchiveStatus
 				waitStatus(b, statusAddr, func(s agent.ArchiveStatus) bool {
 					n := len(s.Ranges)
+					final = s
 					return n > 0 && s.Ranges[n-1].Last.Revision >= run.last
 				})
 				catchUp += time.Since(run.lastAnswer)
+				segments += final.Segments
 				peak = max(peak, float64(vmHWM(b, archiver.cmd.Process.Pid))/mib)
 				archiver.stop()
 				puts.add(run)
@@ -120,6 +125,7 @@ func BenchmarkArchiverUnderLoad(b *testing.B) {
 			puts.report(b)
 			b.ReportMetric(catchUp.Seconds()/float64(b.N), "catch-up-s")
 			b.ReportMetric(100*cpu.Seconds()/puts.elapsed.Seconds(), "archiver-CPU-%")
+			b.ReportMetric(float64(puts.puts)*archiveBenchValueSize/mib/float64(segments), "MiB/segment")
 			b.ReportMetric(behind, "max-behind-s")
 			b.ReportMetric(peak, "archiver-peak-RSS-MiB")
 			b.ReportMetric(rssEarly, "RSS-1st-half-MiB")
