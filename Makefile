@@ -143,9 +143,11 @@ model: ## Not in CI: the quorum-loss recovery against its model of the world, at
 		grep -v '\[rapid\] draw' $$log || true; rm -f $$log; exit $$status
 
 .PHONY: bench
-bench: envtest-assets $(VERSITYGW) ## Benchmarks: backup throughput and memory against real etcd and S3 servers on loopback, the manager's memory among unrelated objects (envtest); figures for docs/performance.md.
+# -p 1: one package's benchmarks at a time; go test would otherwise run two packages' test
+# binaries at once on the 2 cores, each benchmark's figures taken under another's load.
+bench: envtest-assets $(VERSITYGW) ## Benchmarks: backup throughput and memory, the continuous archive (segments, the archiver under a 3-member cluster's load, a point-in-time replay) against real etcd and S3 servers on loopback, the manager's memory among unrelated objects (envtest); figures for docs/performance.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \
-		go test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m . ./internal/...
+		go test -p 1 -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m . ./internal/...
 
 .PHONY: test-all
 # Mutation testing runs beside the cluster's start, the OLM checks and the operator's deployment
