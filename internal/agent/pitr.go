@@ -245,13 +245,17 @@ func readArchive(ctx context.Context, cfg PointInTimeConfig) (seriesArchive, err
 		return seriesArchive{}, err
 	}
 	found := seriesArchive{segs: segs, sha256: map[string]string{}, lineages: map[string]archive.Lineage{}}
-	for _, s := range segs {
-		if _, read := found.lineages[s.Lineage]; read {
-			continue
-		}
-		l, err := archive.ReadLineage(ctx, cfg.Source, dir, s.Lineage)
+	// Every lineage with a lineage.json, those without a segment yet too: their base's own
+	// revision is recoverable. A lineage whose segments have no lineage.json has no base: the
+	// plan says so if they are needed.
+	names, err := archive.ListLineages(ctx, cfg.Source, dir)
+	if err != nil {
+		return seriesArchive{}, err
+	}
+	for _, name := range names {
+		l, err := archive.ReadLineage(ctx, cfg.Source, dir, name)
 		if storage.IsNotFound(err) {
-			continue // its segments have no base: the plan says so if they are needed
+			continue
 		}
 		if err != nil {
 			return seriesArchive{}, err
@@ -259,7 +263,7 @@ func readArchive(ctx context.Context, cfg PointInTimeConfig) (seriesArchive, err
 		if !strings.HasPrefix(l.BaseKey, dir) {
 			l.BaseKey = prefix + l.BaseKey
 		}
-		found.lineages[s.Lineage] = l
+		found.lineages[name] = l
 	}
 	recorded := map[string]jobspec.Snapshot{}
 	for _, r := range cfg.Recorded {

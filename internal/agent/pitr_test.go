@@ -348,3 +348,36 @@ func TestPointInTimeFetchResolvesTimesAndRefusesWhatTheArchiveLacks(t *testing.T
 		})
 	}
 }
+
+// A lineage with no segment (just started, or on a cluster no one has written to since) is
+// recoverable at its base's revision, from the base alone: the fetch plans it, replaying
+// nothing. Before, only lineages with a segment were read, and the point was refused while the
+// archiver reported it recoverable.
+func TestPointInTimeFetchOfALineageWithoutSegmentsIsItsBase(t *testing.T) {
+	claim := t.TempDir()
+	pvc := &etcdv1alpha1.PVCLocation{ClaimName: "backups"}
+	dest, err := storage.OpenDir(claim, agent.ClaimURIBase(pvc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	a := newArchivedCluster(t, dest, etcdv1alpha1.StorageLocation{PVC: pvc}, claim, nil, "")
+	segs, err := archive.ListSegments(t.Context(), dest, nightly.Dir(dest.Prefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		if err := dest.Delete(t.Context(), s.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	a.cfg.TargetRevision = a.base.Revision
+	code, report := runInPod(t, agent.RunPointInTimeFetch, a.cfg, a.paths)
+	if code != 0 || report.PointInTime == nil {
+		t.Fatalf("fetch: exit %d, %+v", code, report)
+	}
+	if p := report.PointInTime; p.BaseRevision != a.base.Revision || p.Revision != a.base.Revision || p.ReplayedRevisions != 0 {
+		t.Fatalf("planned %+v; want the base at %d alone", p, a.base.Revision)
+	}
+}
