@@ -295,6 +295,9 @@ func (m *matrixCell) run(t *testing.T, op string) {
 	case matrix.RestoreNew:
 		m.restoreNew(t)
 		return // checked on the new cluster
+	case matrix.RestorePointInTime:
+		m.restorePointInTime(t)
+		return // checked on the new cluster
 	case matrix.RestoreInPlace:
 		m.restore(t, etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreInPlace, ClusterName: m.cluster.Name}, matrix.BackupToS3)
 	case matrix.RecoverByHand:
@@ -360,6 +363,78 @@ func (m *matrixCell) restoreNew(t *testing.T) {
 			t.Errorf("delete the restored copy: %v", err)
 		}
 	}
+}
+
+// restorePointInTime archives the cluster continuously to S3, writes a key, notes the
+// revision, writes another, and restores that revision into a new cluster of the same kind: it
+// must hold exactly the keyspace of then. The archiving backup and the copy are deleted after.
+func (m *matrixCell) restorePointInTime(t *testing.T) {
+	if m.s3 == nil {
+		m.s3 = startS3Server(t, m.ns)
+		m.s3.createBucket(t, backupBucket)
+	}
+	b := &etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "archived", Namespace: m.ns},
+		Spec: etcdv1alpha1.EtcdBackupSpec{ClusterName: m.cluster.Name, Schedule: "@yearly",
+			Destination: etcdv1alpha1.StorageLocation{S3: &etcdv1alpha1.S3Location{
+				Bucket: backupBucket, Prefix: "matrix-archive/", Endpoint: m.s3.Endpoint, ForcePathStyle: true, AllowPlainHTTP: true,
+				CredentialsSecretName: m.s3.CredentialsSecret,
+			}},
+			Continuous: &etcdv1alpha1.ContinuousArchive{SegmentDuration: &metav1.Duration{Duration: 5 * time.Second}},
+		}}
+	create(t, b)
+	m.waitBackup(t, b, "the archive started", func(b *etcdv1alpha1.EtcdBackup) bool {
+		return b.Status.Archive != nil && b.Status.Archive.RecoverableRange != nil
+	})
+	cl := m.client(t, m.cluster)
+	defer cl.Close()
+	m.put(t, cl, "m/point-before", "in the point")
+	point := currentRevision(t, cl)
+	atPoint := maps.Clone(m.want)
+	m.put(t, cl, "m/point-after", "not in the point")
+	last := currentRevision(t, cl)
+	m.waitBackup(t, b, fmt.Sprintf("revision %d archived", last), func(b *etcdv1alpha1.EtcdBackup) bool {
+		a := b.Status.Archive
+		return a != nil && a.RecoverableRange != nil && a.RecoverableRange.Last.Revision >= last
+	})
+
+	name := "m-point"
+	target := m.clusterSpec(t, name, m.cfg)
+	m.restoreName++
+	rs := &etcdv1alpha1.EtcdRestore{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("restore-%d", m.restoreName), Namespace: m.ns},
+		Spec: etcdv1alpha1.EtcdRestoreSpec{
+			Source: etcdv1alpha1.RestoreSource{PointInTime: &etcdv1alpha1.PointInTimeSource{Backup: b.Name, Revision: &point}},
+			Target: etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: name, Cluster: &target.Spec},
+		},
+	}
+	create(t, rs)
+	waitRestorePhase(t, rs, convergeTimeout)
+	if rs.Status.Phase != etcdv1alpha1.RestoreCompleted || rs.Status.PointInTime == nil || rs.Status.PointInTime.Revision != point {
+		t.Fatalf("restore of revision %d: %+v", point, rs.Status)
+	}
+	copyOf := &etcdv1alpha1.EtcdCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.ns}}
+	m.converged(t, copyOf, int(target.Spec.Size))
+	saved := m.want
+	m.want = atPoint
+	m.expectData(t, copyOf)
+	m.want = saved
+	for _, o := range []client.Object{copyOf, b} {
+		if err := k8sClient.Delete(context.Background(), o); client.IgnoreNotFound(err) != nil {
+			t.Errorf("delete %s: %v", o.GetName(), err)
+		}
+	}
+}
+
+// currentRevision is the revision cl's cluster is at.
+func currentRevision(t *testing.T, cl *clientv3.Client) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := cl.Get(ctx, "m/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
 }
 
 // restore restores the backup of operation from into target and waits for it to complete; in

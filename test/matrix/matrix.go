@@ -80,6 +80,7 @@ const (
 	UpgradeMinor       = "upgrade a minor version"
 	ReplaceLostMember  = "replace a lost member"
 	RestoreNew         = "restore into a new cluster"
+	RestorePointInTime = "restore a point in time into a new cluster"
 	RestoreInPlace     = "restore in place"
 	RecoverByHand      = "recover a lost quorum by annotation"
 	RecoverByPolicy    = "recover a lost quorum by policy ForceNewCluster"
@@ -96,6 +97,7 @@ var Operations = []Operation{
 	{Name: UpgradeMinor, NotFor: func(c Config) string { return unless(c[Version] == "3.6", "already on the newest minor version") }},
 	{Name: ReplaceLostMember, NotFor: needsQuorumWithoutOne},
 	{Name: RestoreNew, Needs: []string{BackupToS3}},
+	{Name: RestorePointInTime},
 	{Name: RestoreInPlace, Needs: []string{BackupToS3}},
 	{Name: RecoverByHand, NotFor: needsQuorumWithoutOne},
 	{Name: RecoverByPolicy, NotFor: needsQuorumWithoutOne},
