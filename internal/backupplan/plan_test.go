@@ -23,8 +23,10 @@ func TestObjectNamesSortByTimeAndParseBack(t *testing.T) {
 	if pvc := ObjectName("", daily, t0, 99); pvc != "db/main/daily_0b6a6f3e-5c1d-4b8e-9f21-7d2c4a1e9b30/20260301T120000Z-r99.db" {
 		t.Fatalf("name without a prefix (a claim's directory) %q", pvc)
 	}
-	if rev, ok := ObjectRevision(a); !ok || rev != 99 {
-		t.Fatalf("ObjectRevision(%q) = %d, %v", a, rev, ok)
+	for name, want := range map[string]int64{a: 99, "-r7.db": 7} {
+		if rev, ok := ObjectRevision(name); !ok || rev != want {
+			t.Fatalf("ObjectRevision(%q) = %d, %v; want %d", name, rev, ok, want)
+		}
 	}
 	for _, other := range []string{"prod/x.db", "prod/x-r7.seg", "prod/x-rq.db"} {
 		if rev, ok := ObjectRevision(other); ok {
