@@ -196,6 +196,14 @@ func (r *EtcdRestoreReconciler) materialize(ctx context.Context, rs *etcdv1alpha
 	}
 	succeeded, finished := jobOutcome(job)
 	if !finished {
+		// A scratch member that keeps exiting keeps its pod from starting too: said first, in
+		// its own words.
+		if why, err := r.scratchMemberExits(ctx, job, targetVersion(rs)); err != nil || why != "" {
+			if err != nil {
+				return err
+			}
+			return failed(etcdv1alpha1.ReasonFailed, "Job %s could not build the snapshot of the point: %s; nothing was restored", job.Name, why)
+		}
 		notStarting, _, err := jobNotStarting(ctx, r.Client, job, r.Now())
 		if err != nil {
 			return err
@@ -223,6 +231,30 @@ func (r *EtcdRestoreReconciler) materialize(ctx context.Context, rs *etcdv1alpha
 		"built the keyspace at revision %d: snapshot at revision %d with %d revisions of the archive replayed, saved as %s",
 		built.Revision, built.BaseRevision, built.ReplayedRevisions, rs.Status.SnapshotURI)
 	return &materializing{job: job.Name} // once status holds it, the next reconcile restores it
+}
+
+// scratchMemberExits says why the Job cannot build the point once its scratch member (the etcd
+// serving the base) has exited again and again, as a verify Job's restored member: the replay
+// would otherwise wait for it for ever. An etcd older than the one that wrote the base cannot
+// read it: that is said in words.
+func (r *EtcdRestoreReconciler) scratchMemberExits(ctx context.Context, job *batchv1.Job, version string) (string, error) {
+	pods, err := jobPods(ctx, r.Client, job)
+	if err != nil {
+		return "", err
+	}
+	why, _ := restoredMemberExits(pods)
+	if why != "" && strings.Contains(why, "is not supported") {
+		why += fmt.Sprintf("; the snapshot the point starts from was written by a newer etcd than %s, the target's version: restore into a cluster of the version the source ran at that point, or newer", version)
+	}
+	return why, nil
+}
+
+// targetVersion is the version of etcd the restored cluster will run, as the restore says.
+func targetVersion(rs *etcdv1alpha1.EtcdRestore) string {
+	if c := rs.Spec.Target.Cluster; c != nil {
+		return c.Version
+	}
+	return "the target cluster's"
 }
 
 // pointInTimeContainers are a point-in-time Job's containers, in the order they run.

@@ -214,3 +214,36 @@ func TestPointInTimeRestoreWaitsForTheArchiveToReachItsPoint(t *testing.T) {
 		}
 	})
 }
+
+// A scratch member that cannot serve the point's base (an etcd older than the one that wrote
+// it, as when the source was upgraded after the target's version) exits again and again; the
+// restore fails saying so, rather than waiting for it for ever. Seen in the day-two matrix: a
+// cluster upgraded to 3.7, restored to a point into a 3.6 cluster, waited with "building".
+func TestPointInTimeRestoreFailsWhenItsScratchMemberCannotServeTheBase(t *testing.T) {
+	backup := archivedNightly()
+	rs := pointInTimeRestore("older", etcdv1alpha1.PointInTimeSource{Backup: backup.Name, Revision: ptr.To[int64](70)})
+	rs.Spec.Target = etcdv1alpha1.RestoreTarget{Mode: etcdv1alpha1.RestoreNew, ClusterName: "copy", Cluster: &etcdv1alpha1.EtcdClusterSpec{Size: 1, Version: "3.6.16"}}
+	r, k8s := restoreReconciler(t, rs, backup)
+	got := reconcileRestore(t, r, rs)
+	job, _ := pointInTimeJobOf(t, k8s, rs)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-x", Namespace: job.Namespace,
+			Labels: map[string]string{batchv1.JobNameLabel: job.Name, resources.LabelManagedBy: "etcd-operator"}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{
+			Name: resources.PointInTimeEtcdContainer, RestartCount: 3,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error",
+				Message: `{"level":"fatal","msg":"discovery failed","error":"version \"3.7.0\" is not supported"}`}},
+		}}},
+	}
+	if err := ctrl.SetControllerReference(job, pod, testScheme(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	got = reconcileRestore(t, r, got)
+	if msg := failureOf(got); got.Status.Phase != etcdv1alpha1.RestoreFailed || !strings.Contains(msg, `version \"3.7.0\" is not supported`) ||
+		!strings.Contains(msg, "written by a newer etcd than 3.6.16") {
+		t.Fatalf("phase %s (%s): want Failed, saying the scratch member cannot read the base", got.Status.Phase, msg)
+	}
+}

@@ -399,6 +399,12 @@ func (m *matrixCell) restorePointInTime(t *testing.T) {
 
 	name := "m-point"
 	target := m.clusterSpec(t, name, m.cfg)
+	// The version the cluster runs now (upgraded, perhaps, by an earlier operation): the base
+	// of the point was written by it, and an older etcd cannot read it.
+	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(m.cluster), m.cluster); err != nil {
+		t.Fatal(err)
+	}
+	target.Spec.Version = m.cluster.Spec.Version
 	m.restoreName++
 	rs := &etcdv1alpha1.EtcdRestore{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("restore-%d", m.restoreName), Namespace: m.ns},
