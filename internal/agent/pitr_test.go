@@ -281,14 +281,7 @@ func TestPointInTimeJobMaterializesTheTarget(t *testing.T) {
 // revision before streaming, and writes came between) is planned from, fetched, and planned
 // again from the revision it holds: the replay starts where the snapshot is.
 func TestPointInTimeFetchPlansAgainFromTheRevisionTheBaseHolds(t *testing.T) {
-	claim := t.TempDir()
-	pvc := &etcdv1alpha1.PVCLocation{ClaimName: "backups"}
-	dest, err := storage.OpenDir(claim, agent.ClaimURIBase(pvc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dest.Close() })
-	a := newArchivedCluster(t, dest, etcdv1alpha1.StorageLocation{PVC: pvc}, claim, nil, "")
+	a, dest := archivedOnAClaim(t)
 	named := strings.TrimPrefix(a.later.URI, dest.URI(""))
 	understated := strings.Replace(named, fmt.Sprintf("-r%d.db", a.later.Revision), fmt.Sprintf("-r%d.db", a.later.Revision-2), 1)
 	if err := dest.Upload(t.Context(), understated, bytes.NewReader(storedBytes(t, dest, a.later.URI))); err != nil {
@@ -311,14 +304,7 @@ func TestPointInTimeFetchPlansAgainFromTheRevisionTheBaseHolds(t *testing.T) {
 // A point in time by time resolves to the last revision the archive saw by then; one past what
 // it has seen, or past its revisions, fails the fetch for good, saying so, with nothing staged.
 func TestPointInTimeFetchResolvesTimesAndRefusesWhatTheArchiveLacks(t *testing.T) {
-	claim := t.TempDir()
-	pvc := &etcdv1alpha1.PVCLocation{ClaimName: "backups"}
-	dest, err := storage.OpenDir(claim, agent.ClaimURIBase(pvc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dest.Close() })
-	a := newArchivedCluster(t, dest, etcdv1alpha1.StorageLocation{PVC: pvc}, claim, nil, "")
+	a, _ := archivedOnAClaim(t)
 
 	at := seenAt(a.burst[1]).Add(500 * time.Millisecond)
 	a.cfg.TargetTime = &at
@@ -338,7 +324,7 @@ func TestPointInTimeFetchResolvesTimesAndRefusesWhatTheArchiveLacks(t *testing.T
 			cfg := a.cfg
 			target(&cfg)
 			scratch := t.TempDir()
-			code, report := runInPod(t, agent.RunPointInTimeFetch, cfg, agent.PodPaths{Claim: claim, VerifyScratch: scratch})
+			code, report := runInPod(t, agent.RunPointInTimeFetch, cfg, agent.PodPaths{Claim: a.paths.Claim, VerifyScratch: scratch})
 			if code != jobspec.ExitPermanent || !report.Permanent || !strings.Contains(report.Error, "past") || !strings.Contains(report.Error, strconv.FormatInt(a.last, 10)) {
 				t.Fatalf("exit %d, %+v; want it refused for good, naming the archive's last revision %d", code, report, a.last)
 			}
@@ -354,14 +340,7 @@ func TestPointInTimeFetchResolvesTimesAndRefusesWhatTheArchiveLacks(t *testing.T
 // nothing. Before, only lineages with a segment were read, and the point was refused while the
 // archiver reported it recoverable.
 func TestPointInTimeFetchOfALineageWithoutSegmentsIsItsBase(t *testing.T) {
-	claim := t.TempDir()
-	pvc := &etcdv1alpha1.PVCLocation{ClaimName: "backups"}
-	dest, err := storage.OpenDir(claim, agent.ClaimURIBase(pvc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dest.Close() })
-	a := newArchivedCluster(t, dest, etcdv1alpha1.StorageLocation{PVC: pvc}, claim, nil, "")
+	a, dest := archivedOnAClaim(t)
 	segs, err := archive.ListSegments(t.Context(), dest, nightly.Dir(dest.Prefix()))
 	if err != nil {
 		t.Fatal(err)
@@ -380,4 +359,17 @@ func TestPointInTimeFetchOfALineageWithoutSegmentsIsItsBase(t *testing.T) {
 	if p := report.PointInTime; p.BaseRevision != a.base.Revision || p.Revision != a.base.Revision || p.ReplayedRevisions != 0 {
 		t.Fatalf("planned %+v; want the base at %d alone", p, a.base.Revision)
 	}
+}
+
+// archivedOnAClaim is an archivedCluster whose series is on a claim's directory, in plain.
+func archivedOnAClaim(t *testing.T) (*archivedCluster, *storage.Destination) {
+	t.Helper()
+	claim := t.TempDir()
+	pvc := &etcdv1alpha1.PVCLocation{ClaimName: "backups"}
+	dest, err := storage.OpenDir(claim, agent.ClaimURIBase(pvc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dest.Close() })
+	return newArchivedCluster(t, dest, etcdv1alpha1.StorageLocation{PVC: pvc}, claim, nil, ""), dest
 }
