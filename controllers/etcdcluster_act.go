@@ -339,8 +339,7 @@ func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alph
 		if !ok {
 			continue
 		}
-		// A corrupt member's claim is kept for examination: its data is the evidence.
-		if c.Spec.Storage.RetentionPolicy.WhenScaled == etcdv1alpha1.RetainPVC || keptFromRecovery(c, name) || corruptRecorded(c, name) {
+		if claimOutlivesMember(c, name, pvc) {
 			patch := client.MergeFrom(pvc.DeepCopy())
 			delete(pvc.Labels, resources.LabelCluster)
 			pvc.Labels["etcd.database.dev/retained-from"] = c.Name
@@ -355,6 +354,24 @@ func (r *EtcdClusterReconciler) deleteOrphans(ctx context.Context, c *etcdv1alph
 		// gofail: var orphanClaimDeleted struct{}
 	}
 	return nil
+}
+
+// claimOutlivesMember: the claim of a member no longer in etcd is kept, released from the
+// cluster, rather than deleted: the retention policy says so, a quorum recovery did without the
+// member (its data may be the newest), or the member was found corrupt (its data is the
+// evidence). Corruption is read from the claim's own mark (markCorruptClaims), written before any
+// step acts on the evidence: not from status, which a reconcile can read older than the write
+// that recorded it.
+func claimOutlivesMember(c *etcdv1alpha1.EtcdCluster, name string, pvc *corev1.PersistentVolumeClaim) bool {
+	switch {
+	case c.Spec.Storage.RetentionPolicy.WhenScaled == etcdv1alpha1.RetainPVC:
+		return true
+	case keptFromRecovery(c, name):
+		return true
+	case pvc.Annotations[resources.AnnotationCorruptEvidence] != "":
+		return true
+	}
+	return false
 }
 
 // deleteObservedClaim deletes the claim as observed: not a newer one of the same name, nor one

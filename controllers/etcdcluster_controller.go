@@ -171,6 +171,9 @@ func (r *EtcdClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		err = r.recordRootPassword(ctx, cluster, obs)
 	}
 	if err == nil {
+		err = r.markCorruptClaims(ctx, obs)
+	}
+	if err == nil {
 		err = r.ensureClientEndpointLabels(ctx, obs)
 	}
 	if err == nil {

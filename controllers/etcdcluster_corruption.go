@@ -73,6 +73,27 @@ func (r *EtcdClusterReconciler) observeCorruption(c *etcdv1alpha1.EtcdCluster, o
 	}
 }
 
+// markCorruptClaims writes the evidence on the claim of each member found corrupt, before any
+// step acts on it: the claim then outlives the member (claimOutlivesMember) even if the status
+// that records the evidence is never written, or is read stale by the reconcile that removes it.
+func (r *EtcdClusterReconciler) markCorruptClaims(ctx context.Context, obs *observation) error {
+	for _, name := range slices.Sorted(maps.Keys(obs.corrupt)) {
+		pvc, ok := obs.pvcs[name]
+		if !ok || pvc.Annotations[resources.AnnotationCorruptEvidence] != "" {
+			continue
+		}
+		patch := client.MergeFrom(pvc.DeepCopy())
+		if pvc.Annotations == nil {
+			pvc.Annotations = map[string]string{}
+		}
+		pvc.Annotations[resources.AnnotationCorruptEvidence] = truncate(obs.corrupt[name], 1024)
+		if err := r.Patch(ctx, pvc, patch); err != nil {
+			return fmt.Errorf("mark the claim of corrupt member %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // failedInitialCheck is the evidence that the member's etcd refused to start on its start-up
 // corruption check, from the etcd container's last exit, or "".
 func failedInitialCheck(pod *corev1.Pod) string {
@@ -137,11 +158,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
-}
-
-// corruptRecorded: name is a member status records as corrupt: its claim is kept when it goes.
-func corruptRecorded(c *etcdv1alpha1.EtcdCluster, name string) bool {
-	return slices.ContainsFunc(c.Status.CorruptMembers, func(cm etcdv1alpha1.CorruptMember) bool { return cm.Name == name })
 }
 
 // corruptMessage is the Degraded message naming the corrupt members and the evidence, or "".

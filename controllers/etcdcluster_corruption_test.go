@@ -175,3 +175,62 @@ func TestTheConsistencyCheckRunsWhenDueAndNamesTheMinority(t *testing.T) {
 		t.Fatalf("status.corruptMembers %+v", got.Status.CorruptMembers)
 	}
 }
+
+// The claim of a member found corrupt is kept when the member goes even where the reconcile that
+// removes it reads a cluster whose status does not list it yet (a cache behind the status
+// written a moment before, or that write lost to a conflict): the evidence is read again from
+// the member, and the claim carries it from the first look.
+func TestACorruptMembersClaimIsKeptWhenStatusHasNotRecordedItYet(t *testing.T) {
+	a := newScriptedCluster(t, 3, nil, nil)
+	bad := a.members[2]
+	for url, st := range a.etcd.Statuses {
+		st.Alarms, st.CorruptMembers = []string{"CORRUPT"}, []uint64{3}
+		a.etcd.Statuses[url] = st
+	}
+	a.reconcile(t, 1) // found, fenced
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PVCName(bad)}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(pvc.Annotations[resources.AnnotationCorruptEvidence], "CORRUPT alarm") {
+		t.Fatalf("the claim does not carry the evidence: annotations %v", pvc.Annotations)
+	}
+
+	a.setStatus(t, func(s *etcdv1alpha1.EtcdClusterStatus) { s.CorruptMembers = nil })
+	a.reconcile(t, 1) // removed
+	if slices.ContainsFunc(a.etcd.Members, func(m etcd.Member) bool { return m.ID == 3 }) {
+		t.Fatalf("not removed: calls %v", a.etcd.Calls)
+	}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PVCName(bad)}, pvc); err != nil {
+		t.Fatalf("the corrupt member's claim was deleted: %v", err)
+	}
+	if pvc.Labels[resources.LabelCluster] != "" || pvc.Labels["etcd.database.dev/retained-from"] != "c" {
+		t.Fatalf("the claim is not released from the cluster: %v", pvc.Labels)
+	}
+}
+
+// A claim that carries corruption evidence is kept by the orphan clean-up even when neither
+// status nor this look at the cluster names its member (the member already out of etcd, its
+// pod gone, the status that named it not written).
+func TestAnOrphanClaimCarryingCorruptionEvidenceIsKept(t *testing.T) {
+	a := newScriptedCluster(t, 3, nil, nil)
+	bad := a.members[2]
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PVCName(bad)}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	pvc.Annotations = map[string]string{resources.AnnotationCorruptEvidence: "etcd raised a CORRUPT alarm for member 3"}
+	if err := a.k8s.Update(t.Context(), pvc); err != nil {
+		t.Fatal(err)
+	}
+	a.etcd.Members = slices.DeleteFunc(a.etcd.Members, func(m etcd.Member) bool { return m.ID == 3 })
+	delete(a.etcd.Statuses, resources.ClientURL(a.cluster, bad))
+	a.deletePod(t, bad)
+	a.reconcile(t, 1)
+	if err := a.k8s.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: resources.PVCName(bad)}, pvc); err != nil {
+		t.Fatalf("the claim carrying corruption evidence was deleted: %v (calls %v)", err, a.etcd.Calls)
+	}
+	if pvc.Labels[resources.LabelCluster] != "" || pvc.Labels["etcd.database.dev/retained-from"] != "c" {
+		t.Fatalf("the claim is not released from the cluster: %v", pvc.Labels)
+	}
+}

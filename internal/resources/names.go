@@ -70,6 +70,11 @@ const (
 	// AnnotationFenced on a member pod records when a quorum recovery took it out of the
 	// client Service's selection: it is never put back (the pod is being deleted).
 	AnnotationFenced = "etcd.database.dev/fenced"
+	// AnnotationCorruptEvidence on a member's claim records why its data was found diverged
+	// from the other members'. Written at the first look that finds it, before any step acts on
+	// it: the claim, whose data is the evidence, is then kept when the member goes, whatever a
+	// later look at the cluster's status shows.
+	AnnotationCorruptEvidence = "etcd.database.dev/corrupt-evidence"
 	// AnnotationUserAnnotations on the client Service lists, comma-separated and sorted, the
 	// keys of its annotations that came from spec.clientService.annotations: those the operator
 	// removes once they leave the spec. Any other annotation (a cloud controller's, a user's
