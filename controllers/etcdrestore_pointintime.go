@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -65,6 +66,8 @@ func (r *EtcdRestoreReconciler) resolvePointInTime(ctx context.Context, rs *etcd
 		return src, failed(etcdv1alpha1.ReasonSourceNotFound, "the built snapshot %s is not under EtcdBackup %s's destination %s", rs.Status.SnapshotURI, pit.Backup, base)
 	}
 	src.Storage, src.Key, src.SHA256, src.uri = backup.Spec.Destination, key, rs.Status.SnapshotSHA256, rs.Status.SnapshotURI
+	// The built snapshot is in the series' pitr/ directory; the watermarks, in the series'.
+	src.WatermarkDir = path.Dir(path.Dir(key)) + "/"
 	src.backup, src.cluster, src.revision = backup.Name, backup.Spec.ClusterName, built.Revision
 	// The archive's watermark: no client of the source saw a revision past it, nor past what
 	// the operator saw; the bump reaches past both (revisionBump).

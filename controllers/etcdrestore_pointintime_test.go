@@ -122,6 +122,9 @@ func TestPointInTimeRestoreRestoresTheSnapshotItsJobBuilt(t *testing.T) {
 	if jobRevisionBump(restoreJob) != want {
 		t.Errorf("bump %d, want %d: past the highest revision the archive saw the cluster serve", jobRevisionBump(restoreJob), want)
 	}
+	if restoreCfg.RevisionBump != want || restoreCfg.WatermarkDir != "ns/c/nightly_backup-uid/" {
+		t.Errorf("the fetch checks bump %d against the watermarks in %q, want %d against the series' directory's", restoreCfg.RevisionBump, restoreCfg.WatermarkDir, want)
+	}
 }
 
 // A point the archive cannot reach is refused before anything is made: a revision in the gap

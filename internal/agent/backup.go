@@ -16,6 +16,7 @@ import (
 	"time"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/archive"
 	"github.com/etcd-database/etcd-operator/internal/backupplan"
 	"github.com/etcd-database/etcd-operator/internal/encryption"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
@@ -51,6 +52,9 @@ type BackupDestination interface {
 	Verify(ctx context.Context, key string) (storage.Artifact, error)
 	List(ctx context.Context, prefix string) ([]storage.Artifact, error)
 	Delete(ctx context.Context, key string) error
+	// Open and Upload read and write the series' watermark.
+	Open(ctx context.Context, key string) (io.ReadCloser, error)
+	Upload(ctx context.Context, key string, r io.Reader) error
 }
 
 // BackupResult is what a run reports back to the reconciler.
@@ -77,6 +81,11 @@ type BackupResult struct {
 	PrunedCount int `json:"prunedCount,omitempty"`
 	// PruneError is set when the backup succeeded but retention could not delete everything.
 	PruneError string `json:"pruneError,omitempty"`
+	// HighestRevision is the revision the cluster had served once the snapshot was stored,
+	// raised into the series' watermark beside it; WatermarkError says why the watermark was
+	// not raised (the snapshot is stored all the same).
+	HighestRevision int64  `json:"highestRevision,omitempty"`
+	WatermarkError  string `json:"watermarkError,omitempty"`
 	// EncryptionKeyID is the key the snapshot is encrypted to; empty for a plain snapshot.
 	EncryptionKeyID string `json:"encryptionKeyID,omitempty"`
 }
@@ -138,11 +147,31 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		StartTime: start, CompletionTime: cfg.Now(), Keyspace: keyspace, AuthEnabled: auth,
 		EncryptionKeyID: keyID,
 	}
+	result.HighestRevision, err = raiseWatermark(ctx, cfg, cl, source, info.Revision)
+	if err != nil {
+		result.WatermarkError = err.Error()
+	}
 	result.Pruned, err = prune(ctx, cfg, key)
 	if err != nil {
 		result.PruneError = err.Error()
 	}
 	return result, nil
+}
+
+// raiseWatermark reads, from etcd, the revision the cluster has served now that the snapshot
+// is stored (at least the snapshot's), and raises the series' watermark to it: a restore of any
+// snapshot of the series, even from a bare location, then knows how far past the snapshot
+// clients may have read and watched, and refuses a revision bump that stops short of it.
+func raiseWatermark(ctx context.Context, cfg BackupConfig, cl etcd.Client, source string, snapshotRevision int64) (int64, error) {
+	highest := snapshotRevision
+	if st, err := cl.Status(ctx, source); err == nil {
+		highest = max(highest, st.Revision)
+	}
+	w := archive.Watermark{HighestRevision: highest, Time: cfg.Now()}
+	if err := archive.RaiseSeriesWatermark(ctx, cfg.Destination, cfg.Series.Dir(cfg.Destination.Prefix()), w); err != nil {
+		return highest, fmt.Errorf("raise the series' watermark to revision %d: %w", highest, err)
+	}
+	return highest, nil
 }
 
 // uploadStreamed uploads to key, with metadata, what write streams, and returns the count and

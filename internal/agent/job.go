@@ -262,7 +262,11 @@ func fetchFromEnvironment(ctx context.Context, dir string) (RestoreResult, error
 	if err != nil {
 		return RestoreResult{}, err
 	}
-	return Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Fallbacks: cfg.Fallbacks, Dir: dir, Keys: keys})
+	result, err := Fetch(ctx, FetchConfig{Source: source, Key: cfg.Key, SHA256: cfg.SHA256, Fallbacks: cfg.Fallbacks, Dir: dir, Keys: keys})
+	if err != nil {
+		return result, err
+	}
+	return result, BumpPassesWatermark(ctx, source, WatermarkDirOf(cfg.Key, cfg.WatermarkDir), result.Revision, cfg.RevisionBump)
 }
 
 func finish(report Report) int {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/etcd-database/etcd-operator/internal/archive"
 	"github.com/etcd-database/etcd-operator/internal/encryption"
 	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/storage"
@@ -120,6 +122,44 @@ func Fetch(ctx context.Context, cfg FetchConfig) (RestoreResult, error) {
 		result.Missing = missing[0]
 	}
 	return result, nil
+}
+
+// WatermarkDirOf is where the watermarks of the series of the snapshot at key (after the
+// storage's prefix) are: dir when given, else the snapshot's own directory.
+func WatermarkDirOf(key, dir string) string {
+	if dir != "" {
+		return dir
+	}
+	if d := path.Dir(key); d != "." {
+		return d + "/"
+	}
+	return ""
+}
+
+// BumpPassesWatermark refuses a restore whose revision bump stops short of the highest
+// revision the series' watermarks in the store record: clients of the old cluster may hold
+// revisions up to it, which the restored cluster would hand out again with other data (a
+// watch from one of them would replay or miss changes). The operator chooses the bump from
+// what it saw; the store's record outlives the operator and the cluster, and catches a number
+// given by hand that is too small. A bump of 0 (spec.revisionBump None) is the user's word that
+// no client of the old cluster will connect, and is not checked; nor is a series whose store
+// holds no watermark, or whose watermarks cannot be read (said in the agent's log).
+func BumpPassesWatermark(ctx context.Context, source *storage.Destination, dir string, snapshotRevision, bump int64) error {
+	if bump == 0 {
+		return nil
+	}
+	w, found, err := archive.HighestServed(ctx, source, source.Prefix()+dir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "the series' watermarks under %s could not be read, the revision bump is not checked against them: %v\n", source.URI(source.Prefix()+dir), err)
+		return nil
+	}
+	if !found || snapshotRevision+bump > w.HighestRevision {
+		return nil
+	}
+	return permanentError{fmt.Errorf("the watermark in %s says the cluster had served revision %d (recorded %s), and the snapshot's revision %d plus the revision bump %d does not pass it: "+
+		"clients may hold revisions the restored cluster would give out again with other data; nothing was restored. "+
+		"Set spec.revisionBump to %d or more, or to None if no client of the old cluster will connect to the restored one",
+		source.URI(source.Prefix()+dir), w.HighestRevision, w.Time.UTC().Format(time.RFC3339), snapshotRevision, bump, w.HighestRevision-snapshotRevision+1)}
 }
 
 // plaintextOf is the snapshot stream r of key as etcdutl reads it: r itself for a plain

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,7 +189,62 @@ func WriteWatermark(ctx context.Context, d *storage.Destination, dir, lineage st
 	return writeJSON(ctx, d, LineageDir(dir, lineage)+watermarkFile, w)
 }
 
-func readJSON(ctx context.Context, d *storage.Destination, key string, v any) error {
+// SeriesWatermarkKey is where the series stored under dir records the highest revision its
+// cluster had served when its newest snapshot was stored: beside the snapshots, so that a
+// restore from any of them, with or without the operator that wrote them, knows how far clients
+// may have seen.
+func SeriesWatermarkKey(dir string) string { return dir + watermarkFile }
+
+// RaiseSeriesWatermark records w as the series' watermark unless the one stored is as high:
+// revisions only grow, and a restore in place (which bumps them) is followed by higher ones.
+func RaiseSeriesWatermark(ctx context.Context, d JSONStore, dir string, w Watermark) error {
+	var stored Watermark
+	err := readJSON(ctx, d, SeriesWatermarkKey(dir), &stored)
+	if err != nil && !storage.IsNotFound(err) {
+		return err
+	}
+	if err == nil && stored.HighestRevision >= w.HighestRevision {
+		return nil
+	}
+	return writeJSON(ctx, d, SeriesWatermarkKey(dir), w)
+}
+
+// HighestServed is the highest revision any watermark of the series stored under dir records:
+// the series' own, raised after each snapshot, and each archive lineage's, rewritten after each
+// segment. found is false when the store holds none (snapshots written before watermarks were,
+// or a series whose objects were copied without them).
+func HighestServed(ctx context.Context, d *storage.Destination, dir string) (w Watermark, found bool, err error) {
+	keys := []string{SeriesWatermarkKey(dir)}
+	lineages, err := ListLineages(ctx, d, dir)
+	if err != nil {
+		return Watermark{}, false, err
+	}
+	for _, lineage := range lineages {
+		keys = append(keys, LineageDir(dir, lineage)+watermarkFile)
+	}
+	for _, key := range keys {
+		var one Watermark
+		switch err := readJSON(ctx, d, key, &one); {
+		case storage.IsNotFound(err):
+			continue
+		case err != nil:
+			return Watermark{}, false, err
+		}
+		if !found || one.HighestRevision > w.HighestRevision {
+			w, found = one, true
+		}
+	}
+	return w, found, nil
+}
+
+// JSONStore is what reading and writing a record needs of a destination.
+type JSONStore interface {
+	URI(key string) string
+	Open(ctx context.Context, key string) (io.ReadCloser, error)
+	Upload(ctx context.Context, key string, r io.Reader) error
+}
+
+func readJSON(ctx context.Context, d JSONStore, key string, v any) error {
 	r, err := d.Open(ctx, key)
 	if err != nil {
 		return err
@@ -200,7 +256,7 @@ func readJSON(ctx context.Context, d *storage.Destination, key string, v any) er
 	return nil
 }
 
-func writeJSON(ctx context.Context, d *storage.Destination, key string, v any) error {
+func writeJSON(ctx context.Context, d JSONStore, key string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err

@@ -85,6 +85,11 @@ type JobConfig struct {
 	Key       string     `json:"key,omitempty"`
 	SHA256    string     `json:"sha256,omitempty"`
 	Fallbacks []Snapshot `json:"fallbacks,omitempty"`
+	// RevisionBump the restore applies, and WatermarkDir (after the storage prefix; empty for
+	// the snapshot's own directory) where the series' watermarks are: the fetch refuses a bump
+	// that does not reach past the highest revision they record.
+	RevisionBump int64  `json:"revisionBump,omitempty"`
+	WatermarkDir string `json:"watermarkDir,omitempty"`
 
 	// Verify: the snapshot's revision and keyspace as its backup recorded them (Key and SHA256
 	// name the snapshot).

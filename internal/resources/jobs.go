@@ -168,6 +168,9 @@ type RestoreSource struct {
 	// RevisionBump is how far past the snapshot's revision the restored data starts, every
 	// revision below compacted (etcdutl's --bump-revision and --mark-compacted); 0 for none.
 	RevisionBump int64 `json:"revisionBump,omitempty"`
+	// WatermarkDir is where the watermarks of the snapshot's series are, after the storage's
+	// prefix; empty for the snapshot's own directory.
+	WatermarkDir string `json:"watermarkDir,omitempty"`
 }
 
 // Containers of a restore Job, in order.
@@ -602,7 +605,8 @@ func agentEnv(cfg jobspec.JobConfig) ([]corev1.EnvVar, error) {
 
 // restoreFetchEnv is the environment of a restore's fetch, in a Job or in a member's pod.
 func restoreFetchEnv(c *etcdv1alpha1.EtcdCluster, src RestoreSource, extraEnv []corev1.EnvVar) ([]corev1.EnvVar, error) {
-	env, err := agentEnv(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Encryption: src.Encryption, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks})
+	env, err := agentEnv(jobspec.JobConfig{Cluster: c.Name, Storage: src.Storage, Encryption: src.Encryption, Key: src.Key, SHA256: src.SHA256, Fallbacks: src.Fallbacks,
+		RevisionBump: src.RevisionBump, WatermarkDir: src.WatermarkDir})
 	return append(env, extraEnv...), err
 }
 

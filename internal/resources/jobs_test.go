@@ -365,19 +365,31 @@ func TestEveryObjectMadeCarriesTheManagedByLabel(t *testing.T) {
 }
 
 // A restore Job's etcdutl bumps the revision, marking what it skips compacted, exactly when a
-// bump is asked for, and the Job says which bump it applies.
+// bump is asked for, and the Job says which bump it applies; its fetch is told the bump and
+// where the series' watermarks are, to check the one against the other.
 func TestRestoreJobBumpsTheRevision(t *testing.T) {
 	for _, bump := range []int64{0, 1_200_000} {
 		job, err := RestoreJob(&etcdv1alpha1.EtcdRestore{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "db"}}, testCluster(), RestoreMember{Name: "prod-seed", Members: []string{"prod-seed"}},
-			RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}, RevisionBump: bump}, "img", EtcdImages{Repository: "etcd"}, PodSettings{})
+			RestoreSource{Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}, RevisionBump: bump, WatermarkDir: "db/prod/b_1/"}, "img", EtcdImages{Repository: "etcd"}, PodSettings{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var args []string
+		var fetch jobspec.JobConfig
 		for _, c := range job.Spec.Template.Spec.InitContainers {
 			if c.Name == RestoreEtcdutlContainer {
 				args = c.Args
 			}
+			for _, e := range c.Env {
+				if c.Name == RestoreFetchContainer && e.Name == jobspec.ConfigEnv {
+					if err := json.Unmarshal([]byte(e.Value), &fetch); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		if fetch.RevisionBump != bump || fetch.WatermarkDir != "db/prod/b_1/" {
+			t.Errorf("bump %d: the fetch is told bump %d and watermarks in %q", bump, fetch.RevisionBump, fetch.WatermarkDir)
 		}
 		bumped, compacted := slices.Contains(args, "--bump-revision=1200000"), slices.Contains(args, "--mark-compacted")
 		if bumped != (bump > 0) || compacted != (bump > 0) {

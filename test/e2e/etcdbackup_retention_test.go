@@ -118,7 +118,7 @@ func TestEtcdBackupRetentionPrunesOnlyItsOwnSnapshots(t *testing.T) {
 		})
 	}
 
-	rest := s3srv.listObjects(t, backupBucket, prefix) // in lexical order, so each EtcdBackup's by time
+	rest := s3srv.listSnapshots(t, backupBucket, prefix) // in lexical order, so each EtcdBackup's by time
 	for _, b := range backups {
 		dir := prefix + b.Namespace + "/data/" + b.Name + "_" + string(b.UID) + "/"
 		var own []string

@@ -362,7 +362,7 @@ func TestEtcdBackup(t *testing.T) {
 			}
 			time.Sleep(2 * time.Second)
 		}
-		keys := f.s3.listObjects(t, backupBucket, "scheduled/")
+		keys := f.s3.listSnapshots(t, backupBucket, "scheduled/")
 		if len(keys) != 2 {
 			t.Fatalf("bucket holds %v after 3 runs, want exactly maxCount=2", keys)
 		}
@@ -424,7 +424,7 @@ func TestEtcdBackup(t *testing.T) {
 			if b.Status.Phase != etcdv1alpha1.BackupFailed || b.Status.LastBackup != nil {
 				t.Errorf("phase %s, lastBackup %+v with the server gone mid-upload, want Failed and none", b.Status.Phase, b.Status.LastBackup)
 			}
-			if keys := f.s3.listObjects(t, backupBucket, prefix); len(keys) != 0 {
+			if keys := f.s3.listSnapshots(t, backupBucket, prefix); len(keys) != 0 {
 				t.Errorf("objects left by the interrupted run: %v", keys)
 			}
 			return

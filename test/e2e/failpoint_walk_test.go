@@ -202,7 +202,7 @@ func (w *failpointWalk) backup(t *testing.T) {
 		t.Errorf("backup conditions %+v, active Job %q: want Succeeded and no Job running", b.Status.Conditions, b.Status.ActiveJob)
 	}
 	art := b.Status.LastBackup
-	keys := w.s3.listObjects(t, backupBucket, "walk/")
+	keys := w.s3.listSnapshots(t, backupBucket, "walk/")
 	if art == nil || len(keys) != 1 || "s3://"+backupBucket+"/"+keys[0] != art.URI {
 		t.Fatalf("objects %v in the bucket, status says %+v: want exactly the recorded snapshot", keys, art)
 	}

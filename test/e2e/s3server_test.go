@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -296,6 +297,13 @@ func (s *s3Server) putObject(t *testing.T, bucket, key string, body []byte) {
 	if _, err := s.client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(body)}); err != nil {
 		t.Fatalf("put s3://%s/%s: %v", bucket, key, err)
 	}
+}
+
+// listSnapshots returns the keys of the snapshots under prefix, in the server's (lexical)
+// order: the objects but the series' watermarks (watermark.json) the backups keep beside them.
+func (s *s3Server) listSnapshots(t *testing.T, bucket, prefix string) []string {
+	t.Helper()
+	return slices.DeleteFunc(s.listObjects(t, bucket, prefix), func(key string) bool { return path.Base(key) == "watermark.json" })
 }
 
 // listObjects returns the keys under prefix, in the server's (lexical) order.
