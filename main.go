@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -68,6 +69,7 @@ type options struct {
 	probeAddr        string
 	leaderElect      bool
 	leaderElectionNS string
+	leaderElection   leaderElectionTimes
 	watchNamespaces  string
 	zap              zap.Options
 }
@@ -86,6 +88,12 @@ func parseFlags(args []string) (options, error) {
 		"Hold a Lease so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease; empty means the pod's own namespace.")
+	fs.DurationVar(&o.leaderElection.lease, "leader-election-lease-duration", defaultLeaderElection.lease,
+		"How long a replica waits, after the leader last renewed the Lease, before it takes over: with the retry period, how long a crashed leader's work waits.")
+	fs.DurationVar(&o.leaderElection.renewDeadline, "leader-election-renew-deadline", defaultLeaderElection.renewDeadline,
+		"How long the leader tries to renew the Lease before it stops leading; shorter than the lease duration, so that it stops before another replica may take over.")
+	fs.DurationVar(&o.leaderElection.retryPeriod, "leader-election-retry-period", defaultLeaderElection.retryPeriod,
+		"How often the leader renews the Lease (one write each time) and the other replicas try to take it.")
 	fs.StringVar(&o.watchNamespaces, "watch-namespaces", os.Getenv(watchNamespacesEnv),
 		"Comma-separated namespaces to watch; empty means all namespaces. Defaults to $"+watchNamespacesEnv+".")
 	level, err := logLevel(os.Getenv(logLevelEnv))
@@ -96,6 +104,16 @@ func parseFlags(args []string) (options, error) {
 	o.zap.BindFlags(fs)
 	return o, fs.Parse(args)
 }
+
+// leaderElectionTimes are the leader election's lease duration, renew deadline and retry
+// period. The leader writes the Lease once per retry period, whatever its clusters do: the
+// largest part of an idle operator's writes. A leader that crashes is replaced after at most
+// the lease duration plus a retry period (with client-go's jitter, 1.2 of it) — a leader that
+// stops cleanly hands over at once (LeaderElectionReleaseOnCancel). docs/performance.md has the
+// failover times and writes measured for these and for controller-runtime's 15 s/10 s/2 s.
+type leaderElectionTimes struct{ lease, renewDeadline, retryPeriod time.Duration }
+
+var defaultLeaderElection = leaderElectionTimes{lease: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second}
 
 // logLevel reads LOG_LEVEL: debug logs every decision, waits included; info (the default) each
 // step taken; error only failures.
@@ -159,6 +177,9 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 		LeaderElection:          opts.leaderElect,
 		LeaderElectionID:        "etcd-operator.etcd.database.dev",
 		LeaderElectionNamespace: opts.leaderElectionNS,
+		LeaseDuration:           &opts.leaderElection.lease,
+		RenewDeadline:           &opts.leaderElection.renewDeadline,
+		RetryPeriod:             &opts.leaderElection.retryPeriod,
 		// Released on a clean shutdown, so an upgraded operator takes over at once instead of
 		// waiting out the lease.
 		LeaderElectionReleaseOnCancel: true,
