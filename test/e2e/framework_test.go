@@ -383,7 +383,7 @@ func lastLines(s string, n int) string {
 // found by the pod's UID in their cgroup (the cgroupfs and the systemd drivers' spellings):
 // the cut a crash makes, which no deletion through the API gives. The pod must run on the
 // node the tests run on, the local cluster's only one.
-func killProcessesOfPod(t *testing.T, pod *corev1.Pod) {
+func killProcessesOfPod(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
 	uid := string(pod.UID)
 	marks := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}

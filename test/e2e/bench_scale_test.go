@@ -1,0 +1,394 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
+	"github.com/etcd-database/etcd-operator/internal/resources"
+)
+
+// BenchmarkManyClusters: one operator running BENCH_CLUSTERS (100) one-member clusters on
+// ephemeral storage with small requests, so that they fit one node (its kubelet holds ~110
+// pods). Once all are Available it measures an idle window (BENCH_SCALE_IDLE, 5 min): the
+// manager's memory and CPU (the kubelet's summary API), its reconciles and their durations and
+// its API requests by verb (its own metrics endpoint, read with a token allowed /metrics), the
+// writes the API server's audit log shows in the clusters' namespace, and the etcd calls the
+// members served. Then it crashes one member (every process of its pod killed: the kubelet
+// restarts it on its data) and times its cluster back to Available, and then twenty at once and
+// times until all are Available again. Side by side: the same figures before the clusters exist,
+// the operator idle with none.
+func BenchmarkManyClusters(b *testing.B) {
+	n, err := strconv.Atoi(envOr("BENCH_CLUSTERS", "100"))
+	if err != nil {
+		b.Fatalf("BENCH_CLUSTERS: %v", err)
+	}
+	idle := envDuration("BENCH_SCALE_IDLE", 5*time.Minute)
+	scrape := newOperatorScraper(b)
+	for range b.N {
+		empty := measureIdle(b, scrape, "", idle)
+		b.Logf("no clusters: %s", empty)
+
+		ns := benchNamespace(b)
+		start := time.Now()
+		clusters := make([]*etcdv1alpha1.EtcdCluster, n)
+		for i := range clusters {
+			clusters[i] = &etcdv1alpha1.EtcdCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("many-%03d", i), Namespace: ns},
+				Spec: etcdv1alpha1.EtcdClusterSpec{Size: 1, Version: etcdVersion, Storage: etcdv1alpha1.StorageSpec{Ephemeral: true},
+					PodTemplate: etcdv1alpha1.PodTemplate{Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("32Mi")}}}},
+			}
+			if err := k8sClient.Create(context.Background(), clusters[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		waitAllAvailable(b, ns, n, 20*time.Minute)
+		b.Logf("%d clusters created and Available in %v", n, time.Since(start).Round(time.Second))
+		b.ReportMetric(time.Since(start).Seconds(), "all-available-s")
+		time.Sleep(30 * time.Second) // the last status writes and first backups of settling
+
+		busy := measureIdle(b, scrape, ns, idle)
+		b.Logf("%d clusters idle: %s", n, busy)
+		b.ReportMetric(busy.rssMiB, "rss-MiB")
+		b.ReportMetric(busy.cpuPercent, "idle-cpu-%core")
+		b.ReportMetric(busy.reconcilesPerMin, "reconciles/min")
+		b.ReportMetric(busy.p50*1000, "p50-reconcile-ms")
+		b.ReportMetric(busy.p99*1000, "p99-reconcile-ms")
+		b.ReportMetric(float64(busy.auditedWrites), "writes/idle-window")
+		b.ReportMetric(busy.apiRequestsPerMin/float64(n), "api-requests/min/cluster")
+		b.ReportMetric(busy.etcdCallsPerMin/float64(n), "etcd-calls/min/cluster")
+
+		one := crashMembers(b, clusters[:1])
+		waitAllAvailable(b, ns, n, 10*time.Minute)
+		single := time.Since(one)
+		b.Logf("one member crashed: its cluster Available again after %v", single.Round(100*time.Millisecond))
+		twenty := crashMembers(b, clusters[1:21])
+		waitAllAvailable(b, ns, n, 20*time.Minute)
+		all := time.Since(twenty)
+		b.Logf("twenty members crashed at once: all %d Available again after %v (%.2f× the single crash)", n, all.Round(100*time.Millisecond), all.Seconds()/single.Seconds())
+		b.ReportMetric(single.Seconds(), "one-crash-recovery-s")
+		b.ReportMetric(all.Seconds(), "twenty-crashes-recovery-s")
+	}
+}
+
+// idleFigures are what an idle window showed.
+type idleFigures struct {
+	rssMiB, workingSetMiB, cpuPercent, reconcilesPerMin, p50, p99 float64
+	apiRequestsPerMin, apiWritesPerMin, etcdCallsPerMin           float64
+	auditedWrites                                                 int
+}
+
+func (f idleFigures) String() string {
+	return fmt.Sprintf("RSS %.1f MiB (working set %.1f), CPU %.2f%% of a core, %.1f reconciles/min (p50 ≤ %.0f ms, p99 ≤ %.0f ms), API %.1f requests/min (%.1f writes/min by its client), %d writes audited in the namespace, etcd %.1f calls/min",
+		f.rssMiB, f.workingSetMiB, f.cpuPercent, f.reconcilesPerMin, f.p50*1000, f.p99*1000, f.apiRequestsPerMin, f.apiWritesPerMin, f.auditedWrites, f.etcdCallsPerMin)
+}
+
+// measureIdle measures the operator over window; ns names the clusters' namespace, whose writes
+// the audit log counts and whose members' etcd calls are summed ("" for none).
+func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.Duration) idleFigures {
+	b.Helper()
+	before, cpuBefore, callsBefore := scrape.metrics(b), operatorCPUSeconds(b), membersCalls(b, ns)
+	start := time.Now()
+	var high containerMemory
+	for deadline := start.Add(window); time.Now().Before(deadline); time.Sleep(10 * time.Second) {
+		if m := operatorMemory(b); m.WorkingSetBytes > high.WorkingSetBytes {
+			high = m
+		}
+	}
+	after, cpuAfter, callsAfter := scrape.metrics(b), operatorCPUSeconds(b), membersCalls(b, ns)
+	minutes := time.Since(start).Minutes()
+	f := idleFigures{rssMiB: mib(high.RSSBytes), workingSetMiB: mib(high.WorkingSetBytes),
+		cpuPercent: (cpuAfter - cpuBefore) / time.Since(start).Seconds() * 100}
+	reconciles := after.sum("controller_runtime_reconcile_total", `controller="etcdcluster"`) - before.sum("controller_runtime_reconcile_total", `controller="etcdcluster"`)
+	f.reconcilesPerMin = reconciles / minutes
+	buckets := after.buckets("controller_runtime_reconcile_time_seconds_bucket", `controller="etcdcluster"`, before)
+	f.p50, f.p99 = quantile(buckets, 0.5), quantile(buckets, 0.99)
+	requests := after.sum("rest_client_requests_total", "") - before.sum("rest_client_requests_total", "")
+	writes := 0.0
+	for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		writes += after.sum("rest_client_requests_total", `method="`+verb+`"`) - before.sum("rest_client_requests_total", `method="`+verb+`"`)
+	}
+	f.apiRequestsPerMin, f.apiWritesPerMin = requests/minutes, writes/minutes
+	if ns != "" {
+		for write, n := range auditedWrites(b, operatorServiceAccount(b), start, time.Now()) {
+			if write.namespace == ns {
+				f.auditedWrites += n
+			}
+		}
+	}
+	f.etcdCallsPerMin = (callsAfter - callsBefore) / minutes
+	return f
+}
+
+// waitAllAvailable waits for n clusters of ns to be Available.
+func waitAllAvailable(b *testing.B, ns string, n int, timeout time.Duration) {
+	b.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		list := &etcdv1alpha1.EtcdClusterList{}
+		if err := k8sClient.List(context.Background(), list, client.InNamespace(ns)); err == nil {
+			available := 0
+			for i := range list.Items {
+				if isAvailable(&list.Items[i], int(list.Items[i].Spec.Size)) {
+					available++
+				}
+			}
+			if available == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d of %d clusters Available after %v", available, n, timeout)
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// crashMembers kills every process of each cluster's member pod at once, and returns when.
+func crashMembers(b *testing.B, clusters []*etcdv1alpha1.EtcdCluster) time.Time {
+	b.Helper()
+	var pods []*corev1.Pod
+	for _, c := range clusters {
+		list := &corev1.PodList{}
+		if err := k8sClient.List(context.Background(), list, client.InNamespace(c.Namespace), client.MatchingLabels{resources.LabelCluster: c.Name}); err != nil || len(list.Items) != 1 {
+			b.Fatalf("the member pod of %s: %d found (%v)", c.Name, len(list.Items), err)
+		}
+		pods = append(pods, &list.Items[0])
+	}
+	at := time.Now()
+	var wg sync.WaitGroup
+	for _, pod := range pods {
+		wg.Go(func() { killProcessesOfPod(b, pod) })
+	}
+	wg.Wait()
+	// The kill is seen before the wait begins: until the kubelet reports the container
+	// restarted, the cluster may still read Available.
+	time.Sleep(5 * time.Second)
+	return at
+}
+
+// membersCalls sums the gRPC calls every member of ns has served (0 for "").
+func membersCalls(b *testing.B, ns string) float64 {
+	if ns == "" {
+		return 0
+	}
+	list := &etcdv1alpha1.EtcdClusterList{}
+	if err := k8sClient.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for i := range list.Items {
+		for _, n := range etcdCallsServed(b, &list.Items[i]) {
+			total += n
+		}
+	}
+	return total
+}
+
+// operatorCPUSeconds is the manager container's CPU time, from its node's summary API.
+func operatorCPUSeconds(b *testing.B) float64 {
+	b.Helper()
+	pod := operatorPod(b)
+	raw, err := newClientset(b).CoreV1().RESTClient().Get().Resource("nodes").Name(pod.Spec.NodeName).
+		SubResource("proxy").Suffix("stats/summary").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var summary struct {
+		Pods []struct {
+			PodRef     struct{ Name, Namespace string } `json:"podRef"`
+			Containers []struct {
+				Name string `json:"name"`
+				CPU  struct {
+					UsageCoreNanoSeconds uint64 `json:"usageCoreNanoSeconds"`
+				} `json:"cpu"`
+			} `json:"containers"`
+		} `json:"pods"`
+	}
+	if err := json.Unmarshal(raw, &summary); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range summary.Pods {
+		if p.PodRef.Namespace == pod.Namespace && p.PodRef.Name == pod.Name {
+			for _, c := range p.Containers {
+				if c.Name == managerContainer {
+					return float64(c.CPU.UsageCoreNanoSeconds) / 1e9
+				}
+			}
+		}
+	}
+	b.Fatalf("no CPU figure for the operator's pod %s", pod.Name)
+	return 0
+}
+
+func operatorPod(b *testing.B) *corev1.Pod {
+	b.Helper()
+	d := &appsv1.Deployment{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}, d); err != nil {
+		b.Fatal(err)
+	}
+	pods := &corev1.PodList{}
+	if err := k8sClient.List(context.Background(), pods, client.InNamespace(operatorNamespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+		b.Fatal(err)
+	}
+	running := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil || p.Status.PodIP == "" })
+	if len(running) != 1 {
+		b.Fatalf("%d operator pods running, want one", len(running))
+	}
+	return &running[0]
+}
+
+// operatorScraper reads the operator's metrics endpoint (HTTPS, authenticated and authorized
+// through the API server) with the token of a ServiceAccount allowed to get /metrics.
+type operatorScraper struct {
+	token string
+	http  *http.Client
+}
+
+func newOperatorScraper(b *testing.B) *operatorScraper {
+	b.Helper()
+	ctx := context.Background()
+	ns := plainBenchNamespace(b)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "metrics-scraper", Namespace: ns}}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-metrics"},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: ns + "-metrics"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}}}
+	for _, o := range []client.Object{sa, role, binding} {
+		if err := k8sClient.Create(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() {
+		_ = k8sClient.Delete(context.Background(), binding)
+		_ = k8sClient.Delete(context.Background(), role)
+	})
+	token, err := newClientset(b).CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3 * 3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &operatorScraper{token: token.Status.Token, http: &http.Client{Timeout: 20 * time.Second,
+		// The metrics server's certificate is self-signed unless cert-manager gives one.
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}} //nolint:gosec // a test reading its own operator's metrics
+}
+
+// metricLines are the samples of a metrics page, "name{labels} value".
+type metricLines []string
+
+func (s *operatorScraper) metrics(b *testing.B) metricLines {
+	b.Helper()
+	var lines metricLines
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://%s:8443/metrics", operatorPod(b).Status.PodIP), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+s.token)
+		resp, err := s.http.Do(req)
+		if err == nil && resp.StatusCode == http.StatusOK {
+			scanner := bufio.NewScanner(resp.Body)
+			scanner.Buffer(make([]byte, 1<<20), 1<<20)
+			for scanner.Scan() {
+				if line := scanner.Text(); !strings.HasPrefix(line, "#") {
+					lines = append(lines, line)
+				}
+			}
+			resp.Body.Close()
+			return lines
+		}
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("HTTP %s", resp.Status)
+		}
+		if attempt == 5 {
+			b.Fatalf("the operator's metrics: %v", err)
+		}
+		time.Sleep(2 * time.Second) // the authorization just granted may not be in force yet
+	}
+}
+
+// sum adds the values of the samples of name whose labels contain match.
+func (m metricLines) sum(name, match string) float64 {
+	total := 0.0
+	for _, line := range m {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") || !strings.Contains(line, match) {
+			continue
+		}
+		fields := strings.Fields(line)
+		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
+			total += v
+		}
+	}
+	return total
+}
+
+// buckets are a histogram's cumulative counts by upper bound, minus those of before.
+func (m metricLines) buckets(name, match string, before metricLines) map[float64]float64 {
+	counts := map[float64]float64{}
+	for _, set := range []struct {
+		lines metricLines
+		sign  float64
+	}{{m, 1}, {before, -1}} {
+		for _, line := range set.lines {
+			if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, match) {
+				continue
+			}
+			_, rest, _ := strings.Cut(line, `le="`)
+			le, _, _ := strings.Cut(rest, `"`)
+			bound, err := strconv.ParseFloat(le, 64)
+			if le == "+Inf" {
+				bound, err = math.Inf(1), nil
+			}
+			fields := strings.Fields(line)
+			v, verr := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if err == nil && verr == nil {
+				counts[bound] += set.sign * v
+			}
+		}
+	}
+	return counts
+}
+
+// quantile is the upper bound of the first bucket holding the q quantile: the figure is "at
+// most this".
+func quantile(buckets map[float64]float64, q float64) float64 {
+	bounds := make([]float64, 0, len(buckets))
+	for bound := range buckets {
+		bounds = append(bounds, bound)
+	}
+	slices.Sort(bounds)
+	if len(bounds) == 0 || buckets[bounds[len(bounds)-1]] == 0 {
+		return 0
+	}
+	total := buckets[bounds[len(bounds)-1]]
+	for _, bound := range bounds {
+		if buckets[bound] >= q*total {
+			return bound
+		}
+	}
+	return math.Inf(1)
+}
