@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
@@ -295,12 +296,16 @@ func TestCertManagerCertificatesFollowTheSpec(t *testing.T) {
 		_, err := getCertificate(t, c.Namespace, name)
 		return err
 	})
-	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
-		t.Fatal(err)
-	}
-	c.Spec.TLS.Validity = &metav1.Duration{Duration: 2 * time.Hour}
-	c.Spec.TLS.RenewBefore = &metav1.Duration{Duration: 30 * time.Minute}
-	if err := k8sClient.Update(t.Context(), c); err != nil {
+	// The reconciler writes status meanwhile: a conflict is a lost race, not a refusal.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		c.Spec.TLS.Validity = &metav1.Duration{Duration: 2 * time.Hour}
+		c.Spec.TLS.RenewBefore = &metav1.Duration{Duration: 30 * time.Minute}
+		return k8sClient.Update(t.Context(), c)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, func() error {
@@ -357,11 +362,15 @@ func TestCertManagerAnotherIssuerKeepsTheOldOneUntilMembersTrustBoth(t *testing.
 		return k8sClient.Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: resources.TrustBundleSecretName(c.Name)}, &corev1.Secret{})
 	})
 
-	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
-		t.Fatal(err)
-	}
-	c.Spec.TLS.CertManager.IssuerRef.Name = "next-ca"
-	if err := k8sClient.Update(t.Context(), c); err != nil {
+	// The reconciler writes status meanwhile: a conflict is a lost race, not a refusal.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(c), c); err != nil {
+			return err
+		}
+		c.Spec.TLS.CertManager.IssuerRef.Name = "next-ca"
+		return k8sClient.Update(t.Context(), c)
+	})
+	if err != nil {
 		t.Fatalf("another issuer refused: %v", err)
 	}
 	eventually(t, 20*time.Second, func() error {
