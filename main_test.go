@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 
@@ -109,5 +110,30 @@ func TestLogLevelComesFromTheEnvironment(t *testing.T) {
 	t.Setenv(logLevelEnv, "verbose")
 	if _, err := parseFlags(nil); err == nil || !strings.Contains(err.Error(), "debug, info or error") {
 		t.Errorf("LOG_LEVEL=verbose: %v, want an error naming the accepted values", err)
+	}
+}
+
+// The leader-election defaults replace a crashed leader within 20 s, counting client-go's jitter
+// on the waiting replica's looks (up to 2.2 retry periods), with fewer Lease writes than
+// controller-runtime's 2 s renewals, and keep client-go's rules: a renew deadline above 1.2
+// retry periods and below the lease.
+func TestLeaderElectionDefaultsBoundFailoverWithFewerWrites(t *testing.T) {
+	opts, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := opts.leaderElection
+	if worst := le.lease + le.retryPeriod*22/10; worst > 20*time.Second {
+		t.Errorf("a crashed leader may be replaced only after %v", worst)
+	}
+	if le.retryPeriod <= 2*time.Second {
+		t.Errorf("renewing every %v writes as often as controller-runtime's default", le.retryPeriod)
+	}
+	if le.renewDeadline <= le.retryPeriod*12/10 || le.renewDeadline >= le.lease {
+		t.Errorf("renew deadline %v outside (1.2 × %v, %v)", le.renewDeadline, le.retryPeriod, le.lease)
+	}
+	opts, err = parseFlags([]string{"--leader-election-lease-duration=15s", "--leader-election-renew-deadline=10s", "--leader-election-retry-period=2s"})
+	if err != nil || opts.leaderElection != (leaderElectionTimes{15 * time.Second, 10 * time.Second, 2 * time.Second}) {
+		t.Errorf("flags read as %+v (%v)", opts.leaderElection, err)
 	}
 }
