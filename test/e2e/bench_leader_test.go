@@ -23,9 +23,9 @@ const leaderLease = "etcd-operator.etcd.database.dev"
 // BenchmarkLeaderFailover runs the operator as two replicas under each set of leader-election
 // times, side by side: controller-runtime's (15 s lease, 10 s renew deadline, 2 s retry period)
 // and the operator's defaults. For each it counts the Lease's writes over an idle window
-// (BENCH_LEASE_WINDOW, 1 min, reported per 5 minutes), then kills the leader's pod without a
-// grace period, as a crash would (no hand-over: LeaderElectionReleaseOnCancel needs a clean
-// stop), and times until the other replica holds the Lease. The Deployment is put back after.
+// (BENCH_LEASE_WINDOW, 1 min, reported per 5 minutes), then crashes the leader (every process
+// of its pod killed: no hand-over, which LeaderElectionReleaseOnCancel makes only on a clean
+// stop) and times until a new holder takes the Lease. The Deployment is put back after.
 func BenchmarkLeaderFailover(b *testing.B) {
 	window := envDuration("BENCH_LEASE_WINDOW", time.Minute)
 	for _, times := range []struct{ name, lease, renew, retry string }{
@@ -142,28 +142,34 @@ func leaseWrites(b *testing.B, window time.Duration) int {
 	return writes
 }
 
-// killLeader deletes the leading pod with no grace period (its process is killed at once, and
-// releases nothing) and returns how long until another pod holds the Lease.
+// killLeader kills every process of the leading pod on this machine (SIGKILL: a crash, which
+// releases nothing; a pod deleted through the API, even without a grace period, is sent SIGTERM
+// and hands the Lease over at once) and returns how long until a new holder takes the Lease:
+// the other replica, or the crashed one's restarted container, whichever first.
 func killLeader(b *testing.B) time.Duration {
 	b.Helper()
-	leader, _ := leaseHolder(context.Background())
-	if leader == "" {
-		b.Fatal("no replica holds the Lease")
-	}
-	killed := time.Now()
-	pod := &corev1.Pod{}
-	pod.Namespace, pod.Name = operatorNamespace, leader
-	if err := k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0)); err != nil {
+	lease := &coordinationv1.Lease{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: leaderLease}, lease); err != nil {
 		b.Fatal(err)
 	}
+	identity := ptr.Deref(lease.Spec.HolderIdentity, "")
+	leader, _, _ := strings.Cut(identity, "_")
+	pod := &corev1.Pod{}
+	if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: leader}, pod); err != nil {
+		b.Fatalf("the leading pod %q: %v", leader, err)
+	}
+	killed := time.Now()
+	killProcessesOfPod(b, pod)
 	for {
-		if holder, _ := leaseHolder(context.Background()); holder != "" && holder != leader {
-			took := time.Since(killed)
-			b.Logf("leader %s killed; %s leads after %v", leader, holder, took.Round(100*time.Millisecond))
-			return took
+		if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: operatorNamespace, Name: leaderLease}, lease); err == nil {
+			if now := ptr.Deref(lease.Spec.HolderIdentity, ""); now != "" && now != identity {
+				took := time.Since(killed)
+				b.Logf("leader %s killed; %s holds the Lease after %v", identity, now, took.Round(100*time.Millisecond))
+				return took
+			}
 		}
 		if time.Since(killed) > 2*time.Minute {
-			b.Fatalf("no other replica took the Lease within 2 minutes of %s's kill", leader)
+			b.Fatalf("no new holder took the Lease within 2 minutes of %s's kill", identity)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
