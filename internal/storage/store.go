@@ -2,11 +2,9 @@ package storage
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"strings"
 )
@@ -61,8 +59,8 @@ func (s Stored) Described() string {
 // opts.ReadBack or a store that keeps no checksum, against a full read-back. The object
 // appears only once complete; a failed write, upload or check leaves nothing under key.
 //
-// The data is hashed once as it is written, and each S3 part once more (the store checks
-// that hash, and the request is signed with it): no second pass over what was sent.
+// The data is hashed once as it is written, and each S3 part once more, in parallel (the
+// store checks that hash): no second pass over what was sent.
 func (d *Destination) Store(ctx context.Context, key string, metadata map[string]string, opts StoreOptions, write func(io.Writer) error) (Stored, error) {
 	var sent streamed
 	var err error
@@ -164,24 +162,6 @@ func matchesChecksum(reported string, expected []string) bool {
 	}
 	return false
 }
-
-// hashingWriter counts and hashes what goes through it to w.
-type hashingWriter struct {
-	w    io.Writer
-	hash hash.Hash
-	n    int64
-}
-
-func newHashingWriter(w io.Writer) *hashingWriter { return &hashingWriter{w: w, hash: sha256.New()} }
-
-func (h *hashingWriter) Write(p []byte) (int, error) {
-	n, err := h.w.Write(p)
-	h.hash.Write(p[:n])
-	h.n += int64(n)
-	return n, err
-}
-
-func (h *hashingWriter) streamed() streamed { return streamed{size: h.n, sha256: h.hash.Sum(nil)} }
 
 // plainKey refuses a key the gocloud drivers would escape (control characters, "../", "//",
 // a trailing slash, their own escape sequence): Store writes without them, and the object

@@ -34,11 +34,7 @@ func (d *Destination) writeFile(ctx context.Context, key string, metadata map[st
 		return streamed{}, fmt.Errorf("write %s: %w", key, err)
 	}
 	defer func() { _ = os.Remove(temp) }() // after the rename, there is nothing to remove
-	hashed := newHashingWriter(f)
-	err = write(hashed)
-	if err == nil {
-		err = ctx.Err()
-	}
+	sent, err := writeChunks(ctx, f, write)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -58,7 +54,50 @@ func (d *Destination) writeFile(ctx context.Context, key string, metadata map[st
 	if err := syncDirs(d.dir, key); err != nil {
 		return streamed{}, err
 	}
-	return hashed.streamed(), nil
+	return sent, nil
+}
+
+// A file is written in chunks of fileChunkSize, up to fileChunks of them in memory: while one
+// goes to the file, the next is filled and hashed, on the other core.
+const (
+	fileChunkSize = 1 << 20
+	fileChunks    = 4
+)
+
+// writeChunks writes what write writes into f, hashing it on write's goroutine and writing it
+// to f on another, and returns what was written.
+func writeChunks(ctx context.Context, f *os.File, write func(io.Writer) error) (streamed, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := newPartWriter(ctx, fileChunkSize, fileChunks)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		failed := false
+		for buf := range w.full {
+			if !failed {
+				if _, err := f.Write(buf); err != nil {
+					failed = true
+					cancel(err)
+				}
+			}
+			w.free <- buf
+		}
+	}()
+	err := write(w)
+	if err == nil {
+		err = w.finish()
+	}
+	if err != nil {
+		cancel(err)
+	}
+	close(w.full)
+	<-written
+	// The first failure, write's or the file's: the other only saw it as its cancellation.
+	if cause := context.Cause(ctx); cause != nil {
+		return streamed{}, cause
+	}
+	return streamed{size: w.n, sha256: w.whole.Sum(nil)}, nil
 }
 
 // fileAttributes is the library's attribute file (fileblob's ".attrs" sidecar, JSON), as

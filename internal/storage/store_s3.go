@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -38,19 +37,22 @@ const (
 
 // uploadParts streams what write writes into key as an S3 multipart upload (one PutObject
 // when it fits in a part), each part sent with its sha256 as x-amz-checksum-sha256, which the
-// store verifies on receipt, and signed with that same hash rather than one the SDK would
-// compute again. A store that refuses the checksums gets the parts without them (and Store
+// store verifies on receipt, and hashed by nothing else (checksumOptions). A store that refuses the checksums gets the parts without them (and Store
 // then reads the object back). On any failure the upload is aborted: nothing is left.
 func (d *Destination) uploadParts(ctx context.Context, key string, metadata map[string]string, write func(io.Writer) error) (streamed, error) {
 	if err := plainKey(key); err != nil {
 		return streamed{}, err
 	}
+	// The requests run under the caller's ctx, not the stream's: a failed stream lets the parts
+	// on the wire finish before the upload is aborted, since a part that lands after the
+	// abort would be kept.
+	requests := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := &partWriter{ctx: ctx, full: make(chan []byte, partBuffers), free: make(chan []byte, partBuffers), whole: sha256.New()}
+	w := newPartWriter(ctx, partSize, partBuffers)
 	u := &partUpload{client: d.client, bucket: d.bucketName, key: key, metadata: s3Metadata(metadata), checksums: true, cancel: cancel}
 	uploaded := make(chan error, 1)
-	go func() { uploaded <- u.run(ctx, w.full, w.free) }()
+	go func() { uploaded <- u.run(ctx, requests, w.full, w.free) }()
 
 	writeErr := write(w)
 	if writeErr == nil {
@@ -76,16 +78,23 @@ func (d *Destination) uploadParts(ctx context.Context, key string, metadata map[
 	return sent, nil
 }
 
-// partWriter cuts what is written into parts, hashing it whole on the way, and hands each
-// full part to the upload; it blocks while every buffer is full or on the wire.
+// partWriter cuts what is written into parts of size bytes, hashing it whole on the way, and
+// hands each full part to whoever stores it, on another goroutine; it blocks while all its
+// buffers (count at most) are full or being stored.
 type partWriter struct {
 	ctx   context.Context
+	size  int
+	count int
 	full  chan []byte
 	free  chan []byte
 	made  int
 	buf   []byte
 	whole hash.Hash
 	n     int64
+}
+
+func newPartWriter(ctx context.Context, size, count int) *partWriter {
+	return &partWriter{ctx: ctx, size: size, count: count, full: make(chan []byte, count), free: make(chan []byte, count), whole: sha256.New()}
 }
 
 func (w *partWriter) Write(p []byte) (int, error) {
@@ -113,17 +122,17 @@ func (w *partWriter) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// take is a buffer to fill: a free one, a new one while fewer than partBuffers exist, or the
-// next the upload frees.
+// take is a buffer to fill: a free one, a new one while fewer than count exist, or the next
+// one freed.
 func (w *partWriter) take() ([]byte, error) {
 	select {
 	case buf := <-w.free:
 		return buf, nil
 	default:
 	}
-	if w.made < partBuffers {
+	if w.made < w.count {
 		w.made++
-		return make([]byte, partSize), nil
+		return make([]byte, w.size), nil
 	}
 	select {
 	case buf := <-w.free:
@@ -172,9 +181,9 @@ type partUpload struct {
 }
 
 // run uploads the parts arriving on full, returning each buffer to free once sent, and
-// completes the upload when full is closed, unless ctx was cancelled (the writer failed):
-// then, as on its own failure, it aborts the upload.
-func (u *partUpload) run(ctx context.Context, full <-chan []byte, free chan<- []byte) (err error) {
+// completes the upload when full is closed, unless stream was cancelled (the writer failed):
+// then, as on its own failure, it aborts the upload once no part is on the wire.
+func (u *partUpload) run(stream, requests context.Context, full <-chan []byte, free chan<- []byte) (err error) {
 	defer func() {
 		if err != nil {
 			u.cancel(err) // the writer stops, rather than stream the rest to no one
@@ -185,12 +194,12 @@ func (u *partUpload) run(ctx context.Context, full <-chan []byte, free chan<- []
 	}()
 	first, ok := <-full
 	if !ok {
-		return context.Cause(ctx)
+		return context.Cause(stream)
 	}
 	if len(first) < partSize {
-		return u.putObject(ctx, first)
+		return u.putObject(requests, first)
 	}
-	uploadID, err := u.start(ctx, first)
+	uploadID, err := u.start(requests, first)
 	if err != nil {
 		return err
 	}
@@ -201,7 +210,7 @@ func (u *partUpload) run(ctx context.Context, full <-chan []byte, free chan<- []
 	number := int32(1)
 	for buf := range full {
 		number++
-		if u.failed() != nil || ctx.Err() != nil {
+		if u.failed() != nil || stream.Err() != nil {
 			free <- buf
 			continue
 		}
@@ -210,17 +219,17 @@ func (u *partUpload) run(ctx context.Context, full <-chan []byte, free chan<- []
 		wg.Go(func() {
 			defer func() { <-slots }()
 			defer func() { free <- buf }()
-			if err := u.uploadPart(ctx, uploadID, part, buf); err != nil {
+			if err := u.uploadPart(requests, uploadID, part, buf); err != nil {
 				u.fail(err)
 			}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(u.failed(), context.Cause(ctx)); err != nil {
-		u.abort(ctx, uploadID)
+	if err := errors.Join(u.failed(), context.Cause(stream)); err != nil {
+		u.abort(requests, uploadID)
 		return u.failed() // the writer's own error, if it is the cause, is Store's to report
 	}
-	return u.complete(ctx, uploadID)
+	return u.complete(requests, uploadID)
 }
 
 // start creates the multipart upload and uploads its first part, before any other: a store
@@ -253,7 +262,7 @@ func (u *partUpload) create(ctx context.Context) (string, error) {
 	if u.checksums {
 		in.ChecksumAlgorithm = types.ChecksumAlgorithmSha256
 	}
-	out, err := u.client.CreateMultipartUpload(ctx, in, u.checksumOptions(nil))
+	out, err := u.client.CreateMultipartUpload(ctx, in, u.checksumOptions(false))
 	if err != nil {
 		return "", fmt.Errorf("start the multipart upload: %w", err)
 	}
@@ -272,7 +281,7 @@ func (u *partUpload) uploadPart(ctx context.Context, uploadID string, number int
 		sum = s[:]
 		in.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum))
 	}
-	out, err := u.client.UploadPart(ctx, in, u.checksumOptions(sum))
+	out, err := u.client.UploadPart(ctx, in, u.checksumOptions(sum != nil))
 	if err != nil {
 		return fmt.Errorf("part %d: %w", number, err)
 	}
@@ -290,7 +299,7 @@ func (u *partUpload) complete(ctx context.Context, uploadID string) error {
 	_, err := u.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
 		Bucket: aws.String(u.bucket), Key: aws.String(u.key), UploadId: aws.String(uploadID),
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: u.parts},
-	}, u.checksumOptions(nil))
+	}, u.checksumOptions(false))
 	if err != nil {
 		u.abort(ctx, uploadID)
 		return fmt.Errorf("complete the multipart upload: %w", err)
@@ -321,7 +330,7 @@ func (u *partUpload) putObject(ctx context.Context, buf []byte) error {
 			sum = s[:]
 			in.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum))
 		}
-		_, err := u.client.PutObject(ctx, in, u.checksumOptions(sum))
+		_, err := u.client.PutObject(ctx, in, u.checksumOptions(sum != nil))
 		if err == nil {
 			return nil
 		}
@@ -337,27 +346,32 @@ func (u *partUpload) withoutChecksums(refusal error) {
 	u.unchecked = "the store refused sha256 checksums: " + refusal.Error()
 }
 
-// checksumOptions signs a request whose body's sha256 is sum with sum, so that the SDK does
-// not hash the body again for the signature; without checksums, it keeps the SDK from adding
-// its own (a CRC32 by default), which a store that refused ours would refuse too.
-func (u *partUpload) checksumOptions(sum []byte) func(*s3.Options) {
+// checksumOptions sends a request whose body carries its sha256 in x-amz-checksum-sha256
+// with an unsigned payload: the signature covers that header, and the store checks the body
+// against it, so the body is protected as a signed one is, without the SDK hashing it again
+// for the signature (nor the store, for its check of the signature). Without checksums, it
+// keeps the SDK from adding its own (a CRC32 by default), which a store that refused ours
+// would refuse too, and the payload is signed as usual.
+func (u *partUpload) checksumOptions(withChecksum bool) func(*s3.Options) {
 	return func(o *s3.Options) {
 		if !u.checksums {
 			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 			return
 		}
-		if sum == nil {
+		if !withChecksum {
 			return
 		}
-		payloadHash := hex.EncodeToString(sum)
 		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
-			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("SignWithThePartsSHA256",
+			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("UnsignedPayloadUnderItsChecksum",
 				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-					return next.HandleFinalize(v4.SetPayloadHash(ctx, payloadHash), in)
+					return next.HandleFinalize(v4.SetPayloadHash(ctx, unsignedPayload), in)
 				}), middleware.Before)
 		})
 	}
 }
+
+// unsignedPayload is SigV4's x-amz-content-sha256 for a body the signature does not cover.
+const unsignedPayload = "UNSIGNED-PAYLOAD"
 
 func (u *partUpload) fail(err error) {
 	u.mu.Lock()
