@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -37,7 +38,7 @@ const (
 
 // uploadParts streams what write writes into key as an S3 multipart upload (one PutObject
 // when it fits in a part), each part sent with its sha256 as x-amz-checksum-sha256, which the
-// store verifies on receipt, and hashed by nothing else (checksumOptions). A store that refuses the checksums gets the parts without them (and Store
+// store verifies on receipt, and hashed by nothing else on this side (checksumOptions). A store that refuses the checksums gets the parts without them (and Store
 // then reads the object back). On any failure the upload is aborted: nothing is left.
 func (d *Destination) uploadParts(ctx context.Context, key string, metadata map[string]string, write func(io.Writer) error) (streamed, error) {
 	if err := plainKey(key); err != nil {
@@ -262,7 +263,7 @@ func (u *partUpload) create(ctx context.Context) (string, error) {
 	if u.checksums {
 		in.ChecksumAlgorithm = types.ChecksumAlgorithmSha256
 	}
-	out, err := u.client.CreateMultipartUpload(ctx, in, u.checksumOptions(false))
+	out, err := u.client.CreateMultipartUpload(ctx, in, u.checksumOptions(nil))
 	if err != nil {
 		return "", fmt.Errorf("start the multipart upload: %w", err)
 	}
@@ -281,7 +282,7 @@ func (u *partUpload) uploadPart(ctx context.Context, uploadID string, number int
 		sum = s[:]
 		in.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum))
 	}
-	out, err := u.client.UploadPart(ctx, in, u.checksumOptions(sum != nil))
+	out, err := u.client.UploadPart(ctx, in, u.checksumOptions(sum))
 	if err != nil {
 		return fmt.Errorf("part %d: %w", number, err)
 	}
@@ -299,7 +300,7 @@ func (u *partUpload) complete(ctx context.Context, uploadID string) error {
 	_, err := u.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
 		Bucket: aws.String(u.bucket), Key: aws.String(u.key), UploadId: aws.String(uploadID),
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: u.parts},
-	}, u.checksumOptions(false))
+	}, u.checksumOptions(nil))
 	if err != nil {
 		u.abort(ctx, uploadID)
 		return fmt.Errorf("complete the multipart upload: %w", err)
@@ -330,7 +331,7 @@ func (u *partUpload) putObject(ctx context.Context, buf []byte) error {
 			sum = s[:]
 			in.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum))
 		}
-		_, err := u.client.PutObject(ctx, in, u.checksumOptions(sum != nil))
+		_, err := u.client.PutObject(ctx, in, u.checksumOptions(sum))
 		if err == nil {
 			return nil
 		}
@@ -346,25 +347,30 @@ func (u *partUpload) withoutChecksums(refusal error) {
 	u.unchecked = "the store refused sha256 checksums: " + refusal.Error()
 }
 
-// checksumOptions sends a request whose body carries its sha256 in x-amz-checksum-sha256
-// with an unsigned payload: the signature covers that header, and the store checks the body
-// against it, so the body is protected as a signed one is, without the SDK hashing it again
-// for the signature (nor the store, for its check of the signature). Without checksums, it
-// keeps the SDK from adding its own (a CRC32 by default), which a store that refused ours
-// would refuse too, and the payload is signed as usual.
-func (u *partUpload) checksumOptions(withChecksum bool) func(*s3.Options) {
+// checksumOptions sends a request whose body's sha256 is sum (nil: no body) with that sha256
+// in x-amz-checksum-sha256, which the store checks the body against, and spares the SDK a
+// second hash of the body for the signature: over TLS the payload goes unsigned, as the SDK
+// sends it there by default (the signature covers the checksum header, TLS the body); over
+// plain HTTP it is signed with sum. Without checksums, it keeps the SDK from adding its own (a
+// CRC32 by default), which a store that refused ours would refuse too.
+func (u *partUpload) checksumOptions(sum []byte) func(*s3.Options) {
 	return func(o *s3.Options) {
 		if !u.checksums {
 			o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 			return
 		}
-		if !withChecksum {
+		if sum == nil {
 			return
 		}
+		signed := hex.EncodeToString(sum)
 		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
-			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("UnsignedPayloadUnderItsChecksum",
+			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("PayloadHashFromItsChecksum",
 				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-					return next.HandleFinalize(v4.SetPayloadHash(ctx, unsignedPayload), in)
+					payloadHash := signed
+					if req, ok := in.Request.(*smithyhttp.Request); ok && req.IsHTTPS() {
+						payloadHash = unsignedPayload
+					}
+					return next.HandleFinalize(v4.SetPayloadHash(ctx, payloadHash), in)
 				}), middleware.Before)
 		})
 	}
@@ -422,10 +428,10 @@ func s3Metadata(metadata map[string]string) map[string]string {
 
 // refusedChecksums says whether err may be a store's refusal of the checksum headers rather
 // than of the request: a 400 or a 501, other than the answers of a store that checked the
-// checksum and found it wrong, which is the data's fault and must fail the upload. Taking
-// too many errors for a refusal costs one more request, which fails again with the same
-// error when the checksums were not the cause; taking too few would fail every backup to a
-// store that does not know them.
+// checksum and found it wrong, which is the data's fault and must fail the upload. Taking too
+// many errors for a refusal costs one more request, which fails again with the same error
+// when the checksums were not the cause; taking too few would fail every backup to a store
+// that does not know them.
 func refusedChecksums(err error) bool {
 	var response *smithyhttp.ResponseError
 	if !errors.As(err, &response) {
