@@ -122,7 +122,7 @@ func TestARunRecordsWhetherItsSnapshotHasAuthentication(t *testing.T) {
 // says that.
 func TestTheSucceededConditionNamesTheCheck(t *testing.T) {
 	for check, want := range map[string]string{
-		"sha256 checked by the store": "revision 7, sha256 checked by the store",
+		"sha256 checked by the store":                               "revision 7, sha256 checked by the store",
 		"read back (the store returned no checksum for the object)": "revision 7, read back (the store returned no checksum for the object)",
 		"": "revision 7, sha256 read back from the destination",
 	} {

@@ -84,5 +84,3 @@ func (s *Server) Stop() {
 
 // String is for logs.
 func (s *Server) String() string { return fmt.Sprintf("versitygw at %s", s.Endpoint) }
-
-func PID(s *Server) int { return s.cmd.Process.Pid }

@@ -17,7 +17,9 @@ var PathsToSync = pathsToSync
 func BeforeCheck(d *Destination, f func(key string)) { d.beforeCheck = f }
 
 // FilePath is key's file in a directory destination.
-func FilePath(d *Destination, key string) string { return filepath.Join(d.dir, filepath.FromSlash(key)) }
+func FilePath(d *Destination, key string) string {
+	return filepath.Join(d.dir, filepath.FromSlash(key))
+}
 
 // PendingUploads are what an upload may leave unfinished: a bucket's multipart uploads, a
 // directory's temporary files.

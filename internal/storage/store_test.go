@@ -106,7 +106,7 @@ func TestStoreFailsAndDeletesWhatTheDestinationDoesNotHold(t *testing.T) {
 			alter    func(t *testing.T, d *storage.Destination, key string, data []byte)
 			only     string
 		}{
-			{name: "other data of the same size", alter: replaceWith(func(data []byte) []byte { return flipFirstByte(data) }), only: "s3"},
+			{name: "other data of the same size", alter: replaceWith(flipFirstByte), only: "s3"},
 			{name: "a byte short", alter: replaceWith(func(data []byte) []byte { return data[:len(data)-1] }), only: "s3"},
 			{name: "a byte short", alter: truncateFile, only: "pvc"},
 			{name: "read back with a byte changed", readBack: true, alter: replaceWith(flipFirstByte)},
