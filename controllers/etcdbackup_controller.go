@@ -285,7 +285,7 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 	}
 	b.Status.LastBackup = run.Artifact
 	setBackupCondition(b, etcdv1alpha1.ConditionSucceeded, metav1.ConditionTrue, etcdv1alpha1.ReasonCompleted,
-		"%s: %d bytes at revision %d, sha256 read back from the destination", res.URI, res.SizeBytes, res.Revision)
+		"%s: %d bytes at revision %d, %s", res.URI, res.SizeBytes, res.Revision, storedCheck(res))
 	postEvent(r.Recorder, b, corev1.EventTypeNormal, "BackupCompleted", "Backup", "wrote %s (%d bytes, revision %d, sha256 %s%s)", res.URI, res.SizeBytes, res.Revision, res.SHA256, encryptedTo(res.EncryptionKeyID))
 	if n := len(res.Pruned) + res.PrunedCount; n > 0 {
 		postEvent(r.Recorder, b, corev1.EventTypeNormal, "SnapshotsPruned", "Prune", "retention deleted %d older snapshot(s): %v", n, res.Pruned)
@@ -295,6 +295,16 @@ func (r *EtcdBackupReconciler) record(b *etcdv1alpha1.EtcdBackup, job *batchv1.J
 	}
 	appendRun(b, run)
 	forgetDeletedSnapshots(b, kept, job.Name, res)
+}
+
+// storedCheck is how the run found the destination to hold what it streamed: the sha256 the
+// store checked, the size after the sync, or the read-back of the whole snapshot, which
+// agents that do not say always did.
+func storedCheck(res *agent.BackupResult) string {
+	if res.Check == "" {
+		return "sha256 read back from the destination"
+	}
+	return res.Check
 }
 
 // forgetDeletedSnapshots takes out of the history the snapshots the run's retention deleted,

@@ -3,12 +3,14 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -112,5 +114,25 @@ func TestARunRecordsWhetherItsSnapshotHasAuthentication(t *testing.T) {
 				t.Fatalf("the snapshot's record says authentication %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// The Succeeded condition names how the run found the destination to hold its snapshot, as
+// the agent said; a report without it, from an agent that always read its snapshot back,
+// says that.
+func TestTheSucceededConditionNamesTheCheck(t *testing.T) {
+	for check, want := range map[string]string{
+		"sha256 checked by the store":                               "revision 7, sha256 checked by the store",
+		"read back (the store returned no checksum for the object)": "revision 7, read back (the store returned no checksum for the object)",
+		"": "revision 7, sha256 read back from the destination",
+	} {
+		b := &etcdv1alpha1.EtcdBackup{ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: "ns"}}
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "once-run", Namespace: "ns"}}
+		r := &EtcdBackupReconciler{Now: time.Now}
+		r.record(b, job, true, agent.Report{Backup: &agent.BackupResult{URI: "s3://b/x.db", SizeBytes: 10, SHA256: "abc", Revision: 7, Check: check}})
+		cond := meta.FindStatusCondition(b.Status.Conditions, etcdv1alpha1.ConditionSucceeded)
+		if cond == nil || !strings.HasSuffix(cond.Message, want) {
+			t.Errorf("check %q: condition %+v, want a message ending %q", check, cond, want)
+		}
 	}
 }

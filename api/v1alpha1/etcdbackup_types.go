@@ -282,15 +282,17 @@ const (
 	BackupSuspended BackupPhase = "Suspended"
 )
 
-// BackupArtifact is a snapshot written to the destination and read back from it whole, its
-// size and sha256 those of what etcd sent, or of their ciphertext when encrypted. (A test
+// BackupArtifact is a snapshot written to the destination and checked there (the Succeeded
+// condition says how), its size and sha256 those of what etcd sent, or of their ciphertext
+// when encrypted. (A test
 // restore of it is spec.verify's, recorded in lastVerified.)
 type BackupArtifact struct {
 	// URI of the snapshot: s3://bucket/key or pvc://claim/path.
 	URI string `json:"uri"`
-	// SizeBytes of the snapshot, as read back from the destination.
+	// SizeBytes of the snapshot, as streamed and as the destination holds it.
 	SizeBytes int64 `json:"sizeBytes"`
-	// SHA256 of the snapshot, in hexadecimal, as read back from the destination.
+	// SHA256 of the snapshot, in hexadecimal, as streamed to the destination, which was found
+	// to hold exactly that.
 	SHA256 string `json:"sha256"`
 	// EncryptionKeyID is the id of the age key the snapshot is encrypted to (spec.encryption):
 	// a restore of it needs a Secret holding that key. Empty for a snapshot stored as etcd sent
@@ -322,7 +324,7 @@ type BackupArtifact struct {
 	// StartTime of the snapshot.
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Started",xDescriptors="urn:alm:descriptor:timestamp"
 	StartTime metav1.Time `json:"startTime"`
-	// CompletionTime is when the snapshot was read back from the destination and matched.
+	// CompletionTime is when the snapshot was found in the destination as streamed.
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Completed",xDescriptors="urn:alm:descriptor:timestamp"
 	CompletionTime metav1.Time `json:"completionTime"`
 	// Keyspace is what the member held when the snapshot was taken: what a restore of the
@@ -452,7 +454,7 @@ type EtcdBackupStatus struct {
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Phase",xDescriptors="urn:alm:descriptor:io.kubernetes.phase"
 	Phase BackupPhase `json:"phase,omitempty"`
 
-	// LastBackup is the newest snapshot that completed and was read back intact. Retention never
+	// LastBackup is the newest snapshot that completed and was found intact. Retention never
 	// deletes it while it is named here.
 	// +optional
 	// +operator-sdk:csv:customresourcedefinitions:type=status,displayName="Last Backup"

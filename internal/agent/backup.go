@@ -40,16 +40,18 @@ type BackupConfig struct {
 	Now  func() time.Time
 	// SkipMembers are members found corrupt (hexadecimal IDs): never the source.
 	SkipMembers []string
+	// ReadBack reads the whole snapshot back from the destination to check it, rather than
+	// take the destination's word for it (the S3 store's checksums, a synced file's size).
+	ReadBack bool
 }
 
 // BackupDestination is what a run needs of where it writes: a *storage.Destination. It is an
-// interface so that a test can give a destination that fails as real storage can (an object
-// stored other than streamed) where a real server cannot be made to.
+// interface so that a test can give a destination that fails as real storage can where a real
+// server cannot be made to.
 type BackupDestination interface {
 	Prefix() string
 	URI(key string) string
-	UploadWithMetadata(ctx context.Context, key string, r io.Reader, metadata map[string]string) error
-	Verify(ctx context.Context, key string) (storage.Artifact, error)
+	Store(ctx context.Context, key string, metadata map[string]string, opts storage.StoreOptions, write func(io.Writer) error) (storage.Stored, error)
 	List(ctx context.Context, prefix string) ([]storage.Artifact, error)
 	Delete(ctx context.Context, key string) error
 	// Open and Upload read and write the series' watermark.
@@ -88,11 +90,15 @@ type BackupResult struct {
 	WatermarkError  string `json:"watermarkError,omitempty"`
 	// EncryptionKeyID is the key the snapshot is encrypted to; empty for a plain snapshot.
 	EncryptionKeyID string `json:"encryptionKeyID,omitempty"`
+	// Check says how the destination was found to hold what was streamed ("sha256 checked by
+	// the store", "size checked after fsync", "read back", with why when read back unasked);
+	// empty from agents that always read back.
+	Check string `json:"check,omitempty"`
 }
 
 // Backup streams a snapshot of the most up-to-date voting member into the destination,
-// encrypted on the way when cfg.Keys is set, verifies what the destination holds against what
-// was streamed to it, then applies retention. A snapshot that failed or does not verify leaves
+// encrypted on the way when cfg.Keys is set, checks that the destination holds what was
+// streamed to it (storage.Destination.Store), then applies retention. A snapshot that failed or does not verify leaves
 // no object behind. Size and sha256 are of what the destination holds: the ciphertext of an
 // encrypted snapshot, whose plaintext is never written anywhere.
 func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
@@ -124,7 +130,7 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 		metadata = withMetadata(metadata, encryption.MetadataKeyID, keyID)
 	}
 	var info etcd.SnapshotInfo
-	sent, err := uploadStreamed(ctx, cfg.Destination, key, metadata, func(w io.Writer) error {
+	stored, err := cfg.Destination.Store(ctx, key, metadata, storage.StoreOptions{ReadBack: cfg.ReadBack}, func(w io.Writer) error {
 		var err error
 		info, err = snapshotInto(ctx, cl, source, w, cfg.Keys)
 		return err
@@ -135,17 +141,12 @@ func Backup(ctx context.Context, cfg BackupConfig) (BackupResult, error) {
 
 	auth := authDuring(authBefore, authStatus(ctx, cl))
 
-	stored, err := checkStored(ctx, cfg.Destination, key, sent)
-	if err != nil {
-		return BackupResult{}, err
-	}
-
 	result := BackupResult{
 		URI: cfg.Destination.URI(key), SizeBytes: stored.SizeBytes, SHA256: stored.SHA256,
 		Revision: info.Revision, EtcdVersion: info.EtcdVersion,
 		Member: etcd.FormatID(info.MemberID), ClusterID: etcd.FormatID(info.ClusterID),
 		StartTime: start, CompletionTime: cfg.Now(), Keyspace: keyspace, AuthEnabled: auth,
-		EncryptionKeyID: keyID,
+		EncryptionKeyID: keyID, Check: stored.Described(),
 	}
 	result.HighestRevision, err = raiseWatermark(ctx, cfg, cl, source, info.Revision)
 	if err != nil {
@@ -172,37 +173,6 @@ func raiseWatermark(ctx context.Context, cfg BackupConfig, cl etcd.Client, sourc
 		return highest, fmt.Errorf("raise the series' watermark to revision %d: %w", highest, err)
 	}
 	return highest, nil
-}
-
-// uploadStreamed uploads to key, with metadata, what write streams, and returns the count and
-// hash of what was streamed. A failed write fails the upload, which then leaves nothing.
-func uploadStreamed(ctx context.Context, dest BackupDestination, key string, metadata map[string]string, write func(io.Writer) error) (*digest, error) {
-	pr, pw := io.Pipe()
-	sent := newDigest(pw)
-	written := make(chan struct{})
-	go func() {
-		defer close(written)
-		_ = pw.CloseWithError(write(sent)) // an error here fails the upload, which aborts it
-	}()
-	err := dest.UploadWithMetadata(ctx, key, pr, metadata)
-	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the writer if the upload failed
-	<-written
-	return sent, err
-}
-
-// checkStored reads key back and deletes it unless it holds what was sent: an object stored
-// other than streamed is never reported, nor left to be restored.
-func checkStored(ctx context.Context, dest BackupDestination, key string, sent *digest) (storage.Artifact, error) {
-	stored, err := dest.Verify(ctx, key)
-	if err != nil {
-		return storage.Artifact{}, err
-	}
-	if sentBytes, sentSHA256 := sent.sum(); stored.SizeBytes != sentBytes || stored.SHA256 != sentSHA256 {
-		_ = dest.Delete(ctx, key)
-		return storage.Artifact{}, fmt.Errorf("%s holds %d bytes (sha256 %s) but %d bytes (sha256 %s) were streamed; deleted it",
-			dest.URI(key), stored.SizeBytes, stored.SHA256, sentBytes, sentSHA256)
-	}
-	return stored, nil
 }
 
 // snapshotInto streams the snapshot into w, through age to keys' newest key when keys is set:

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,7 +44,28 @@ const (
 	fillWorkers   = 8
 	// backupProcessEnv turns the test binary into a one-shot backup agent (see TestMain).
 	backupProcessEnv = "AGENT_BENCH_BACKUP"
+	// backupProfileEnv, when set to a directory, has each backup process write its CPU profile
+	// there (s3-<pid>.pprof, dir-<pid>.pprof): `go test -cpuprofile` would profile the
+	// benchmark, not the agents it starts.
+	backupProfileEnv = "AGENT_BENCH_CPUPROFILE"
 )
+
+// profileCPU profiles this backup process into dir until stop is called.
+func profileCPU(dir string, cfg backupProcessConfig) (stop func(), err error) {
+	kind := "dir"
+	if cfg.Bucket != "" {
+		kind = "s3"
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", kind, os.Getpid())))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }, nil
+}
 
 // TestMain runs one backup and exits when the test binary is re-executed by a benchmark with
 // backupProcessEnv set; otherwise it runs the tests as usual.
@@ -73,6 +95,14 @@ func backupProcess(config string) int {
 	if err := json.Unmarshal([]byte(config), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if dir := os.Getenv(backupProfileEnv); dir != "" {
+		stop, err := profileCPU(dir, cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer stop()
 	}
 	ctx := context.Background()
 	var dest *storage.Destination
@@ -140,9 +170,10 @@ func peakRSS() (int64, error) {
 	return 0, errors.New("no VmHWM in /proc/self/status")
 }
 
-// BenchmarkBackup: a backup of a 64 MiB and of a 256 MiB keyspace by the agent, to S3 and to a
-// directory, against `etcdctl snapshot save` of the same server to local disk, run in turn in
-// each iteration. Reports throughput (snapshot bytes over the process's wall time, in 10^6
+// BenchmarkBackup: a backup of a 64 MiB and of a 256 MiB keyspace (and of a 1 GiB one with
+// AGENT_BENCH_1GIB=1: its fill and runs take minutes) by the agent, to S3 and to a directory,
+// against `etcdctl snapshot save` of the same server to local disk, run in turn in each
+// iteration. Reports throughput (snapshot bytes over the process's wall time, in 10^6
 // bytes per second), each agent's throughput relative to etcdctl's, and the agent's peak RSS,
 // which streaming should keep the same at both sizes.
 func BenchmarkBackup(b *testing.B) {
@@ -152,7 +183,11 @@ func BenchmarkBackup(b *testing.B) {
 	etcdctl := filepath.Join(filepath.Dir(etcdtest.Binary(b)), "etcdctl")
 	srv := s3test.Start(b)
 	bucket := srv.Bucket(b, "backups")
-	for _, sizeMiB := range []int{64, 256} {
+	sizes := []int{64, 256}
+	if os.Getenv("AGENT_BENCH_1GIB") != "" {
+		sizes = append(sizes, 1024)
+	}
+	for _, sizeMiB := range sizes {
 		server := etcdtest.StartCluster(b, 1)[0]
 		fill(b, server, sizeMiB)
 		b.Run(fmt.Sprintf("db=%dMiB", sizeMiB), func(b *testing.B) {

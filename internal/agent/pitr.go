@@ -448,15 +448,11 @@ func saveMaterialized(ctx context.Context, cl etcd.Client, cfg PointInTimeConfig
 		metadata = withMetadata(metadata, encryption.MetadataKeyID, result.EncryptionKeyID)
 	}
 	var info etcd.SnapshotInfo
-	sent, err := uploadStreamed(ctx, cfg.Source, key, metadata, func(w io.Writer) error {
+	stored, err := cfg.Source.Store(ctx, key, metadata, storage.StoreOptions{}, func(w io.Writer) error {
 		var err error
 		info, err = snapshotInto(ctx, cl, url, w, cfg.Keys)
 		return err
 	})
-	if err != nil {
-		return PointInTimeResult{}, err
-	}
-	stored, err := checkStored(ctx, cfg.Source, key, sent)
 	if err != nil {
 		return PointInTimeResult{}, err
 	}

@@ -2,8 +2,6 @@ package etcd
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +9,22 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/mem"
 )
+
+// A snapshot arrives in messages of etcd's 32 KiB chunks and a few bytes more, which gRPC's
+// default buffer pool (tiers of 256 B, 4, 16 and 32 KiB, then 1 MiB) takes from its 1 MiB
+// tier, zeroed: 1 MiB cleared for every 32 KiB received, 20 % of a backup's CPU. A 64 KiB tier
+// holds them. gRPC takes the pool of its message codec only from this process-wide default,
+// set before any connection: every connection of the binary has it, the operator's too.
+func init() {
+	pool, err := mem.NewBinaryTieredBufferPool(8, 12, 14, 15, 16, 20)
+	if err != nil {
+		panic(err)
+	}
+	experimental.SetDefaultBufferPool(pool)
+}
 
 // SnapshotInfo describes a snapshot streamed by Snapshot.
 type SnapshotInfo struct {
@@ -25,11 +38,10 @@ type SnapshotInfo struct {
 	MemberID       uint64
 	ClusterID      uint64
 	SizeBytes      int64
-	SHA256         string
 }
 
 // Snapshot streams a point-in-time snapshot from the member serving clientURL into w, counting
-// and hashing it on the way: nothing is held beyond one copy buffer, so memory stays flat
+// it on the way: nothing is held beyond one copy buffer, so memory stays flat
 // whatever the database size. The caller picks the member (the most up to date voter).
 func (e *client) Snapshot(ctx context.Context, clientURL string, w io.Writer) (SnapshotInfo, error) {
 	conn, err := e.c.Dial(clientURL)
@@ -50,8 +62,9 @@ func (e *client) Snapshot(ctx context.Context, clientURL string, w io.Writer) (S
 	}
 	defer resp.Snapshot.Close()
 
-	hash := sha256.New()
-	n, err := io.Copy(io.MultiWriter(w, hash), resp.Snapshot)
+	// Not hashed here: whoever stores the stream hashes what it stores, and a second sha256
+	// of every byte is a tenth of a backup's time.
+	n, err := io.Copy(w, resp.Snapshot)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("stream snapshot from %s after %d bytes: %w", clientURL, n, err)
 	}
@@ -62,7 +75,6 @@ func (e *client) Snapshot(ctx context.Context, clientURL string, w io.Writer) (S
 		MemberID:       st.Header.MemberId,
 		ClusterID:      st.Header.ClusterId,
 		SizeBytes:      n,
-		SHA256:         hex.EncodeToString(hash.Sum(nil)),
 	}, nil
 }
 

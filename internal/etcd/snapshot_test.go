@@ -2,8 +2,6 @@ package etcd_test
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +17,7 @@ import (
 )
 
 // The streamed snapshot is a valid etcd database at the reported revision, and its reported
-// size and digest are those of the bytes written.
+// size is that of the bytes written.
 func TestSnapshotAgainstRealEtcd(t *testing.T) {
 	servers, _, c := memberWithKeys(t, 500)
 
@@ -28,9 +26,8 @@ func TestSnapshotAgainstRealEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(buf.Bytes())
-	if info.SizeBytes != int64(buf.Len()) || info.SHA256 != hex.EncodeToString(sum[:]) {
-		t.Fatalf("reported %d bytes sha256 %s; wrote %d bytes sha256 %x", info.SizeBytes, info.SHA256, buf.Len(), sum)
+	if info.SizeBytes != int64(buf.Len()) {
+		t.Fatalf("reported %d bytes; wrote %d bytes", info.SizeBytes, buf.Len())
 	}
 	// StorageVersion is left out: etcd reports it only once the cluster version is settled.
 	if info.Revision != 501 || info.EtcdVersion != "3.6.16" || info.MemberID == 0 || info.ClusterID == 0 {

@@ -123,7 +123,7 @@ type BackupCollector struct {
 func newBackupCollector() *BackupCollector {
 	return &BackupCollector{
 		created:          desc("backup_created_timestamp_seconds", "When the EtcdBackup was created: the age a backup that never succeeded is measured from.", "cluster"),
-		lastSuccess:      desc("backup_last_success_timestamp_seconds", "When the newest snapshot that completed and was read back intact (status.lastBackup) finished.", "cluster"),
+		lastSuccess:      desc("backup_last_success_timestamp_seconds", "When the newest snapshot that completed and was found intact (status.lastBackup) finished.", "cluster"),
 		lastSize:         desc("backup_last_size_bytes", "The size of the newest completed snapshot.", "cluster"),
 		lastDuration:     desc("backup_last_duration_seconds", "How long the newest completed snapshot took, from its start to its upload.", "cluster"),
 		lastRunFailed:    desc("backup_last_run_failed", "1 when the newest run failed, 0 otherwise.", "cluster"),

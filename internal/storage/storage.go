@@ -50,6 +50,12 @@ type Destination struct {
 	uriBase string
 	// dir is the directory of a directory destination, whose uploads are synced to disk.
 	dir string
+	// client and bucketName are an S3 destination's, for what Store does beside the library.
+	client     *s3.Client
+	bucketName string
+	// beforeCheck, when set (by tests), runs between Store's upload and its check: what a
+	// store or a disk that loses data would do there.
+	beforeCheck func(key string)
 }
 
 // OpenS3 opens an S3-compatible bucket.
@@ -87,11 +93,12 @@ func OpenS3(ctx context.Context, cfg S3) (*Destination, error) {
 	if cfg.Endpoint != "" {
 		opts.BaseEndpoint = aws.String(cfg.Endpoint)
 	}
-	bucket, err := s3blob.OpenBucket(ctx, s3.New(opts), cfg.Bucket, nil)
+	client := s3.New(opts)
+	bucket, err := s3blob.OpenBucket(ctx, client, cfg.Bucket, nil)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Destination{bucket: bucket, prefix: cfg.Prefix, uriBase: BucketURI(cfg.Bucket)}, nil
+	return &Destination{bucket: bucket, prefix: cfg.Prefix, uriBase: BucketURI(cfg.Bucket), client: client, bucketName: cfg.Bucket}, nil
 }
 
 // credentialsFor is the keys cfg gives, or, with none, the ambient identity the AWS SDK's default

@@ -114,6 +114,14 @@ func TestWrongCredentialsAndMissingBucketArePermanent(t *testing.T) {
 			if err == nil || !storage.IsPermanent(err) {
 				t.Fatalf("upload: %v; want a permanent error", err)
 			}
+			// Store takes a refusal for one of its checksums and tries again without them:
+			// the second refusal is still the user's to fix.
+			for _, size := range []int{1, 9 << 20} {
+				_, err = d.Store(t.Context(), "etcd/x.db", nil, storage.StoreOptions{}, writeAll(make([]byte, size)))
+				if err == nil || !storage.IsPermanent(err) {
+					t.Fatalf("store of %d bytes: %v; want a permanent error", size, err)
+				}
+			}
 		})
 	}
 }
