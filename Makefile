@@ -145,9 +145,17 @@ model: ## Not in CI: the quorum-loss recovery against its model of the world, at
 .PHONY: bench
 # -p 1: one package's benchmarks at a time; go test would otherwise run two packages' test
 # binaries at once on the 2 cores, each benchmark's figures taken under another's load.
-bench: envtest-assets $(VERSITYGW) ## Benchmarks: backup throughput and memory, the continuous archive (segments, the archiver under a 3-member cluster's load, a point-in-time replay) against real etcd and S3 servers on loopback, the manager's memory among unrelated objects (envtest); figures for docs/performance.md.
+# BENCH selects (BENCH=ManyClusters), BENCH_RUNS repeats each (as -count: one run each, where
+# -benchtime 3x would run four); SCALE_CLUSTERS lists the cluster counts of BenchmarkManyClusters
+# (SCALE_CLUSTERS=100,1000) and SCALE_WINDOW its idle window.
+BENCH ?= .
+BENCH_RUNS ?= 1
+SCALE_CLUSTERS ?= 100
+SCALE_WINDOW ?= 60s
+bench: envtest-assets $(VERSITYGW) ## Benchmarks: backup throughput and memory, the continuous archive (segments, the archiver under a 3-member cluster's load, a point-in-time replay) against real etcd and S3 servers on loopback, the manager's memory among unrelated objects and with many clusters (envtest, scripted etcd members); figures for docs/performance.md.
 	KUBEBUILDER_ASSETS="$(ENVTEST_ASSETS)" ETCD_BIN="$(ETCD_BIN)" VERSITYGW="$(VERSITYGW)" \
-		go test -p 1 -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m . ./internal/...
+		SCALE_CLUSTERS="$(SCALE_CLUSTERS)" SCALE_WINDOW="$(SCALE_WINDOW)" \
+		go test -p 1 -count=$(BENCH_RUNS) -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 90m . ./internal/...
 
 .PHONY: test-all
 # Mutation testing runs beside the cluster's start, the OLM checks and the operator's deployment

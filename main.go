@@ -33,6 +33,7 @@ import (
 	etcdv1alpha1 "github.com/etcd-database/etcd-operator/api/v1alpha1"
 	"github.com/etcd-database/etcd-operator/controllers"
 	"github.com/etcd-database/etcd-operator/internal/agent"
+	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/platform"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
@@ -72,6 +73,9 @@ type options struct {
 	leaderElection   leaderElectionTimes
 	watchNamespaces  string
 	zap              zap.Options
+	// etcdDial is no flag: nil, the real etcd client, but for the scale benchmark's scripted
+	// members (main_scale_bench_test.go).
+	etcdDial func(etcd.Config) (etcd.Client, error)
 }
 
 func parseFlags(args []string) (options, error) {
@@ -215,6 +219,7 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 		},
 		UpgradeableCondition: upgradeable,
 		CertManager:          certManager,
+		EtcdDial:             opts.etcdDial,
 	}); err != nil {
 		return nil, err
 	}

@@ -53,6 +53,9 @@ func TestMain(m *testing.M) {
 	if cacheKind := os.Getenv(memoryChildEnv); cacheKind != "" {
 		os.Exit(reportManagerMemory(cacheKind))
 	}
+	if mode := os.Getenv(scaleChildEnv); mode != "" {
+		os.Exit(runScaleChild(mode))
+	}
 	code := m.Run()
 	if unrelated.env != nil {
 		_ = unrelated.env.Stop()

@@ -30,15 +30,22 @@ type Options struct {
 	UpgradeableCondition conditions.Condition
 	// ArchiverReports reads the archivers' reports; nil reads them from their pods over HTTP.
 	ArchiverReports ArchiverReports
+	// EtcdDial connects to a cluster's members; nil is etcd.New. The scale benchmark gives
+	// scripted members (etcdfake), so that one process runs more clusters than a node holds.
+	EtcdDial func(etcd.Config) (etcd.Client, error)
 }
 
 // SetupWithManager registers every reconciler with the manager.
 func SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	dial := opts.EtcdDial
+	if dial == nil {
+		dial = etcd.New
+	}
 	clusters := &EtcdClusterReconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		Recorder:      mgr.GetEventRecorder("etcdcluster-controller"),
-		Etcd:          etcd.NewCache(),
+		Etcd:          etcd.NewCacheWith(dial),
 		DefaultImages: opts.DefaultEtcdImages,
 		Pods:          opts.Pods,
 		AgentImage:    opts.AgentImage,

@@ -29,7 +29,7 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/resources"
 )
 
-// BenchmarkManyClusters: one operator running BENCH_CLUSTERS (100) one-member clusters on
+// BenchmarkClustersOnOneNode: one operator running BENCH_CLUSTERS (100) one-member clusters on
 // ephemeral storage with small requests, so that they fit one node (its kubelet holds ~110
 // pods). Once all are Available it measures an idle window (BENCH_SCALE_IDLE, 5 min): the
 // manager's memory and CPU (the kubelet's summary API), its reconciles and their durations and
@@ -39,7 +39,7 @@ import (
 // restarts it on its data) and times its cluster back to Available, and then twenty at once and
 // times until all are Available again. Side by side: the same figures before the clusters exist,
 // the operator idle with none.
-func BenchmarkManyClusters(b *testing.B) {
+func BenchmarkClustersOnOneNode(b *testing.B) {
 	n, err := strconv.Atoi(envOr("BENCH_CLUSTERS", "100"))
 	if err != nil {
 		b.Fatalf("BENCH_CLUSTERS: %v", err)
