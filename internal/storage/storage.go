@@ -14,7 +14,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -182,14 +181,8 @@ func (d *Destination) syncToDisk(key string) error {
 		return nil
 	}
 	for _, path := range pathsToSync(d.dir, key) {
-		f, err := os.Open(path)
-		if err != nil {
-			return fmt.Errorf("sync %s: %w", path, err)
-		}
-		err = f.Sync()
-		_ = f.Close()
-		if err != nil {
-			return fmt.Errorf("sync %s: %w", path, err)
+		if err := syncPath(path); err != nil {
+			return err
 		}
 	}
 	return nil
