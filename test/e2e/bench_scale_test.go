@@ -135,6 +135,7 @@ func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.D
 		for write, n := range auditedWrites(b, operatorServiceAccount(b), start, time.Now()) {
 			if write.namespace == ns {
 				f.auditedWrites += n
+				b.Logf("audited in the idle window: %s × %d", write, n)
 			}
 		}
 	}
