@@ -276,12 +276,8 @@ func (u *partUpload) uploadPart(ctx context.Context, uploadID string, number int
 		Bucket: aws.String(u.bucket), Key: aws.String(u.key), UploadId: aws.String(uploadID),
 		PartNumber: aws.Int32(number), Body: bytes.NewReader(buf), ContentLength: aws.Int64(int64(len(buf))),
 	}
-	var sum []byte
-	if u.checksums {
-		s := sha256.Sum256(buf)
-		sum = s[:]
-		in.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum))
-	}
+	sum, header := u.checksumOf(buf)
+	in.ChecksumSHA256 = header
 	out, err := u.client.UploadPart(ctx, in, u.checksumOptions(sum))
 	if err != nil {
 		return fmt.Errorf("part %d: %w", number, err)
@@ -317,6 +313,16 @@ func (u *partUpload) abort(ctx context.Context, uploadID string) {
 	})
 }
 
+// checksumOf is buf's sha256 and its x-amz-checksum-sha256 header value, or nothing once the
+// store has refused checksums.
+func (u *partUpload) checksumOf(buf []byte) ([]byte, *string) {
+	if !u.checksums {
+		return nil, nil
+	}
+	sum := sha256.Sum256(buf)
+	return sum[:], aws.String(base64.StdEncoding.EncodeToString(sum[:]))
+}
+
 // putObject uploads an object that fits in one part, with its checksum, or without it if the
 // store refuses it.
 func (u *partUpload) putObject(ctx context.Context, buf []byte) error {
@@ -325,12 +331,8 @@ func (u *partUpload) putObject(ctx context.Context, buf []byte) error {
 			Bucket: aws.String(u.bucket), Key: aws.String(u.key), Metadata: u.metadata,
 			ContentType: aws.String(objectContentType), Body: bytes.NewReader(buf), ContentLength: aws.Int64(int64(len(buf))),
 		}
-		var sum []byte
-		if u.checksums {
-			s := sha256.Sum256(buf)
-			sum = s[:]
-			in.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum))
-		}
+		sum, header := u.checksumOf(buf)
+		in.ChecksumSHA256 = header
 		_, err := u.client.PutObject(ctx, in, u.checksumOptions(sum))
 		if err == nil {
 			return nil
