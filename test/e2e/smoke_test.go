@@ -79,7 +79,12 @@ func TestMain(m *testing.M) {
 	logs := startLogCollector(clientset)
 	code := m.Run()
 	// After every test: a secret logged by any of them is found here.
-	if checked, err := operatorLogsHoldNoSecret(clientset, logs.stop()); err != nil {
+	followed := logs.stop()
+	if err := operatorKeptItsLease(followed); err != nil {
+		fmt.Fprintf(os.Stderr, "--- FAIL: OperatorKeptItsLease: %v\n", err)
+		code = max(code, 1)
+	}
+	if checked, err := operatorLogsHoldNoSecret(clientset, followed); err != nil {
 		fmt.Fprintf(os.Stderr, "--- FAIL: OperatorLogsHoldNoSecret: %v\n", err)
 		code = max(code, 1)
 	} else {
