@@ -22,10 +22,24 @@ awk -v max="$max" '
 		printf "=== what %s wrote (%d lines, the last %d shown)\n", t, n[t], (n[t] < max ? n[t] : max)
 		for (i = (n[t] > max ? n[t] - max + 1 : 1); i <= n[t]; i++) print lines[t, i]
 	}
+	function brief(t,    i, k, line) {
+		k = 0
+		for (i = 1; i <= n[t] && k < 2; i++) {
+			line = lines[t, i]
+			if (line !~ /_test\.go:[0-9]+: / || tolower(line) !~ /(want|within|deadline|timed out|fail|error|expected|cannot|refused|not found)/) continue
+			sub(/^[ \t]+/, "", line)
+			printf "%s: %s\n", t, (length(line) > 220 ? substr(line, 1, 220) "…" : line)
+			k++
+		}
+	}
 	END {
 		for (t in failed) for (u in failed) if (index(u, t "/") == 1) parent[t] = 1
 		for (t in failed) if (t in parent) show(t)
 		for (t in failed) if (!(t in parent)) show(t)
+		# CI shows the end: one or two lines each, those that read as the failure (an expectation,
+		# a deadline, an error), cut short, so that every failed test says why within the part shown.
+		print "=== in short, what each said of its failure:"
+		for (t in failed) if (!(t in parent)) brief(t)
 		printf "=== failed on their own:"
 		for (t in failed) if (!(t in parent)) printf " %s", t
 		print ""

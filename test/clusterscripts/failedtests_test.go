@@ -24,6 +24,7 @@ func TestFailedTestsPrintsWhatEachFailedTestWrote(t *testing.T) {
     quorumloss_test.go:124: lost members [q1-a q1-b q1-c]
 === NAME  TestQuorum/3_members,_the_node_stops_answering
     quorumloss_test.go:371: Operation cannot be fulfilled on nodes "e2e": the object has been modified
+    quorumloss_test.go:380: status of q5: {Phase:Degraded Members:[q5-a q5-b q5-c]}
 === NAME  TestQuorum
     s3server_test.go:341: S3 server pod log: what the parent's cleanup dumped
 --- FAIL: TestQuorum (0.00s)
@@ -61,6 +62,23 @@ FAIL
 	// parents (whose lines are mostly what cleanups dumped), and the last line names them.
 	if strings.Index(got, "what the parent's cleanup dumped") > strings.Index(got, `Operation cannot be fulfilled`) {
 		t.Errorf("a parent's lines come after its failed subtest's:\n%s", got)
+	}
+	// Before that line, one or two lines each that read as the failure, without the dumps.
+	at := strings.LastIndex(got, "=== in short")
+	if at < 0 {
+		t.Fatalf("no short account of the failures:\n%s", got)
+	}
+	short := got[at:]
+	for _, want := range []string{
+		`TestQuorum/3_members,_the_node_stops_answering: quorumloss_test.go:371: Operation cannot be fulfilled`,
+		"TestPlain: plain_test.go:5: without -v, the message follows the FAIL line",
+	} {
+		if !strings.Contains(short, want) {
+			t.Errorf("the short account misses %q:\n%s", want, short)
+		}
+	}
+	if strings.Contains(short, "status of q5") || strings.Contains(short, "lost members") {
+		t.Errorf("the short account has lines that do not read as a failure:\n%s", short)
 	}
 	lines := strings.Split(strings.TrimSpace(got), "\n")
 	if last := lines[len(lines)-1]; !strings.Contains(last, "TestQuorum/3_members,_the_node_stops_answering") || !strings.Contains(last, "TestPlain") || strings.Contains(last, "TestQuorum ") {
