@@ -31,7 +31,7 @@ func (r *EtcdClusterReconciler) act(ctx context.Context, c *etcdv1alpha1.EtcdClu
 	switch step.Action {
 	case membership.Wait:
 		if step.Operation == membership.OpNone {
-			return ctrl.Result{RequeueAfter: requeueSteady}, nil
+			return ctrl.Result{RequeueAfter: nextSteadyLook()}, nil
 		}
 		return ctrl.Result{RequeueAfter: requeueWaiting}, nil
 	case membership.Bootstrap:

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -220,5 +221,32 @@ func TestMemberPodsNeverTakeTheOperatorsProxy(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A cluster with nothing to do is looked at again every requeueSteady on average, but not all
+// clusters at the same moment: each look is drawn within steadyLookSpread of it.
+func TestSteadyLooksAreSpread(t *testing.T) {
+	r := &EtcdClusterReconciler{}
+	lowest, highest := requeueSteady-time.Duration(float64(requeueSteady)*steadyLookSpread), requeueSteady+time.Duration(float64(requeueSteady)*steadyLookSpread)
+	var sum time.Duration
+	seconds := map[time.Duration]bool{}
+	const looks = 1000
+	for range looks {
+		result, err := r.act(t.Context(), &etcdv1alpha1.EtcdCluster{}, &observation{}, membership.Step{Action: membership.Wait, Operation: membership.OpNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if result.RequeueAfter < lowest || result.RequeueAfter > highest {
+			t.Fatalf("looked at again after %v, want within %v to %v", result.RequeueAfter, lowest, highest)
+		}
+		sum += result.RequeueAfter
+		seconds[result.RequeueAfter.Truncate(time.Second)] = true
+	}
+	if mean := sum / looks; mean < requeueSteady-time.Second || mean > requeueSteady+time.Second {
+		t.Errorf("looked at again after %v on average, want about %v", mean, requeueSteady)
+	}
+	if len(seconds) < 10 {
+		t.Errorf("%d looks fell in %d distinct seconds, want them spread over the %v to %v window", looks, len(seconds), lowest, highest)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -41,10 +42,22 @@ const (
 	requeueAfterStep = 2 * time.Second
 	requeueWaiting   = 2 * time.Second
 	requeueSteady    = 30 * time.Second
+	// steadyLookSpread spreads the steady-state looks over requeueSteady ± 20 % (nextSteadyLook).
+	steadyLookSpread = 0.2
 	// requeueAfterConflict: a status write refused as written over a newer cluster object; the
 	// cache has it, or will within a moment.
 	requeueAfterConflict = time.Second
 )
+
+// nextSteadyLook is when a cluster with nothing to do is looked at again: requeueSteady on
+// average, drawn uniformly within steadyLookSpread of it. Clusters made together would
+// otherwise keep the cadence they started with, and be looked at all at once: at 1000 clusters
+// most of a minute's 2000 looks came in two bursts to four workers, and the bursts made the tail
+// of a look's duration (docs/performance.md, Many clusters per operator).
+func nextSteadyLook() time.Duration {
+	spread := float64(requeueSteady) * steadyLookSpread
+	return requeueSteady + time.Duration((2*rand.Float64()-1)*spread)
+}
 
 // EtcdClusterReconciler runs etcd clusters: one pod and one claim per member, membership
 // changed one safe step at a time.
