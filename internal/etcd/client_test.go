@@ -388,3 +388,43 @@ func TestCorruptAlarmIsReportedByMemberAndDisarmedAgainstRealEtcd(t *testing.T) 
 		t.Fatalf("write after disarming every CORRUPT alarm: %v", err)
 	}
 }
+
+// A client kept across looks, whose member was down for a while (a crashed pod restarting),
+// reaches it again within seconds of its return: with gRPC's default back-off (1 s, ×1.6, up
+// to 2 min) it tried again only at the end of its current wait, ~10 s after 17 s down.
+func TestAKeptClientReachesAMemberSoonAfterItIsBack(t *testing.T) {
+	s := etcdtest.StartCluster(t, 1)[0]
+	c, err := etcd.New(etcd.Config{Endpoints: []string{s.ClientURL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	members := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		defer cancel()
+		_, _, err := c.Members(ctx)
+		return err
+	}
+	if err := members(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	// The operator's looks go on while the member is down, and fail.
+	for down := time.Now(); time.Since(down) < 17*time.Second; time.Sleep(time.Second) {
+		if members(500*time.Millisecond) == nil {
+			t.Fatal("a stopped member answered")
+		}
+	}
+	s.Start(t, "existing", etcdtest.InitialCluster(s))
+	s.WaitReady(t) // through a new client of its own
+	back := time.Now()
+	for members(500*time.Millisecond) != nil {
+		if time.Since(back) > 30*time.Second {
+			t.Fatal("the kept client did not reach the member within 30 s of its return")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if took := time.Since(back); took > 4500*time.Millisecond {
+		t.Errorf("the kept client reached the member %v after it was back, want within 4.5 s (the back-off's 3-s ceiling, jittered)", took.Round(100*time.Millisecond))
+	}
+}
