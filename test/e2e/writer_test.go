@@ -43,6 +43,10 @@ func startWriterAs(t *testing.T, endpoint, prefix, user, password string) *write
 func startWriterWith(t *testing.T, cfg clientv3.Config, prefix string) *writer {
 	t.Helper()
 	cfg.DialTimeout, cfg.Logger = 2*time.Second, zap.NewNop()
+	// The cluster may be down for minutes (a quorum loss): with gRPC's default back-off the
+	// client's next attempt after it serves again could be two minutes away, past the
+	// read-back's minute.
+	cfg.DialOptions = append(cfg.DialOptions, quickReconnect...)
 	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)
