@@ -179,9 +179,10 @@ func countAvailable(ns string) int {
 func recoverFromCrash(b *testing.B, ns string, n int, clusters []*etcdv1alpha1.EtcdCluster) time.Duration {
 	b.Helper()
 	pods, killed := crashMembers(b, clusters)
-	type timeline struct{ running, ready, available time.Duration }
+	type timeline struct{ running, ready time.Duration }
 	seen := make([]timeline, len(pods))
 	deadline := killed.Add(20 * time.Minute)
+	var recovered time.Duration
 	for {
 		time.Sleep(500 * time.Millisecond)
 		now := time.Since(killed)
@@ -210,9 +211,7 @@ func recoverFromCrash(b *testing.B, ns string, n int, clusters []*etcdv1alpha1.E
 			}
 		}
 		if allReady && countAvailable(ns) == n {
-			for i := range seen {
-				seen[i].available = now
-			}
+			recovered = now
 			break
 		}
 		if time.Now().After(deadline) {
@@ -228,7 +227,6 @@ func recoverFromCrash(b *testing.B, ns string, n int, clusters []*etcdv1alpha1.E
 		slices.Sort(d)
 		return fmt.Sprintf("median %v, slowest %v", d[len(d)/2].Round(100*time.Millisecond), d[len(d)-1].Round(100*time.Millisecond))
 	}
-	recovered := seen[0].available
 	printBenchLine("after the kill of %d: containers running again %s; pods Ready %s; every cluster Available after %v",
 		len(pods), spread(running), spread(ready), recovered.Round(100*time.Millisecond))
 	return recovered
