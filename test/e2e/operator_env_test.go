@@ -16,9 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// managerContainer is the operator's container in its Deployment.
-const managerContainer = "manager"
-
 // setOperatorEnv sets env on the operator's manager container, as OLM sets a Subscription's
 // (its proxy variables among them), and returns the pod the Deployment rolled out with it,
 // ready. The operator reads its environment only when it starts, hence the new pod. The test's
