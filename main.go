@@ -60,6 +60,10 @@ const relatedImageOperatorEnv = "RELATED_IMAGE_OPERATOR"
 // --zap-log-level, when given, wins.
 const logLevelEnv = "LOG_LEVEL"
 
+// pprofBindAddressEnv sets --pprof-bind-address where flags cannot be set: an OLM
+// Subscription's config.env.
+const pprofBindAddressEnv = "PPROF_BIND_ADDRESS"
+
 // defaultEtcdRepository serves when RELATED_IMAGE_ETCD is unset: the etcd project's own images.
 const defaultEtcdRepository = "gcr.io/etcd-development/etcd"
 
@@ -68,6 +72,7 @@ type options struct {
 	secureMetrics    bool
 	enableHTTP2      bool
 	probeAddr        string
+	pprofAddr        string
 	leaderElect      bool
 	leaderElectionNS string
 	leaderElection   leaderElectionTimes
@@ -88,6 +93,9 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false,
 		"Allow HTTP/2 on the metrics server (off by default: HTTP/2 Rapid Reset and Stream Cancellation CVEs).")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", os.Getenv(pprofBindAddressEnv),
+		"Address of Go's profiling endpoints (/debug/pprof/), unauthenticated; empty (the default) or \"0\" turns them off. "+
+			"127.0.0.1:6060 with kubectl port-forward keeps them inside the pod. Defaults to $"+pprofBindAddressEnv+".")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false,
 		"Hold a Lease so that only one replica reconciles at a time.")
 	fs.StringVar(&o.leaderElectionNS, "leader-election-namespace", "",
@@ -186,6 +194,7 @@ func newManager(cfg *rest.Config, opts options, cacheOptions cache.Options) (ctr
 		Scheme:                  scheme,
 		Metrics:                 metricsOptions(opts),
 		HealthProbeBindAddress:  opts.probeAddr,
+		PprofBindAddress:        opts.pprofAddr,
 		LeaderElection:          opts.leaderElect,
 		LeaderElectionID:        "etcd-operator.etcd.database.dev",
 		LeaderElectionNamespace: opts.leaderElectionNS,

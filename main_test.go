@@ -139,3 +139,27 @@ func TestLeaderElectionDefaultsBoundFailoverWithFewerWrites(t *testing.T) {
 		t.Errorf("flags read as %+v (%v)", opts.leaderElection, err)
 	}
 }
+
+// Go's profiling endpoints are off unless asked for: they are unauthenticated, and a heap
+// profile holds whatever the process holds. PPROF_BIND_ADDRESS asks where flags cannot be set
+// (an OLM Subscription's config.env); the flag wins.
+func TestProfilingIsOffUnlessAskedFor(t *testing.T) {
+	for _, tc := range []struct {
+		env, want string
+		args      []string
+	}{
+		{"", "", nil},
+		{"127.0.0.1:6060", "127.0.0.1:6060", nil},
+		{"127.0.0.1:6060", "0", []string{"--pprof-bind-address=0"}},
+		{"", ":6061", []string{"--pprof-bind-address=:6061"}},
+	} {
+		t.Setenv(pprofBindAddressEnv, tc.env)
+		opts, err := parseFlags(tc.args)
+		if err != nil {
+			t.Fatalf("%s=%q %v: %v", pprofBindAddressEnv, tc.env, tc.args, err)
+		}
+		if opts.pprofAddr != tc.want {
+			t.Errorf("%s=%q %v: profiling at %q, want %q", pprofBindAddressEnv, tc.env, tc.args, opts.pprofAddr, tc.want)
+		}
+	}
+}

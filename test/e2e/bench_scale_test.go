@@ -8,8 +8,11 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,16 +41,21 @@ import (
 // members served. Then it crashes one member (every process of its pod killed: the kubelet
 // restarts it on its data) and times its cluster back to Available, and then twenty at once and
 // times until all are Available again. Side by side: the same figures before the clusters exist,
-// the operator idle with none.
+// the operator idle with none. BENCH_PROFILE=<dir> writes the operator's CPU profile of each idle
+// window there (the operator restarted with PPROF_BIND_ADDRESS first, and without it after).
 func BenchmarkClustersOnOneNode(b *testing.B) {
 	n, err := strconv.Atoi(envOr("BENCH_CLUSTERS", "100"))
 	if err != nil {
 		b.Fatalf("BENCH_CLUSTERS: %v", err)
 	}
 	idle := envDuration("BENCH_SCALE_IDLE", 5*time.Minute)
+	profiles := os.Getenv("BENCH_PROFILE")
+	if profiles != "" {
+		setOperatorEnv(b, corev1.EnvVar{Name: "PPROF_BIND_ADDRESS", Value: fmt.Sprintf(":%d", benchPprofPort)})
+	}
 	scrape := newOperatorScraper(b)
-	for range b.N {
-		empty := measureIdle(b, scrape, "", idle)
+	for run := range b.N {
+		empty := measureIdle(b, scrape, "", idle, profilePath(profiles, run, "no-clusters"))
 		b.Logf("no clusters: %s", empty)
 
 		ns := benchNamespace(b)
@@ -69,7 +77,7 @@ func BenchmarkClustersOnOneNode(b *testing.B) {
 		b.ReportMetric(time.Since(start).Seconds(), "all-available-s")
 		time.Sleep(30 * time.Second) // the last status writes and first backups of settling
 
-		busy := measureIdle(b, scrape, ns, idle)
+		busy := measureIdle(b, scrape, ns, idle, profilePath(profiles, run, fmt.Sprintf("%d-clusters", n)))
 		b.Logf("%d clusters idle: %s", n, busy)
 		b.ReportMetric(busy.rssMiB, "rss-MiB")
 		b.ReportMetric(busy.cpuPercent, "idle-cpu-%core")
@@ -102,11 +110,19 @@ func (f idleFigures) String() string {
 }
 
 // measureIdle measures the operator over window; ns names the clusters' namespace, whose writes
-// the audit log counts and whose members' etcd calls are summed ("" for none).
-func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.Duration) idleFigures {
+// the audit log counts and whose members' etcd calls are summed ("" for none). With a profile
+// path, the operator's CPU profile of the window is written there.
+func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.Duration, profile string) idleFigures {
 	b.Helper()
 	before, cpuBefore, callsBefore := scrape.metrics(b), operatorCPUSeconds(b), membersCalls(b, ns)
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if profile != "" {
+		podIP := operatorPod(b).Status.PodIP
+		go func() { profiled <- writeCPUProfile(podIP, profile, window) }()
+	} else {
+		profiled <- nil
+	}
 	var high containerMemory
 	for deadline := start.Add(window); time.Now().Before(deadline); time.Sleep(10 * time.Second) {
 		if m := operatorMemory(b); m.WorkingSetBytes > high.WorkingSetBytes {
@@ -115,6 +131,9 @@ func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.D
 	}
 	after, cpuAfter, callsAfter := scrape.metrics(b), operatorCPUSeconds(b), membersCalls(b, ns)
 	minutes := time.Since(start).Minutes()
+	if err := <-profiled; err != nil {
+		b.Fatalf("the operator's CPU profile: %v", err)
+	}
 	f := idleFigures{rssMiB: mib(high.RSSBytes), workingSetMiB: mib(high.WorkingSetBytes),
 		cpuPercent: (cpuAfter - cpuBefore) / time.Since(start).Seconds() * 100}
 	reconciles := after.sum("controller_runtime_reconcile_total", `controller="etcdcluster"`) - before.sum("controller_runtime_reconcile_total", `controller="etcdcluster"`)
@@ -337,6 +356,43 @@ func operatorPod(b *testing.B) *corev1.Pod {
 		b.Fatalf("%d operator pods running, want one", len(running))
 	}
 	return &running[0]
+}
+
+// benchPprofPort is where the operator serves Go's profiling endpoints when BENCH_PROFILE is set.
+const benchPprofPort = 6060
+
+// profilePath is where run's profile of what goes in dir ("" when no profile is asked for).
+func profilePath(dir string, run int, what string) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, fmt.Sprintf("operator-cpu-%s-run%d.pprof", what, run+1))
+}
+
+// writeCPUProfile writes the operator's CPU profile over window to path, read from the profiling
+// endpoint of its pod at podIP.
+func writeCPUProfile(podIP, path string, window time.Duration) error {
+	c := &http.Client{Timeout: window + time.Minute}
+	resp, err := c.Get(fmt.Sprintf("http://%s:%d/debug/pprof/profile?seconds=%d", podIP, benchPprofPort, int(window.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %s", resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // operatorScraper reads the operator's metrics endpoint (HTTPS, authenticated and authorized

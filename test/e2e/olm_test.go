@@ -677,7 +677,7 @@ func newObject(gvk schema.GroupVersionKind, namespace, name string) *unstructure
 	return obj
 }
 
-func waitForLong(t *testing.T, what string, done wait.ConditionWithContextFunc) {
+func waitForLong(t testing.TB, what string, done wait.ConditionWithContextFunc) {
 	t.Helper()
 	if err := pollTolerant(t, what, 2*time.Second, olmTimeout, done); err != nil {
 		t.Fatalf("%s: %v", what, err)

@@ -21,7 +21,7 @@ import (
 // ready. The operator reads its environment only when it starts, hence the new pod. The test's
 // cleanup takes the variables off again and waits for the pod without them, so that the tests
 // after it find the operator as deployed.
-func setOperatorEnv(t *testing.T, env ...corev1.EnvVar) *corev1.Pod {
+func setOperatorEnv(t testing.TB, env ...corev1.EnvVar) *corev1.Pod {
 	t.Helper()
 	deployment := &appsv1.Deployment{}
 	key := client.ObjectKey{Namespace: operatorNamespace, Name: operatorDeployment}
@@ -54,7 +54,7 @@ func setOperatorEnv(t *testing.T, env ...corev1.EnvVar) *corev1.Pod {
 
 // patchManagerEnv changes the manager's env by a strategic merge patch: entries merge by name,
 // and one with "$patch": "delete" is taken out.
-func patchManagerEnv(t *testing.T, deployment *appsv1.Deployment, env []map[string]string) {
+func patchManagerEnv(t testing.TB, deployment *appsv1.Deployment, env []map[string]string) {
 	t.Helper()
 	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
 		"containers": []map[string]any{{"name": managerContainer, "env": env}},
@@ -69,7 +69,7 @@ func patchManagerEnv(t *testing.T, deployment *appsv1.Deployment, env []map[stri
 
 // waitOperatorRolledOut waits for the Deployment to be rolled out to one ready pod that is
 // what wanted says, and returns it.
-func waitOperatorRolledOut(t *testing.T, deployment *appsv1.Deployment, selector labels.Selector, wanted func(*corev1.Pod) bool) *corev1.Pod {
+func waitOperatorRolledOut(t testing.TB, deployment *appsv1.Deployment, selector labels.Selector, wanted func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
 	waitForLong(t, "the operator Deployment rolled out with its new environment", func(ctx context.Context) (bool, error) {
