@@ -41,12 +41,18 @@ $(GREMLINS): hack/tools/gremlins/go.mod
 # under 1 s of tests, of which the property tests take 0.6 s): -vet=off leaves out the vet pass
 # go test runs before the tests (make lint vets the tree as written; a mutant only vet objects
 # to is not a guard a test holds, and would otherwise count as killed) and -ldflags=-s the
-# symbol table and DWARF the tests never read. The tests and their rapid checks stay the same.
-MUTATION_GOFLAGS ?= -count=1 -vet=off -ldflags=-s
+# symbol table and DWARF the tests never read. -failfast ends a mutant's run at its first failed
+# test, so most killed mutants skip the model test (~0.9 s of the package's ~1.3 s). GOGC=400 for
+# the compiler, linker and tests collects less often; 280 MB each at most. Measured here, idle,
+# internal/membership: 402 s as before, 351 s with -failfast (465 killed, 3 lived either way); a
+# mutant's go test 2.8-3.0 s, 2.3 s with GOGC=400 (800 no faster; off: 1.1 GB and slower); both: 316 s.
+# The tests and their rapid checks stay the same.
+MUTATION_GOFLAGS ?= -count=1 -vet=off -ldflags=-s -failfast
+MUTATION_GOGC ?= 400
 mutate_package = echo "==> $(1): efficacy above $(word 1,$(MUTATION_FLOORS_$(1)))%, mutant coverage above $(word 2,$(MUTATION_FLOORS_$(1)))%"; \
 	start=$$SECONDS; floors=$$(mktemp --suffix=.yaml); \
 	printf 'unleash:\n  threshold:\n    efficacy: %s\n    mutant-coverage: %s\n' $(MUTATION_FLOORS_$(1)) >$$floors; \
-	GOFLAGS="$(MUTATION_GOFLAGS)" $(GREMLINS) unleash --config $$floors --output-statuses lct --timeout-coefficient 10 ./$(1) || failed="$$failed $(1)"; \
+	GOFLAGS="$(MUTATION_GOFLAGS)" GOGC=$(MUTATION_GOGC) $(GREMLINS) unleash --config $$floors --output-statuses lct --timeout-coefficient 10 ./$(1) || failed="$$failed $(1)"; \
 	rm -f $$floors; echo "==> $(1): $$((SECONDS - start)) s";
 
 .PHONY: mutation
