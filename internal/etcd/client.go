@@ -12,6 +12,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -130,6 +131,16 @@ const callTimeout = 5 * time.Second
 
 type client struct {
 	c *clientv3.Client
+
+	// memberConns are the connections to one member each that the calls about a member go over
+	// (Status, KeyspaceAt), by client URL. clientv3 dials the member anew for each such call: a
+	// DNS lookup and a TCP, HTTP/2 and, with TLS, a TLS handshake, for the operator and the
+	// member, on every look at every cluster — most of an idle operator's CPU with a hundred
+	// clusters on a node (profiled). Kept for the client's life: a cached client is replaced
+	// when the members or the credentials change, so these are its members'. A member that
+	// restarts is reconnected to like the client's own connection (reconnectBackoff).
+	mu          sync.Mutex
+	memberConns map[string]*grpc.ClientConn
 }
 
 // New connects to the cluster. It does not wait for any endpoint to answer: calls fail on
@@ -139,7 +150,33 @@ func New(cfg Config) (Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &client{c: c}, nil
+	return &client{c: c, memberConns: map[string]*grpc.ClientConn{}}, nil
+}
+
+// memberConn is the kept connection to the member serving clientURL, dialled on first use.
+// Dialling does not wait for the member: a call over it fails on its own when it does not answer.
+func (e *client) memberConn(clientURL string) (*grpc.ClientConn, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if conn, ok := e.memberConns[clientURL]; ok {
+		return conn, nil
+	}
+	conn, err := e.c.Dial(clientURL)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", clientURL, err)
+	}
+	e.memberConns[clientURL] = conn
+	return conn, nil
+}
+
+// memberMaintenance is clientv3's maintenance API over the kept connection to one member, with
+// clientv3's retries of its calls.
+func (e *client) memberMaintenance(clientURL string) (clientv3.Maintenance, error) {
+	conn, err := e.memberConn(clientURL)
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.NewMaintenanceFromMaintenanceClient(clientv3.RetryMaintenanceClient(e.c, conn), e.c), nil
 }
 
 // reconnectBackoff spaces a cached client's attempts to reconnect to a member that went away:
@@ -269,7 +306,11 @@ func (e *client) MoveLeader(ctx context.Context, leaderClientURL string, transfe
 func (e *client) Status(ctx context.Context, clientURL string) (MemberStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	resp, err := e.c.Status(ctx, clientURL)
+	m, err := e.memberMaintenance(clientURL)
+	if err != nil {
+		return MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, err)
+	}
+	resp, err := m.Status(ctx, clientURL)
 	if err != nil {
 		return MemberStatus{}, fmt.Errorf("status of %s: %w", clientURL, err)
 	}
@@ -401,7 +442,15 @@ func (e *client) DisarmCorrupt(ctx context.Context, memberID uint64) error {
 	return nil
 }
 
-func (e *client) Close() error { return e.c.Close() }
+func (e *client) Close() error {
+	e.mu.Lock()
+	for url, conn := range e.memberConns {
+		_ = conn.Close()
+		delete(e.memberConns, url)
+	}
+	e.mu.Unlock()
+	return e.c.Close()
+}
 
 func fromProto(m *pb.Member) Member {
 	return Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}

@@ -91,6 +91,12 @@ func nonLoopbackAddress(t *testing.T) string {
 // forward accepts connections at ip and copies them to target; it returns its address.
 func forward(t *testing.T, ip, target string) string {
 	t.Helper()
+	return forwardCounting(t, ip, target, new(atomic.Int32))
+}
+
+// forwardCounting is forward, counting the connections it accepts in accepted.
+func forwardCounting(t *testing.T, ip, target string, accepted *atomic.Int32) string {
+	t.Helper()
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +108,7 @@ func forward(t *testing.T, ip, target string) string {
 			if err != nil {
 				return
 			}
+			accepted.Add(1)
 			go func() {
 				defer func() { _ = in.Close() }()
 				out, err := net.Dial("tcp", target)

@@ -101,11 +101,10 @@ func (e *client) KeyspaceAt(ctx context.Context, clientURL string, revision int6
 	// HashKV reads the whole store: far longer than a membership call.
 	ctx, cancel := context.WithTimeout(ctx, defragmentTimeout)
 	defer cancel()
-	conn, err := e.c.Dial(clientURL)
+	conn, err := e.memberConn(clientURL)
 	if err != nil {
-		return KeyspaceDigest{}, fmt.Errorf("dial %s: %w", clientURL, err)
+		return KeyspaceDigest{}, err
 	}
-	defer conn.Close()
 	m := clientv3.NewMaintenanceFromMaintenanceClient(pb.NewMaintenanceClient(conn), e.c)
 	hash, err := m.HashKV(ctx, clientURL, revision)
 	if errors.Is(rpctypes.Error(err), rpctypes.ErrCompacted) {
