@@ -18,7 +18,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +53,7 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/etcd/etcdfake"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/resources"
+	"github.com/etcd-database/etcd-operator/test/nativehist"
 )
 
 // How many EtcdClusters one operator runs, past what one node holds: N one-member clusters on
@@ -686,7 +686,7 @@ type probeSnapshot struct {
 	requests        map[string]int64
 	reconciles      int64
 	reconcileErrors int64
-	durations       nativeHistogram
+	durations       nativehist.Histogram
 	runQueueWait    time.Duration
 	schedLatencies  *metrics.Float64Histogram
 }
@@ -706,7 +706,7 @@ func (p *scaleProbe) snapshot() probeSnapshot {
 			case "controller_runtime_reconcile_errors_total":
 				s.reconcileErrors += int64(m.GetCounter().GetValue())
 			case "controller_runtime_reconcile_time_seconds":
-				s.durations = nativeHistogramOf(m.GetHistogram())
+				s.durations = nativehist.Of(m.GetHistogram())
 			}
 		}
 	}
@@ -830,8 +830,8 @@ func (p *scaleProbe) report() childReport {
 	}
 	r.RunQueueWait = (s.runQueueWait - p.mark.runQueueWait).Seconds()
 	r.SchedP99 = histogramQuantile(s.schedLatencies, p.mark.schedLatencies, 0.99)
-	window := s.durations.minus(p.mark.durations)
-	r.ReconcileP50, r.ReconcileP99 = window.quantile(0.5), window.quantile(0.99)
+	window := s.durations.Minus(p.mark.durations)
+	r.ReconcileP50, r.ReconcileP99 = window.Quantile(0.5), window.Quantile(0.99)
 	r.RSS, r.AnonRSS, r.PeakRSS = procStatus("/proc/self/status", "VmRSS"), procStatus("/proc/self/status", "RssAnon"), procStatus("/proc/self/status", "VmHWM")
 	runtime.GC()
 	var stats runtime.MemStats
@@ -999,78 +999,6 @@ func requestKind(method string, u *url.URL) string {
 		verb = strings.ToLower(method)
 	}
 	return verb + " " + resource
-}
-
-// nativeHistogram is a Prometheus native histogram's positive buckets: bucket i counts the
-// observations in (base^(i-1), base^i], base = 2^(2^-schema).
-type nativeHistogram struct {
-	schema  int32
-	buckets map[int]int64
-}
-
-func nativeHistogramOf(h *dto.Histogram) nativeHistogram {
-	out := nativeHistogram{schema: h.GetSchema(), buckets: map[int]int64{}}
-	index, count, delta := 0, int64(0), 0
-	for _, span := range h.GetPositiveSpan() {
-		index += int(span.GetOffset())
-		for range span.GetLength() {
-			count += h.GetPositiveDelta()[delta]
-			delta++
-			out.buckets[index] = count
-			index++
-		}
-	}
-	return out
-}
-
-// at is h at a schema no finer than its own: neighbouring buckets merged.
-func (h nativeHistogram) at(schema int32) nativeHistogram {
-	if schema >= h.schema {
-		return h
-	}
-	out := nativeHistogram{schema: schema, buckets: map[int]int64{}}
-	for i, n := range h.buckets {
-		out.buckets[((i-1)>>(h.schema-schema))+1] += n
-	}
-	return out
-}
-
-// minus is what h counted since earlier.
-func (h nativeHistogram) minus(earlier nativeHistogram) nativeHistogram {
-	if h.buckets == nil {
-		return h
-	}
-	schema := h.schema
-	if earlier.buckets != nil {
-		schema = min(schema, earlier.schema)
-	}
-	a, e := h.at(schema), earlier.at(schema)
-	out := nativeHistogram{schema: schema, buckets: map[int]int64{}}
-	for i, n := range a.buckets {
-		if d := n - e.buckets[i]; d > 0 {
-			out.buckets[i] = d
-		}
-	}
-	return out
-}
-
-// quantile is the upper bound of the bucket that holds the q-quantile; 0 when empty.
-func (h nativeHistogram) quantile(q float64) float64 {
-	var total int64
-	for _, n := range h.buckets {
-		total += n
-	}
-	if total == 0 {
-		return 0
-	}
-	rank := int64(math.Ceil(q * float64(total)))
-	var seen int64
-	for _, i := range slices.Sorted(maps.Keys(h.buckets)) {
-		if seen += h.buckets[i]; seen >= rank {
-			return math.Exp2(float64(i) * math.Exp2(-float64(h.schema)))
-		}
-	}
-	return math.Inf(1)
 }
 
 // scriptedMembers answers for every cluster's members: a one-member cluster whose member runs
