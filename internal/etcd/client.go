@@ -155,7 +155,12 @@ func New(cfg Config) (Client, error) {
 
 // memberConn is the kept connection to the member serving clientURL, dialled on first use.
 // Dialling does not wait for the member: a call over it fails on its own when it does not answer.
+// A client of that member alone (a one-member cluster) has it already: its own connection
+// reaches no other member.
 func (e *client) memberConn(clientURL string) (*grpc.ClientConn, error) {
+	if endpoints := e.c.Endpoints(); len(endpoints) == 1 && endpoints[0] == clientURL {
+		return e.c.ActiveConnection(), nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if conn, ok := e.memberConns[clientURL]; ok {
