@@ -80,8 +80,12 @@ func TestReadLogIsTheRaftIndexTheMemberReported(t *testing.T) {
 	if logs[0].WALFiles < 2 {
 		t.Errorf("the WAL of %s has %d file(s): the test meant to read across a cut", servers[0].Name, logs[0].WALFiles)
 	}
-	if logs[2].CommitIndex+70 > logs[1].CommitIndex || logs[1].CommitIndex > logs[0].CommitIndex {
-		t.Errorf("commit indexes %d, %d, %d: want the member that saw every write furthest, the one killed before the 70 writes 70 behind",
+	// A follower learns that the last write committed from the leader's next message: the
+	// leader stopped right after it was acknowledged, or a follower stopped then, may have
+	// recorded one write fewer as committed than the other of the two that saw them all (seen in
+	// make test: 88, 87, 18).
+	if logs[2].CommitIndex+69 > min(logs[0].CommitIndex, logs[1].CommitIndex) || logs[1].CommitIndex > logs[0].CommitIndex+1 {
+		t.Errorf("commit indexes %d, %d, %d: want the two that saw every write within one of each other, the one killed before the 70 writes at least 69 behind both",
 			logs[0].CommitIndex, logs[1].CommitIndex, logs[2].CommitIndex)
 	}
 	if back, err := agent.DecodeReport(string(agent.Report{Log: &logs[0]}.Encode())); err != nil || back.Log == nil || *back.Log != logs[0] {
