@@ -432,7 +432,7 @@ func TestAKeptClientReachesAMemberSoonAfterItIsBack(t *testing.T) {
 
 // The operator asks each member about itself (Status) on every look. clientv3 dials the member
 // anew for each such call: a DNS lookup and a TCP, HTTP/2 and, with TLS, a TLS handshake on
-// every look, for the operator and for the member; most of an idle operator's CPU on a node with
+// every look, for the operator and for the member; nearly half of an idle operator's CPU on a node with
 // a hundred clusters (profiled). A kept client asks over one connection per member, for its
 // life, and the member's digest (KeyspaceAt) goes over it too; a client of one member asks over
 // its own connection. Counted at a forwarder in front of the member; and after the member
