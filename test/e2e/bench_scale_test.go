@@ -445,12 +445,7 @@ func (s *operatorScraper) metrics(b *testing.B) metricLines {
 	b.Helper()
 	var lines metricLines
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://%s:8443/metrics", operatorPod(b).Status.PodIP), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+s.token)
-		resp, err := s.http.Do(req)
+		resp, err := s.get(b, "")
 		if err == nil && resp.StatusCode == http.StatusOK {
 			scanner := bufio.NewScanner(resp.Body)
 			scanner.Buffer(make([]byte, 1<<20), 1<<20)
@@ -488,18 +483,26 @@ func (m metricLines) sum(name, match string) float64 {
 	return total
 }
 
-// reconcileDurations is the native histogram of the cluster reconciler's reconcile durations
-// (controller-runtime's, buckets 10 % apart), read from the metrics endpoint in the protobuf
-// format: the text format carries only its classic buckets, 10, 25, 50 ms apart.
-func (s *operatorScraper) reconcileDurations(b *testing.B) nativehist.Histogram {
+// get asks the operator's metrics endpoint for its page in format ("" for the text format).
+func (s *operatorScraper) get(b *testing.B, format expfmt.Format) (*http.Response, error) {
 	b.Helper()
 	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://%s:8443/metrics", operatorPod(b).Status.PodIP), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+s.token)
-	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeProtoDelim)))
-	resp, err := s.http.Do(req)
+	if format != "" {
+		req.Header.Set("Accept", string(format))
+	}
+	return s.http.Do(req)
+}
+
+// reconcileDurations is the native histogram of the cluster reconciler's reconcile durations
+// (controller-runtime's, buckets 10 % apart), read from the metrics endpoint in the protobuf
+// format: the text format carries only its classic buckets, 10, 25, 50 ms apart.
+func (s *operatorScraper) reconcileDurations(b *testing.B) nativehist.Histogram {
+	b.Helper()
+	resp, err := s.get(b, expfmt.NewFormat(expfmt.TypeProtoDelim))
 	if err != nil {
 		b.Fatalf("the operator's metrics: %v", err)
 	}
