@@ -324,6 +324,7 @@ func splitNamespaces(list string) []string {
 // termination message; and as the archiver of a backup with spec.continuous (`archive`, a
 // Deployment), which reports on its status port.
 func runAgent(args []string) int {
+	agent.LimitMemory()
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	switch {

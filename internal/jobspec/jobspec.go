@@ -22,6 +22,9 @@ const (
 	AccessKeyIDEnv     = "AWS_ACCESS_KEY_ID"
 	SecretAccessKeyEnv = "AWS_SECRET_ACCESS_KEY"
 	SessionTokenEnv    = "AWS_SESSION_TOKEN"
+	// MemoryLimitEnv holds the agent container's own memory limit in bytes (the downward
+	// API's limits.memory), from which the agent sets the Go runtime's soft memory limit.
+	MemoryLimitEnv = "ETCD_OPERATOR_AGENT_MEMORY_LIMIT"
 
 	// EtcdTLSDir holds the cluster's client certificate Secret (tls.crt, tls.key, ca.crt).
 	EtcdTLSDir = "/etc/etcd-operator/etcd-tls"

@@ -579,9 +579,12 @@ func withMembersPriority(spec *batchv1.JobSpec, c *etcdv1alpha1.EtcdCluster) {
 }
 
 // agentContainer is a container of an agent Job: restricted, reporting through its
-// termination message, with memory bounded.
+// termination message, with memory bounded, and told its memory limit, whatever a builder sets
+// it to after: the downward API reads the container's own.
 func agentContainer(container corev1.Container) corev1.Container {
 	container.ImagePullPolicy = corev1.PullIfNotPresent
+	container.Env = append(container.Env, corev1.EnvVar{Name: jobspec.MemoryLimitEnv, ValueFrom: &corev1.EnvVarSource{
+		ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}})
 	container.TerminationMessagePath = jobspec.TerminationMessagePath
 	container.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 	container.Resources = corev1.ResourceRequirements{

@@ -584,3 +584,42 @@ func TestPodsLeaveTheirIDsToAPlatformThatAssignsThem(t *testing.T) {
 		}
 	}
 }
+
+// Every container that runs the agent is told its own memory limit by the downward API, so the
+// agent keeps its heap under it (agent.LimitMemory), whatever limit its builder gave it: the
+// Jobs', the archiver's (sized by its segments) and a restored member's init containers (the
+// member's own).
+func TestEveryAgentIsToldItsOwnMemoryLimit(t *testing.T) {
+	c := testCluster()
+	specs := map[string]corev1.PodSpec{}
+	for kind, job := range agentJobsOf(t, c, PodSettings{}) {
+		specs[kind] = job.Spec.Template.Spec
+	}
+	archiver, err := ArchiverDeployment(testBackup(etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}), c, "img", time.Minute, 16<<20, "", PodSettings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs["archiver"] = archiver.Spec.Template.Spec
+	restore := MemberRestore{Restore: "r", AgentImage: "img", Members: []string{"prod-abcde"},
+		Source: RestoreSource{Key: "snap.db", Storage: etcdv1alpha1.StorageLocation{PVC: &etcdv1alpha1.PVCLocation{ClaimName: "b"}}}}
+	specs["restored member"] = MemberPod(c, MemberSpec{Name: "prod-abcde", Version: "3.6.16", State: "new", Restore: &restore}, EtcdImages{Repository: "etcd"}, PodSettings{}).Spec
+	agents := 0
+	for kind, spec := range specs {
+		for _, ctr := range slices.Concat(spec.InitContainers, spec.Containers) {
+			if len(ctr.Args) == 0 || ctr.Args[0] != "agent" {
+				continue
+			}
+			agents++
+			told := slices.ContainsFunc(ctr.Env, func(e corev1.EnvVar) bool {
+				return e.Name == jobspec.MemoryLimitEnv && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil &&
+					e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && e.ValueFrom.ResourceFieldRef.ContainerName == ""
+			})
+			if !told {
+				t.Errorf("the %s's container %s is not told its own memory limit: %+v", kind, ctr.Name, ctr.Env)
+			}
+		}
+	}
+	if agents < len(specs) {
+		t.Errorf("%d agent containers in %d pod specs: some builder's agent was not found", agents, len(specs))
+	}
+}
