@@ -54,6 +54,7 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
 	"github.com/etcd-database/etcd-operator/internal/resources"
 	"github.com/etcd-database/etcd-operator/test/nativehist"
+	"github.com/etcd-database/etcd-operator/test/schedstat"
 )
 
 // How many EtcdClusters one operator runs, past what one node holds: N one-member clusters on
@@ -693,7 +694,7 @@ type probeSnapshot struct {
 
 func (p *scaleProbe) snapshot() probeSnapshot {
 	s := probeSnapshot{at: time.Now(), cpu: processCPU(), requests: p.requests.snapshot(),
-		runQueueWait: runQueueWait(), schedLatencies: schedLatencies()}
+		runQueueWait: schedstat.RunQueueWait("self"), schedLatencies: schedLatencies()}
 	families, _ := crmetrics.Registry.Gather()
 	for _, f := range families {
 		for _, m := range f.GetMetric() {
@@ -847,24 +848,6 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
-}
-
-// runQueueWait is how long the process's threads have waited on a run queue: the second field
-// of each thread's /proc schedstat, in nanoseconds.
-func runQueueWait() time.Duration {
-	files, _ := filepath.Glob("/proc/self/task/*/schedstat")
-	var total int64
-	for _, file := range files {
-		data, err := os.ReadFile(file)
-		if err != nil {
-			continue
-		}
-		if fields := strings.Fields(string(data)); len(fields) > 1 {
-			ns, _ := strconv.ParseInt(fields[1], 10, 64)
-			total += ns
-		}
-	}
-	return time.Duration(total)
 }
 
 // schedLatencies is the runtime's histogram of how long goroutines waited to run, since start.

@@ -105,11 +105,13 @@ type idleFigures struct {
 	rssMiB, workingSetMiB, cpuPercent, reconcilesPerMin, p50, p99 float64
 	apiRequestsPerMin, apiWritesPerMin, etcdCallsPerMin           float64
 	auditedWrites                                                 int
+	tail                                                          tail
 }
 
 func (f idleFigures) String() string {
 	return fmt.Sprintf("RSS %.1f MiB (working set %.1f), CPU %.2f%% of a core, %.1f reconciles/min (p50 ≤ %.1f ms, p99 ≤ %.1f ms), API %.1f requests/min (%.1f writes/min by its client), %d writes audited in the namespace, etcd %.1f calls/min",
-		f.rssMiB, f.workingSetMiB, f.cpuPercent, f.reconcilesPerMin, f.p50*1000, f.p99*1000, f.apiRequestsPerMin, f.apiWritesPerMin, f.auditedWrites, f.etcdCallsPerMin)
+		f.rssMiB, f.workingSetMiB, f.cpuPercent, f.reconcilesPerMin, f.p50*1000, f.p99*1000, f.apiRequestsPerMin, f.apiWritesPerMin, f.auditedWrites, f.etcdCallsPerMin) +
+		"; " + f.tail.String()
 }
 
 // measureIdle measures the operator over window; ns names the clusters' namespace, whose writes
@@ -118,8 +120,9 @@ func (f idleFigures) String() string {
 func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.Duration, profile string) idleFigures {
 	b.Helper()
 	before, cpuBefore, callsBefore := scrape.metrics(b), operatorCPUSeconds(b), membersCalls(b, ns)
-	durationsBefore := scrape.reconcileDurations(b)
+	familiesBefore, waitBefore := scrape.families(b), operatorRunQueueWait(b)
 	start := time.Now()
+	looks := startPlainLooks(b, ns)
 	profiled := make(chan error, 1)
 	if profile != "" {
 		podIP := operatorPod(b).Status.PodIP
@@ -133,7 +136,9 @@ func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.D
 			high = m
 		}
 	}
+	plain := looks.stop()
 	after, cpuAfter, callsAfter := scrape.metrics(b), operatorCPUSeconds(b), membersCalls(b, ns)
+	familiesAfter, waitAfter := scrape.families(b), operatorRunQueueWait(b)
 	minutes := time.Since(start).Minutes()
 	if err := <-profiled; err != nil {
 		b.Fatalf("the operator's CPU profile: %v", err)
@@ -142,7 +147,7 @@ func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.D
 		cpuPercent: (cpuAfter - cpuBefore) / time.Since(start).Seconds() * 100}
 	reconciles := after.sum("controller_runtime_reconcile_total", `controller="etcdcluster"`) - before.sum("controller_runtime_reconcile_total", `controller="etcdcluster"`)
 	f.reconcilesPerMin = reconciles / minutes
-	durations := scrape.reconcileDurations(b).Minus(durationsBefore)
+	durations := reconcileDurations(familiesAfter).Minus(reconcileDurations(familiesBefore))
 	if durations.Count() == 0 && reconciles > 0 {
 		b.Fatal("the operator's reconcile-time histogram has no native buckets")
 	}
@@ -161,7 +166,9 @@ func measureIdle(b *testing.B, scrape *operatorScraper, ns string, window time.D
 			}
 		}
 	}
-	f.etcdCallsPerMin = (callsAfter - callsBefore) / minutes
+	// The plain looks' own calls, two a look, are not the operator's.
+	f.etcdCallsPerMin = (callsAfter - callsBefore - 2*float64(len(plain.durations)+plain.failed)) / minutes
+	f.tail = tailFigures(familiesBefore, familiesAfter, waitAfter-waitBefore, minutes, plain)
 	return f
 }
 
@@ -497,10 +504,10 @@ func (s *operatorScraper) get(b *testing.B, format expfmt.Format) (*http.Respons
 	return s.http.Do(req)
 }
 
-// reconcileDurations is the native histogram of the cluster reconciler's reconcile durations
-// (controller-runtime's, buckets 10 % apart), read from the metrics endpoint in the protobuf
-// format: the text format carries only its classic buckets, 10, 25, 50 ms apart.
-func (s *operatorScraper) reconcileDurations(b *testing.B) nativehist.Histogram {
+// families is one read of the operator's metrics in the protobuf format, by family name: the
+// text format carries only the classic buckets of the reconcile-time histogram (10, 25, 50 ms
+// apart), not its native ones.
+func (s *operatorScraper) families(b *testing.B) map[string]*dto.MetricFamily {
 	b.Helper()
 	resp, err := s.get(b, expfmt.NewFormat(expfmt.TypeProtoDelim))
 	if err != nil {
@@ -511,21 +518,25 @@ func (s *operatorScraper) reconcileDurations(b *testing.B) nativehist.Histogram 
 		b.Fatalf("the operator's metrics: HTTP %s", resp.Status)
 	}
 	decoder := expfmt.NewDecoder(resp.Body, expfmt.ResponseFormat(resp.Header))
+	families := map[string]*dto.MetricFamily{}
 	for {
 		family := &dto.MetricFamily{}
 		if err := decoder.Decode(family); errors.Is(err, io.EOF) {
-			break
+			return families
 		} else if err != nil {
 			b.Fatalf("the operator's metrics in the protobuf format: %v", err)
 		}
-		if family.GetName() != "controller_runtime_reconcile_time_seconds" {
-			continue
-		}
-		for _, m := range family.GetMetric() {
-			for _, label := range m.GetLabel() {
-				if label.GetName() == "controller" && label.GetValue() == "etcdcluster" {
-					return nativehist.Of(m.GetHistogram())
-				}
+		families[family.GetName()] = family
+	}
+}
+
+// reconcileDurations is the native histogram of the cluster reconciler's reconcile durations
+// (controller-runtime's, buckets 10 % apart).
+func reconcileDurations(families map[string]*dto.MetricFamily) nativehist.Histogram {
+	for _, m := range families["controller_runtime_reconcile_time_seconds"].GetMetric() {
+		for _, label := range m.GetLabel() {
+			if label.GetName() == "controller" && label.GetValue() == "etcdcluster" {
+				return nativehist.Of(m.GetHistogram())
 			}
 		}
 	}

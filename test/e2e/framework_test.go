@@ -385,22 +385,8 @@ func lastLines(s string, n int) string {
 // node the tests run on, the local cluster's only one.
 func killProcessesOfPod(t testing.TB, pod *corev1.Pod) {
 	t.Helper()
-	uid := string(pod.UID)
-	marks := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
-	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
 	killed := 0
-	for _, path := range procs {
-		cgroup, err := os.ReadFile(path)
-		if err != nil || !slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(string(cgroup), m) }) {
-			continue // gone since the glob, or not the pod's
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
-		if err != nil {
-			continue
-		}
+	for _, pid := range processesOfPod(pod) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 			killed++
 		}
@@ -409,4 +395,23 @@ func killProcessesOfPod(t testing.TB, pod *corev1.Pod) {
 		t.Fatalf("no process of pod %s/%s found on this machine to kill", pod.Namespace, pod.Name)
 	}
 	t.Logf("killed %d processes of pod %s/%s", killed, pod.Namespace, pod.Name)
+}
+
+// processesOfPod are the processes of pod running on this machine (the local cluster's node),
+// found by the pod's UID in their cgroup: its sandbox's and its containers'.
+func processesOfPod(pod *corev1.Pod) []int {
+	uid := string(pod.UID)
+	marks := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	var pids []int
+	for _, path := range procs {
+		cgroup, err := os.ReadFile(path)
+		if err != nil || !slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(string(cgroup), m) }) {
+			continue // gone since the glob, or not the pod's
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
