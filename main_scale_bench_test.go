@@ -1082,14 +1082,18 @@ func scaleScheme() *k8sruntime.Scheme {
 	return scheme
 }
 
-// scaleEtcdEndpointEnv gives the "etcd-clients" process the real etcd server it connects to.
+// scaleEtcdEndpointEnv gives the "etcd-clients" process the client URLs of the real etcd
+// members it connects to, comma-separated.
 const scaleEtcdEndpointEnv = "SCALE_ETCD_ENDPOINT"
 
 // BenchmarkEtcdClientsPerCluster measures what BenchmarkManyClusters's scripted members stand
 // in for: the operator keeps one etcd client per cluster (etcd.Cache), each with its own gRPC
-// connection. A process of its own holds one such client per cluster of SCALE_CLUSTERS, all
-// connected to one real etcd server on loopback, each having listed the members and asked the
-// member's status once, as a steady-state look does; its memory is read before and after.
+// connection to the cluster's members and, where the cluster has more than one member, one kept
+// connection per member to ask each about itself. A process of its own holds one such client per
+// cluster of SCALE_CLUSTERS, all connected to real etcd on loopback — one server, as for
+// one-member clusters, then a cluster of three, each client knowing the three — each having
+// listed the members and asked every member's status once, as a steady-state look does; its
+// memory is read before and after.
 func BenchmarkEtcdClientsPerCluster(b *testing.B) {
 	if os.Getenv("ETCD_BIN") == "" {
 		b.Skip("ETCD_BIN is not set: run with make bench")
@@ -1098,34 +1102,40 @@ func BenchmarkEtcdClientsPerCluster(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	server := etcdtest.StartCluster(b, 1)[0]
-	for _, n := range counts {
-		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
-			var heap, anon float64
-			for range b.N {
-				child := startScaleChildWith(b, "etcd-clients", "", scaleEtcdEndpointEnv+"="+server.ClientURL)
-				before := child.ask(b, "report")
-				after := child.ask(b, "dial "+strconv.Itoa(n))
-				child.stop()
-				b.Logf("%d etcd clients: heap %.1f → %.1f MiB live after GC (%.1f KiB a client), anonymous RSS %.1f → %.1f MiB (%.1f KiB a client), %d → %d goroutines; dialled and asked in %.2f s; load average %s",
-					n, mib(before.HeapLive), mib(after.HeapLive), float64(after.HeapLive-before.HeapLive)/1024/float64(n),
-					mib(before.AnonRSS), mib(after.AnonRSS), float64(after.AnonRSS-before.AnonRSS)/1024/float64(n),
-					before.Goroutines, after.Goroutines, after.Seconds, loadAverage())
-				heap += float64(after.HeapLive-before.HeapLive) / 1024 / float64(n)
-				anon += float64(after.AnonRSS-before.AnonRSS) / 1024 / float64(n)
-			}
-			b.ReportMetric(heap/float64(b.N), "heap-KiB/client")
-			b.ReportMetric(anon/float64(b.N), "anon-rss-KiB/client")
-			b.ReportMetric(0, "ns/op")
-		})
+	for _, members := range []int{1, 3} {
+		var endpoints []string
+		for _, server := range etcdtest.StartCluster(b, members) {
+			endpoints = append(endpoints, server.ClientURL)
+		}
+		for _, n := range counts {
+			b.Run(fmt.Sprintf("members=%d/clusters=%d", members, n), func(b *testing.B) {
+				var heap, anon float64
+				for range b.N {
+					child := startScaleChildWith(b, "etcd-clients", "", scaleEtcdEndpointEnv+"="+strings.Join(endpoints, ","))
+					before := child.ask(b, "report")
+					after := child.ask(b, "dial "+strconv.Itoa(n))
+					child.stop()
+					b.Logf("%d etcd clients of %d members: heap %.1f → %.1f MiB live after GC (%.1f KiB a client), anonymous RSS %.1f → %.1f MiB (%.1f KiB a client), %d → %d goroutines; dialled and asked in %.2f s; load average %s",
+						n, members, mib(before.HeapLive), mib(after.HeapLive), float64(after.HeapLive-before.HeapLive)/1024/float64(n),
+						mib(before.AnonRSS), mib(after.AnonRSS), float64(after.AnonRSS-before.AnonRSS)/1024/float64(n),
+						before.Goroutines, after.Goroutines, after.Seconds, loadAverage())
+					heap += float64(after.HeapLive-before.HeapLive) / 1024 / float64(n)
+					anon += float64(after.AnonRSS-before.AnonRSS) / 1024 / float64(n)
+				}
+				b.ReportMetric(heap/float64(b.N), "heap-KiB/client")
+				b.ReportMetric(anon/float64(b.N), "anon-rss-KiB/client")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
 	}
 }
 
 // holdEtcdClients answers "report" with its memory and "dial <n>" by connecting n clients as
-// the reconciler does (one etcd.Cache entry per cluster), each listing the members and asking
-// the status of the one it reached, then reporting its memory with them all held.
+// the reconciler does (one etcd.Cache entry per cluster), each to every member of the
+// SCALE_ETCD_ENDPOINT list, listing the members and asking each member's status, then reporting
+// its memory with them all held.
 func holdEtcdClients() int {
-	endpoint := os.Getenv(scaleEtcdEndpointEnv)
+	endpoints := strings.Split(os.Getenv(scaleEtcdEndpointEnv), ",")
 	clients := etcd.NewCache()
 	probe := &scaleProbe{requests: &requestCounter{counts: map[string]int64{}}, mark: probeSnapshot{at: time.Now()}}
 	enc := json.NewEncoder(os.Stdout)
@@ -1141,12 +1151,14 @@ func holdEtcdClients() int {
 			n, _ := strconv.Atoi(arg)
 			probe.mark = probeSnapshot{at: time.Now()}
 			for i := range n {
-				cl, err := clients.Get(fmt.Sprintf("tenant/etcd-%04d", i), etcd.Config{Endpoints: []string{endpoint}})
+				cl, err := clients.Get(fmt.Sprintf("tenant/etcd-%04d", i), etcd.Config{Endpoints: endpoints})
 				if err == nil {
 					_, _, err = cl.Members(context.Background())
 				}
-				if err == nil {
-					_, err = cl.Status(context.Background(), endpoint)
+				for _, endpoint := range endpoints {
+					if err == nil {
+						_, err = cl.Status(context.Background(), endpoint)
+					}
 				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, err)

@@ -58,6 +58,7 @@ func BenchmarkClustersOnOneNode(b *testing.B) {
 	}
 	scrape := newOperatorScraper(b)
 	for run := range b.N {
+		waitForNoClusters(b, 15*time.Minute)
 		empty := measureIdle(b, scrape, "", idle, profilePath(profiles, run, "no-clusters"))
 		b.Logf("no clusters: %s", empty)
 
@@ -97,6 +98,37 @@ func BenchmarkClustersOnOneNode(b *testing.B) {
 		printBenchLine("twenty members crashed at once: all %d Available again after %v (%.2f× the single crash)", n, all.Round(100*time.Millisecond), all.Seconds()/single.Seconds())
 		b.ReportMetric(single.Seconds(), "one-crash-recovery-s")
 		b.ReportMetric(all.Seconds(), "twenty-crashes-recovery-s")
+		if err := k8sClient.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// waitForNoClusters waits until no EtcdCluster and no member pod is left, in any namespace:
+// neither the window with no clusters nor the one with n may include the teardown of an
+// earlier run's (a namespace of 100 clusters being deleted keeps the operator and the node
+// busy for minutes).
+func waitForNoClusters(b *testing.B, timeout time.Duration) {
+	b.Helper()
+	start := time.Now()
+	for {
+		clusters, pods := &etcdv1alpha1.EtcdClusterList{}, &corev1.PodList{}
+		if err := k8sClient.List(context.Background(), clusters); err != nil {
+			b.Fatal(err)
+		}
+		if err := k8sClient.List(context.Background(), pods, client.HasLabels{resources.LabelCluster}); err != nil {
+			b.Fatal(err)
+		}
+		if len(clusters.Items) == 0 && len(pods.Items) == 0 {
+			if waited := time.Since(start); waited > time.Second {
+				b.Logf("waited %v for earlier clusters to be gone", waited.Round(time.Second))
+			}
+			return
+		}
+		if time.Since(start) > timeout {
+			b.Fatalf("%d EtcdClusters and %d member pods still there after %v", len(clusters.Items), len(pods.Items), timeout)
+		}
+		time.Sleep(2 * time.Second)
 	}
 }
 
