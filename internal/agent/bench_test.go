@@ -28,6 +28,7 @@ import (
 	"github.com/etcd-database/etcd-operator/internal/encryption"
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
+	"github.com/etcd-database/etcd-operator/internal/jobspec"
 	"github.com/etcd-database/etcd-operator/internal/s3test"
 	"github.com/etcd-database/etcd-operator/internal/storage"
 )
@@ -71,6 +72,7 @@ func profileCPU(dir string, cfg backupProcessConfig) (stop func(), err error) {
 // backupProcessEnv set; otherwise it runs the tests as usual.
 func TestMain(m *testing.M) {
 	if cfg := os.Getenv(backupProcessEnv); cfg != "" {
+		agent.LimitMemory() // as the agent's entry point does, from the Job's limit runAgent gives
 		os.Exit(backupProcess(cfg))
 	}
 	if os.Getenv(archiveProcessEnv) != "" {
@@ -384,7 +386,12 @@ func (m *measurement) add(o measurement) {
 
 func (m *measurement) mbPerSecond() float64 { return float64(m.bytes) / 1e6 / m.elapsed.Seconds() }
 
-// runAgent runs one backup in the test binary re-executed as an agent.
+// backupJobMemoryLimit is the memory limit of a backup Job's container (internal/resources),
+// which the agent is told.
+const backupJobMemoryLimit = 256 << 20
+
+// runAgent runs one backup in the test binary re-executed as an agent, told the backup Job's
+// memory limit.
 func runAgent(b *testing.B, cfg backupProcessConfig) measurement {
 	b.Helper()
 	config, err := json.Marshal(cfg)
@@ -392,7 +399,7 @@ func runAgent(b *testing.B, cfg backupProcessConfig) measurement {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), backupProcessEnv+"="+string(config))
+	cmd.Env = append(os.Environ(), backupProcessEnv+"="+string(config), jobspec.MemoryLimitEnv+"="+strconv.Itoa(backupJobMemoryLimit))
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	m := run(b, cmd)

@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/etcd-database/etcd-operator/internal/etcd"
 	"github.com/etcd-database/etcd-operator/internal/etcdtest"
@@ -91,12 +93,27 @@ func nonLoopbackAddress(t *testing.T) string {
 // forward accepts connections at ip and copies them to target; it returns its address.
 func forward(t *testing.T, ip, target string) string {
 	t.Helper()
-	return forwardCounting(t, ip, target, new(atomic.Int32))
+	return forwardWith(t, ip, target, forwarding{})
 }
 
 // forwardCounting is forward, counting the connections it accepts in accepted.
 func forwardCounting(t *testing.T, ip, target string, accepted *atomic.Int32) string {
 	t.Helper()
+	return forwardWith(t, ip, target, forwarding{accepted: accepted})
+}
+
+// forwarding is what a forwarder measures and does besides copying: the connections it
+// accepts, the bytes it forwards from the target, and a delay it adds to every byte each way
+// (a network's latency, without limiting its bandwidth).
+type forwarding struct {
+	accepted   *atomic.Int32
+	fromTarget *atomic.Int64
+	delay      time.Duration
+}
+
+func forwardWith(t *testing.T, ip, target string, f forwarding) string {
+	t.Helper()
+	f.accepted, f.fromTarget = cmp.Or(f.accepted, new(atomic.Int32)), cmp.Or(f.fromTarget, new(atomic.Int64))
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +125,7 @@ func forwardCounting(t *testing.T, ip, target string, accepted *atomic.Int32) st
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
+			f.accepted.Add(1)
 			go func() {
 				defer func() { _ = in.Close() }()
 				out, err := net.Dial("tcp", target)
@@ -116,10 +133,54 @@ func forwardCounting(t *testing.T, ip, target string, accepted *atomic.Int32) st
 					return
 				}
 				defer func() { _ = out.Close() }()
-				go func() { _, _ = io.Copy(out, in) }()
-				_, _ = io.Copy(in, out)
+				go func() { copyDelayed(out, in, f.delay) }()
+				copyDelayed(countingWriter{in, f.fromTarget}, out, f.delay)
 			}()
 		}
 	}()
 	return l.Addr().String()
+}
+
+// copyDelayed copies src to dst, each byte written delay after it was read.
+func copyDelayed(dst io.Writer, src io.Reader, delay time.Duration) {
+	if delay == 0 {
+		_, _ = io.Copy(dst, src)
+		return
+	}
+	type chunk struct {
+		data []byte
+		at   time.Time
+	}
+	line := make(chan chunk, 4096)
+	go func() {
+		defer close(line)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				line <- chunk{buf[:n], time.Now().Add(delay)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for c := range line {
+		time.Sleep(time.Until(c.at))
+		if _, err := dst.Write(c.data); err != nil {
+			return
+		}
+	}
+}
+
+// countingWriter adds the bytes written through it to n.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }

@@ -8,7 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -98,4 +101,69 @@ func memberWithKeys(t *testing.T, n int) ([]*etcdtest.Server, *clientv3.Client, 
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return servers, raw, c
+}
+
+// A snapshot's stream holds at most a fixed flow-control window of data the writer has not
+// taken yet: when the writer slows (a disk's write-back, an upload), etcd stops sending rather
+// than the agent's memory filling. gRPC's default grows the window with the measured
+// bandwidth-delay product, up to 16 MiB per connection, so a backup's memory grew with the
+// snapshot's size (a 1 GiB one to a directory held 9–15 MiB more than a 64 MiB one).
+func TestASnapshotHoldsAtMostAWindowNotYetWritten(t *testing.T) {
+	servers := etcdtest.StartCluster(t, 1)
+	raw := servers[0].Client(t)
+	value := string(bytes.Repeat([]byte{'x'}, 1<<20))
+	for i := range 64 {
+		if _, err := raw.Put(t.Context(), fmt.Sprintf("big-%02d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var received atomic.Int64
+	// 5 ms each way: over a network's latency gRPC's default window grows past what the
+	// writer takes; on bare loopback it stays near 1 MiB.
+	url := "http://" + forwardWith(t, "127.0.0.1", servers[0].ClientURL[len("http://"):], forwarding{fromTarget: &received, delay: 5 * time.Millisecond})
+	c, err := etcd.New(etcd.Config{Endpoints: []string{url}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+
+	w := &stallingWriter{after: 32 << 20, stalled: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Snapshot(t.Context(), url, w)
+		done <- err
+	}()
+	select {
+	case <-w.stalled:
+	case err := <-done:
+		t.Fatalf("the snapshot ended before its writer stalled: %v", err)
+	}
+	time.Sleep(time.Second) // what etcd may still send arrives
+	inFlight := received.Load() - w.written.Load()
+	t.Logf("in flight %d bytes, received %d, written %d", inFlight, received.Load(), w.written.Load())
+	close(w.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if inFlight > 2<<20 {
+		t.Errorf("%.1f MiB received and not yet written while the writer stalled; want at most the 1 MiB window and a message", float64(inFlight)/(1<<20))
+	}
+}
+
+// stallingWriter takes writes at once until after bytes, then blocks until released.
+type stallingWriter struct {
+	after   int64
+	written atomic.Int64
+	once    sync.Once
+	stalled chan struct{}
+	release chan struct{}
+}
+
+func (w *stallingWriter) Write(p []byte) (int, error) {
+	if w.written.Load() >= w.after {
+		w.once.Do(func() { close(w.stalled) })
+		<-w.release
+	}
+	w.written.Add(int64(len(p)))
+	return len(p), nil
 }
