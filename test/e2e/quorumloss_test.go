@@ -582,15 +582,17 @@ func awaitManualRecoveryOffer(t *testing.T, c *etcdv1alpha1.EtcdCluster, survivo
 		}
 		return named != "", nil
 	})
-	events := &corev1.EventList{}
-	if err := k8sClient.List(context.Background(), events, client.InNamespace(c.Namespace)); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
-		return e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, etcdv1alpha1.AnnotationRecoverFrom+"="+named)
-	}) {
-		t.Errorf("no Warning event names the annotation that recovers the cluster")
-	}
+	// The recorder writes events from a queue of its own, after or before the status patch that
+	// says the same: the event may land a moment after the condition is read.
+	waitForWithin(t, "a Warning event to name the annotation that recovers the cluster", 30*time.Second, func(ctx context.Context) (bool, error) {
+		events := &corev1.EventList{}
+		if err := k8sClient.List(ctx, events, client.InNamespace(c.Namespace)); err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+			return e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, etcdv1alpha1.AnnotationRecoverFrom+"="+named)
+		}), nil
+	})
 	// A few reconciles: Manual must not act on its own.
 	holdsFor(t, 15*time.Second, "policy Manual, without the annotation", func(ctx context.Context) (string, error) {
 		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(c), c); err != nil {
