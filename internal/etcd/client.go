@@ -194,7 +194,7 @@ var reconnectBackoff = backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, J
 // was sent is read: a snapshot held in the agent's memory while its writer is slowed (a disk's
 // write-back, an upload) is at most this. gRPC's default window grows with the bandwidth-delay
 // product it measures, up to 16 MiB, so a backup's memory grew with the time it ran (a 1 GiB
-// snapshot to a directory, 9–15 MiB more than a 64 MiB one). A fixed window bounds a stream's
+// snapshot to a directory, 6–15 MiB more than a 64 MiB one). A fixed window bounds a stream's
 // rate to it per round trip: 1 MiB carries 500 MB/s at 2 ms, past what etcd sends a snapshot at
 // (150–250 MB/s on this project's machines), and 100 MB/s at 10 ms, as across regions.
 const receiveWindow = 1 << 20
