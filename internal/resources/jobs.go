@@ -580,9 +580,11 @@ func withMembersPriority(spec *batchv1.JobSpec, c *etcdv1alpha1.EtcdCluster) {
 
 // agentContainer is a container of an agent Job: restricted, reporting through its
 // termination message, with memory bounded, and told its memory limit, whatever a builder sets
-// it to after: the downward API reads the container's own.
+// it to after: the downward API reads the container's own. A container it made already is
+// given back as it was (a pod template builder applies it to what a Job builder made).
 func agentContainer(container corev1.Container) corev1.Container {
 	container.ImagePullPolicy = corev1.PullIfNotPresent
+	container.Env = slices.DeleteFunc(slices.Clone(container.Env), func(e corev1.EnvVar) bool { return e.Name == jobspec.MemoryLimitEnv })
 	container.Env = append(container.Env, corev1.EnvVar{Name: jobspec.MemoryLimitEnv, ValueFrom: &corev1.EnvVarSource{
 		ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.memory"}}})
 	container.TerminationMessagePath = jobspec.TerminationMessagePath

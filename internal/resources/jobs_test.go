@@ -606,6 +606,14 @@ func TestEveryAgentIsToldItsOwnMemoryLimit(t *testing.T) {
 	agents := 0
 	for kind, spec := range specs {
 		for _, ctr := range slices.Concat(spec.InitContainers, spec.Containers) {
+			// A name given twice: the API server keeps the last and warns that apply may drop it.
+			seen := map[string]bool{}
+			for _, e := range ctr.Env {
+				if seen[e.Name] {
+					t.Errorf("the %s's container %s has %s twice", kind, ctr.Name, e.Name)
+				}
+				seen[e.Name] = true
+			}
 			if len(ctr.Args) == 0 || ctr.Args[0] != "agent" {
 				continue
 			}

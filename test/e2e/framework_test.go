@@ -123,6 +123,7 @@ func testNamespace(t *testing.T, prefix string) string {
 		}
 		// Kept for a look at what failed; its scheduled backups would go on loading the node
 		// under the tests that run after.
+		diagnose(t, ns.Name)
 		suspendBackups(ns.Name)
 	})
 	return ns.Name

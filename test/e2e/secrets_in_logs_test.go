@@ -119,10 +119,42 @@ func (lc *logCollector) follow(ctx context.Context, namespace, pod, container, k
 		return // gone already; the check at the end reads what is left
 	}
 	defer stream.Close()
-	log, _ := io.ReadAll(stream) // what was read until the stream ended, whatever ended it
+	// Kept as it is read, not when the stream ends: a failed test's diagnosis reads the
+	// operator's log while the operator runs on.
+	_, _ = io.Copy(collectedLog{lc, key}, stream) // what was read until the stream ended, whatever ended it
+}
+
+// collectedLog appends what is written to the log kept under key.
+type collectedLog struct {
+	lc  *logCollector
+	key string
+}
+
+func (w collectedLog) Write(p []byte) (int, error) {
+	w.lc.mu.Lock()
+	defer w.lc.mu.Unlock()
+	w.lc.logs[w.key] = append(w.lc.logs[w.key], p...)
+	return len(p), nil
+}
+
+// linesNaming returns the last most whole lines of the followed logs that hold word, each log's
+// in its order, the logs in the order of their keys.
+func (lc *logCollector) linesNaming(word string, most int) []string {
 	lc.mu.Lock()
-	lc.logs[key] = append(lc.logs[key], log...)
-	lc.mu.Unlock()
+	defer lc.mu.Unlock()
+	var found []string
+	for _, key := range slices.Sorted(maps.Keys(lc.logs)) {
+		log := string(lc.logs[key])
+		if i := strings.LastIndexByte(log, '\n'); i >= 0 {
+			log = log[:i] // the last line may be half written
+		}
+		for line := range strings.SplitSeq(log, "\n") {
+			if strings.Contains(line, word) {
+				found = append(found, line)
+			}
+		}
+	}
+	return found[max(0, len(found)-most):]
 }
 
 // stop ends every follow and returns the logs read, by container.
@@ -130,7 +162,9 @@ func (lc *logCollector) stop() map[string][]byte {
 	lc.cancel()
 	<-lc.done
 	lc.wg.Wait()
-	return lc.logs
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return maps.Clone(lc.logs)
 }
 
 // operatorLogsHoldNoSecret reads the logs the collector followed through the suite, and the logs

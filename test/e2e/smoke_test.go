@@ -76,10 +76,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "clientset: %v\n", err)
 		os.Exit(1)
 	}
-	logs := startLogCollector(clientset)
+	suiteLogs = startLogCollector(clientset)
 	code := m.Run()
 	// After every test: a secret logged by any of them is found here.
-	followed := logs.stop()
+	followed := suiteLogs.stop()
 	if err := operatorKeptItsLease(followed); err != nil {
 		fmt.Fprintf(os.Stderr, "--- FAIL: OperatorKeptItsLease: %v\n", err)
 		code = max(code, 1)
