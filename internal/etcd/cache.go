@@ -28,23 +28,45 @@ func NewCacheWith(dial func(Config) (Client, error)) *Cache {
 }
 
 // Get returns the client for key, connecting anew when there is none or when cfg no longer
-// matches the one it was made with (members or credentials changed).
+// matches the one it was made with (members or credentials changed). The dial runs outside the
+// cache's lock: it can take clientv3's whole DialTimeout (a cluster with authentication and no
+// quorum cannot hand out a token), and the other clusters' reconciles must not wait for it.
 func (c *Cache) Get(key string, cfg Config) (Client, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.entries[key]; ok {
-		if sameConfig(e.cfg, cfg) {
-			return e.client, nil
-		}
-		_ = e.client.Close()
-		delete(c.entries, key)
+	if cl, ok := c.cached(key, cfg); ok {
+		return cl, nil
 	}
 	client, err := c.dial(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %s: %w", key, err)
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[key]; ok {
+		if sameConfig(e.cfg, cfg) {
+			_ = client.Close() // another Get of this key dialled first
+			return e.client, nil
+		}
+		_ = e.client.Close()
+	}
 	c.entries[key] = cacheEntry{cfg: cfg, client: client}
 	return client, nil
+}
+
+// cached is the client kept for key if it was made with cfg; one made otherwise is closed and
+// dropped.
+func (c *Cache) cached(key string, cfg Config) (Client, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok {
+		return nil, false
+	}
+	if sameConfig(e.cfg, cfg) {
+		return e.client, true
+	}
+	_ = e.client.Close()
+	delete(c.entries, key)
+	return nil, false
 }
 
 // Dial connects with the cache's dial function and does not keep the client: for a long call
