@@ -153,7 +153,8 @@ func diagnosePods(ctx context.Context, namespace string, say func(string, ...any
 		}
 		say("pod %s on %q: %s (created %s)", pod.Name, pod.Spec.NodeName, pod.Status.Phase, pod.CreationTimestamp.UTC().Format("15:04:05"))
 		for _, c := range pod.Status.Conditions {
-			if c.Status != corev1.ConditionTrue && c.Message != "" {
+			// Ready and ContainersReady repeat what the containers' lines say.
+			if c.Status != corev1.ConditionTrue && c.Message != "" && c.Type != corev1.PodReady && c.Type != corev1.ContainersReady {
 				say("  %s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message)
 			}
 		}
