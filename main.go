@@ -125,15 +125,16 @@ func parseFlags(args []string) (options, error) {
 // failover times and writes measured for these and for controller-runtime's 15 s/10 s/2 s.
 type leaderElectionTimes struct{ lease, renewDeadline, retryPeriod time.Duration }
 
-// defaultLeaderElection renews every 3 s rather than controller-runtime's 2 s (a third fewer
-// writes) with a 10 s lease rather than 15 s, so that a crashed leader is replaced sooner, not
-// later: measured 10.3–13.3 s against 14.2–18.5 s (docs/performance.md). A waiting replica looks
-// every retry period stretched by up to 2.2× (client-go's jitter), and may see the last renewal
-// that late, so the worst case is the lease plus 4.4 retry periods: 23.2 s, under
-// controller-runtime's 23.8 s. Renewing every 4 s halved the writes but let one failover take
-// 23.4 s. The renew deadline stays above 1.2 retry periods, as client-go requires, and 3 s below
-// the lease, so a leader that cannot renew stops before another may take over.
-var defaultLeaderElection = leaderElectionTimes{lease: 10 * time.Second, renewDeadline: 7 * time.Second, retryPeriod: 3 * time.Second}
+// defaultLeaderElection renews every 2.5 s rather than controller-runtime's 2 s (a fifth fewer
+// writes) and keeps its 10 s renew deadline: an API server that answers no renewal for that
+// long restarts the leader, and a 7 s deadline did so once in CI, the two cores at load 20. The
+// lease, 2.5 s above the deadline so that a leader that cannot renew stops before another may
+// take over, is 12.5 s rather than 15 s, so that a crashed leader is replaced no later than
+// under controller-runtime's times: a waiting replica looks every retry period stretched by up
+// to 2.2× (client-go's jitter), and may see the last renewal that late, so the worst case is
+// the lease plus 4.4 retry periods, 23.5 s against 23.8 s. The measured failovers are in
+// docs/performance.md; renewing every 4 s halved the writes but let one failover take 23.4 s.
+var defaultLeaderElection = leaderElectionTimes{lease: 12500 * time.Millisecond, renewDeadline: 10 * time.Second, retryPeriod: 2500 * time.Millisecond}
 
 // logLevel reads LOG_LEVEL: debug logs every decision, waits included; info (the default) each
 // step taken; error only failures.
